@@ -1,0 +1,47 @@
+# The README's two commands: `make demo` and `make test`. Everything they need is installed
+# here, into the git-ignored project-local .venv (torch 2.11.0 gives tch its libtorch).
+SHELL := /bin/bash
+VENV := $(CURDIR)/.venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export LIBTORCH_USE_PYTORCH := 1
+export PYTHON_SYS_EXECUTABLE := $(PY)
+export PATH := $(VENV)/bin:$(PATH)
+CARGO ?= cargo
+BIN := target/release/agent-r1
+
+.PHONY: all venv build test demo fmt clippy ci bench clean-venv
+
+all: build
+
+$(STAMP): requirements.txt
+	@command -v python3 >/dev/null || { echo "python3 is required to install torch"; exit 2; }
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+build: $(STAMP)
+	$(CARGO) build --release --bin agent-r1
+
+test: $(STAMP)
+	$(CARGO) build --release --bin agent-r1
+	$(CARGO) test --workspace --release
+
+demo: build
+	./$(BIN) demo
+
+fmt:
+	$(CARGO) fmt --all --check
+
+clippy: $(STAMP)
+	$(CARGO) clippy --workspace --all-targets --release -- -D warnings
+
+ci: test fmt clippy
+
+bench: build
+	./scripts/bench.sh
+
+clean-venv:
+	rm -rf $(VENV)

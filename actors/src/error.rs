@@ -1,0 +1,71 @@
+//! The crate's error type.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong in the model, engine, learner and actors.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Reading or writing a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// A model or tokenizer file is malformed or does not fit the architecture.
+    #[error("{path}: {message}")]
+    Model {
+        /// The file (config.json, a safetensors shard, tokenizer.json, ...).
+        path: PathBuf,
+        /// What is wrong (the field or tensor name, and what was expected).
+        message: String,
+    },
+    /// Rendering the chat template failed.
+    #[error("chat template: {0}")]
+    Template(String),
+    /// The tokenizer failed.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    /// An invalid argument (sampling settings, device name, ...).
+    #[error("{what}: {message}")]
+    Invalid {
+        /// The argument.
+        what: String,
+        /// What is wrong and what is allowed.
+        message: String,
+    },
+    /// libtorch raised an error.
+    #[error("libtorch: {0}")]
+    Torch(#[from] tch::TchError),
+    /// An error from the environments crate.
+    #[error(transparent)]
+    Envs(#[from] agent_r1_envs::Error),
+}
+
+/// The crate's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// An I/O error on `path`.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+    /// A model-file error on `path`.
+    pub fn model(path: impl Into<PathBuf>, message: impl Into<String>) -> Self {
+        Error::Model {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+    /// An invalid argument.
+    pub fn invalid(what: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::Invalid {
+            what: what.into(),
+            message: message.into(),
+        }
+    }
+}

@@ -1,0 +1,9 @@
+//! agent-r1-actors: the supervised actor runtime and what its actors own.
+//!
+//! The policy model (a Hugging Face compatible Qwen2/Llama decoder in tch), its tokenizer and
+//! chat template, the inference engine, the learner and the RL algorithms.
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod error;
+
+pub use error::{Error, Result};

@@ -1,0 +1,5 @@
+include!("build/torch_link.rs");
+
+fn main() {
+    link_torch();
+}

@@ -1,0 +1,83 @@
+//! The `Env` extension point: a task family.
+//!
+//! An env turns a [`Task`] into the first messages, decides after each assistant turn
+//! whether to call tools or stop, formats tool results as observations, and scores the
+//! finished episode. It does not run tools itself: the runtime does that through its tool
+//! pools, so that tool concurrency, timeouts and restarts live in one place.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::message::Message;
+use crate::task::Task;
+use crate::tool::{CallError, CallOutcome, ToolCall};
+use crate::tool_call::parse_tool_calls;
+
+/// What an env says after an assistant turn.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TurnOutcome {
+    /// Run these calls (parse failures included, as errors to show the model), then continue.
+    Calls(Vec<Result<ToolCall, CallError>>),
+    /// The episode is over: the turn had no tool call (a final answer, or nothing usable).
+    Done,
+}
+
+/// A finished episode's score.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Score {
+    /// The scalar reward the learner optimises (placed on the last generated token).
+    pub reward: f64,
+    /// Named metrics (`em`, `f1`, `substring_em`, `format`, ...), so users know which EM
+    /// they read.
+    pub metrics: BTreeMap<String, f64>,
+}
+
+/// A task family.
+pub trait Env: Send + Sync + 'static {
+    /// Registry name (`multihop_qa`, `synthetic_multihop`, ...).
+    fn name(&self) -> &str;
+
+    /// Names of the tools an episode of this env may call.
+    fn tool_names(&self) -> Vec<String>;
+
+    /// The first messages of an episode (system prompt and the question).
+    fn reset(&self, task: &Task) -> crate::Result<Vec<Message>>;
+
+    /// Decides what an assistant turn asks for. The default follows Agent-R1: a turn with
+    /// hermes tool calls runs them, a turn without one ends the episode.
+    fn on_turn(&self, _task: &Task, assistant_text: &str) -> TurnOutcome {
+        let calls = parse_tool_calls(assistant_text);
+        if calls.is_empty() {
+            TurnOutcome::Done
+        } else {
+            TurnOutcome::Calls(calls)
+        }
+    }
+
+    /// Longest observation shown to the model, in characters (`max_tool_response_length`).
+    fn max_observation_chars(&self) -> usize {
+        2048
+    }
+
+    /// Messages that carry the call results back to the model: one `tool` message per
+    /// call, which Qwen-style templates wrap in `<tool_response>` inside a user turn.
+    fn observe(&self, _task: &Task, outcomes: &[CallOutcome]) -> Vec<Message> {
+        outcomes
+            .iter()
+            .map(|o| Message::tool(o.observation(self.max_observation_chars())))
+            .collect()
+    }
+
+    /// Process reward for one turn's calls (added to the step). Default: the sum of the
+    /// rewards the tools returned.
+    fn step_reward(&self, _task: &Task, outcomes: &[CallOutcome]) -> f64 {
+        outcomes
+            .iter()
+            .filter_map(|o| o.result.as_ref().ok().and_then(|out| out.reward))
+            .sum()
+    }
+
+    /// Scores a finished episode from its messages (the whole transcript, prompt included).
+    fn score(&self, task: &Task, transcript: &[Message]) -> Score;
+}

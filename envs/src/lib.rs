@@ -1,0 +1,15 @@
+//! agent-r1-envs: what the agent interacts with.
+//!
+//! Tools ([`tool::Tool`]), task families ([`env::Env`]), datasets and rewards. Plain Rust with
+//! no tch, so it builds and tests fast; the actor runtime (`agent-r1-actors`) drives these
+//! types from its episode, tool and env actors.
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod env;
+pub mod error;
+pub mod message;
+pub mod task;
+pub mod tool;
+pub mod tool_call;
+
+pub use error::{Error, Result};
