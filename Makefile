@@ -1,11 +1,10 @@
 # The README's two commands: `make demo` and `make test`. Everything they need is installed
-# here, into the git-ignored project-local .venv (torch 2.11.0 gives tch its libtorch).
+# here, into the git-ignored project-local .venv (torch 2.11.0 gives tch its libtorch;
+# .cargo/config.toml points LIBTORCH at it).
 SHELL := /bin/bash
 VENV := $(CURDIR)/.venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-export LIBTORCH_USE_PYTORCH := 1
-export PYTHON_SYS_EXECUTABLE := $(PY)
 export PATH := $(VENV)/bin:$(PATH)
 CARGO ?= cargo
 BIN := target/release/agent-r1
@@ -18,6 +17,7 @@ $(STAMP): requirements.txt
 	@command -v python3 >/dev/null || { echo "python3 is required to install torch"; exit 2; }
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	ln -sfn "$$($(PY) -c 'import os, torch; print(os.path.dirname(torch.__file__))')" $(VENV)/libtorch
 	touch $(STAMP)
 
 venv: $(STAMP)

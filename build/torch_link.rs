@@ -7,7 +7,11 @@
 
 fn torch_lib_dir() -> Option<std::path::PathBuf> {
     if let Ok(dir) = std::env::var("LIBTORCH") {
-        return Some(std::path::PathBuf::from(dir).join("lib"));
+        let root = std::path::PathBuf::from(dir);
+        // Resolve the venv symlink so the rpath names the real directory.
+        let root = root.canonicalize().unwrap_or(root);
+        check_torch_version(&root);
+        return Some(root.join("lib"));
     }
     let python = std::env::var("PYTHON_SYS_EXECUTABLE").unwrap_or_else(|_| "python3".into());
     let out = std::process::Command::new(python)
@@ -22,6 +26,22 @@ fn torch_lib_dir() -> Option<std::path::PathBuf> {
     }
     let dir = String::from_utf8(out.stdout).ok()?.trim().to_string();
     (!dir.is_empty()).then(|| std::path::PathBuf::from(dir))
+}
+
+/// tch 0.24 is built against PyTorch 2.11.0 exactly; the pip wheel has no `build-version`
+/// file for torch-sys to check, so check `version.py` here and fail with a clear message.
+fn check_torch_version(root: &std::path::Path) {
+    let Ok(text) = std::fs::read_to_string(root.join("version.py")) else {
+        return;
+    };
+    if let Some(line) = text.lines().find(|l| l.starts_with("__version__")) {
+        if !line.contains("'2.11.0") && !line.contains("\"2.11.0") {
+            panic!(
+                "{}: tch 0.24 needs PyTorch 2.11.0, found {line}; run `make clean-venv build`",
+                root.display()
+            );
+        }
+    }
 }
 
 fn link_torch() {
