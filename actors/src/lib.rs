@@ -4,6 +4,8 @@
 //! chat template, the inference engine, the learner and the RL algorithms.
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod device;
 pub mod error;
+pub mod model;
 
 pub use error::{Error, Result};

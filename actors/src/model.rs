@@ -1,0 +1,307 @@
+//! The policy model: a decoder-only transformer compatible with Hugging Face Qwen2 / Llama
+//! checkpoints, with a KV cache for incremental decoding and an optional value head.
+//!
+//! One type serves the inference engine (no-grad decoding with a cache), the learner
+//! (full-sequence forward with grad) and the critic (the same trunk read through the value
+//! head). It holds tensors, so it is `Send` but not `Sync`: it lives on one OS thread.
+
+pub mod config;
+pub mod generate;
+pub mod kv_cache;
+mod layers;
+pub mod sampling;
+pub mod weights;
+
+use std::path::Path;
+
+use serde_json::Value;
+use tch::nn::{self, Module, VarStore};
+use tch::{Device, Kind, Tensor};
+
+pub use config::ModelConfig;
+pub use kv_cache::KvCache;
+pub use sampling::SamplingParams;
+
+use crate::{Error, Result};
+use layers::{DecoderLayer, RmsNorm, Rotary};
+
+/// Name prefix of the value head's weights (`value_head.weight`, `value_head.bias`).
+pub const VALUE_HEAD: &str = "value_head";
+
+/// Tokenizer and generation files copied beside the weights when saving.
+pub const TOKENIZER_FILES: &[&str] = &[
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "generation_config.json",
+    "chat_template.jinja",
+];
+
+/// Where the model's tensors live and in which precision.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Placement {
+    /// CPU or a CUDA device.
+    pub device: Device,
+    /// Float32 on CPU; bfloat16 allowed on CUDA.
+    pub kind: Kind,
+}
+
+impl Default for Placement {
+    fn default() -> Self {
+        Self {
+            device: Device::Cpu,
+            kind: Kind::Float,
+        }
+    }
+}
+
+/// The decoder, its weights and its config.
+#[derive(Debug)]
+pub struct PolicyModel {
+    vs: VarStore,
+    config: ModelConfig,
+    raw_config: Value,
+    placement: Placement,
+    embed_tokens: nn::Embedding,
+    layers: Vec<DecoderLayer>,
+    norm: RmsNorm,
+    lm_head: Option<nn::Linear>,
+    value_head: Option<nn::Linear>,
+    rotary: Rotary,
+}
+
+impl PolicyModel {
+    /// A freshly initialised model (normal(0, 0.02) weights, as transformers initialises).
+    pub fn new(config: ModelConfig, placement: Placement, value_head: bool) -> Result<Self> {
+        let raw = config.to_json(None);
+        Self::build(config, raw, placement, value_head)
+    }
+
+    fn build(
+        config: ModelConfig,
+        raw_config: Value,
+        placement: Placement,
+        value_head: bool,
+    ) -> Result<Self> {
+        if placement.device == Device::Cpu && placement.kind != Kind::Float {
+            return Err(Error::invalid(
+                "dtype",
+                format!("{:?} is not supported on CPU (use float32)", placement.kind),
+            ));
+        }
+        let mut vs = VarStore::new(placement.device);
+        let root = vs.root();
+        let model = &root / "model";
+        let h = config.hidden_size as i64;
+        let embed_tokens = nn::embedding(
+            &model / "embed_tokens",
+            config.vocab_size as i64,
+            h,
+            nn::EmbeddingConfig {
+                ws_init: nn::Init::Randn {
+                    mean: 0.0,
+                    stdev: 0.02,
+                },
+                ..Default::default()
+            },
+        );
+        let layers = (0..config.num_hidden_layers)
+            .map(|i| DecoderLayer::new(&model / "layers" / i, &config))
+            .collect();
+        let norm = RmsNorm::new(&model / "norm", h, config.rms_norm_eps);
+        let head_init = nn::LinearConfig {
+            ws_init: nn::Init::Randn {
+                mean: 0.0,
+                stdev: 0.02,
+            },
+            bs_init: None,
+            bias: false,
+        };
+        let lm_head = (!config.tie_word_embeddings)
+            .then(|| nn::linear(&root / "lm_head", h, config.vocab_size as i64, head_init));
+        let value_head = value_head.then(|| {
+            nn::linear(
+                &root / VALUE_HEAD,
+                h,
+                1,
+                nn::LinearConfig {
+                    bias: true,
+                    bs_init: Some(nn::Init::Const(0.0)),
+                    ..head_init
+                },
+            )
+        });
+        if placement.kind != Kind::Float {
+            vs.set_kind(placement.kind);
+        }
+        let rotary = Rotary::new(&config, placement.device);
+        Ok(Self {
+            vs,
+            config,
+            raw_config,
+            placement,
+            embed_tokens,
+            layers,
+            norm,
+            lm_head,
+            value_head,
+            rotary,
+        })
+    }
+
+    /// Loads a Hugging Face model directory (`config.json` + safetensors weights).
+    ///
+    /// With `value_head`, a value head is attached: read from the checkpoint when it has one
+    /// (a critic saved by agent-r1), freshly initialised otherwise.
+    pub fn load(dir: &Path, placement: Placement, value_head: bool) -> Result<Self> {
+        if !dir.is_dir() {
+            return Err(Error::model(dir, "model directory not found"));
+        }
+        let (config, raw) = ModelConfig::from_file(&dir.join("config.json"))?;
+        let mut model = Self::build(config, raw, placement, value_head)?;
+        let tied = model.config.tie_word_embeddings;
+        let allow_unused = |name: &str| {
+            (tied && name == "lm_head.weight") || (!value_head && name.starts_with(VALUE_HEAD))
+        };
+        weights::load_into(&mut model.vs, dir, &[VALUE_HEAD], &allow_unused)?;
+        Ok(model)
+    }
+
+    /// Writes a Hugging Face directory that `transformers` loads: `config.json`,
+    /// `model.safetensors`, and the tokenizer files copied from `tokenizer_from` if given.
+    pub fn save(&self, dir: &Path, tokenizer_from: Option<&Path>) -> Result<()> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        let mut tensors: Vec<(String, Tensor)> = self.vs.variables().into_iter().collect();
+        tensors.sort_by(|a, b| a.0.cmp(&b.0));
+        weights::save_tensors(&dir.join(weights::WEIGHTS_FILE), &tensors)?;
+        let config_path = dir.join("config.json");
+        let json = serde_json::to_string_pretty(&self.config.to_json(Some(&self.raw_config)))
+            .map_err(|e| Error::model(&config_path, e.to_string()))?;
+        std::fs::write(&config_path, json).map_err(|e| Error::io(&config_path, e))?;
+        if let Some(src) = tokenizer_from {
+            if src != dir {
+                for name in TOKENIZER_FILES {
+                    let from = src.join(name);
+                    if from.is_file() {
+                        std::fs::copy(&from, dir.join(name)).map_err(|e| Error::io(&from, e))?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The architecture.
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// Device and precision.
+    pub fn placement(&self) -> Placement {
+        self.placement
+    }
+
+    /// The weights (for optimizers and weight sync).
+    pub fn var_store(&self) -> &VarStore {
+        &self.vs
+    }
+
+    /// The weights, mutably (for `VarStore::copy` in weight sync).
+    pub fn var_store_mut(&mut self) -> &mut VarStore {
+        &mut self.vs
+    }
+
+    /// Whether a value head is attached.
+    pub fn has_value_head(&self) -> bool {
+        self.value_head.is_some()
+    }
+
+    /// An empty KV cache sized for `batch` rows and `capacity` slots.
+    pub fn new_cache(&self, batch: i64, capacity: i64) -> KvCache {
+        KvCache::new(
+            self.config.num_hidden_layers,
+            batch,
+            self.config.num_key_value_heads as i64,
+            self.config.head_dim as i64,
+            capacity,
+            self.placement.kind,
+            self.placement.device,
+        )
+    }
+
+    /// Final hidden states [B, T, H] (after the last norm) for `ids` [B, T].
+    ///
+    /// `input_mask` [B, T] marks real tokens (false = padding). With a cache, the tokens are
+    /// appended after what it holds; without one, the chunk is the whole sequence.
+    pub fn forward(
+        &self,
+        ids: &Tensor,
+        input_mask: &Tensor,
+        mut cache: Option<&mut KvCache>,
+    ) -> Tensor {
+        let t = ids.size()[1];
+        let (positions, mask) = match cache.as_deref_mut() {
+            Some(cache) => cache.begin_chunk(input_mask),
+            None => {
+                let counts = input_mask.to_kind(Kind::Int64).cumsum(1, Kind::Int64);
+                let positions = (counts - 1).clamp_min(0);
+                (positions, kv_cache::chunk_mask(input_mask, 0, t))
+            }
+        };
+        let (cos, sin) = self.rotary.cos_sin(&positions, self.placement.kind);
+        let mut x = self.embed_tokens.forward(ids);
+        for (i, layer) in self.layers.iter().enumerate() {
+            let layer_cache = cache.as_deref_mut().map(|c| (c, i));
+            x = layer.forward(&x, &cos, &sin, &mask, layer_cache);
+        }
+        if let Some(cache) = cache {
+            cache.end_chunk(t);
+        }
+        self.norm.forward(&x)
+    }
+
+    /// Vocabulary logits [.., V] from hidden states [.., H].
+    pub fn logits(&self, hidden: &Tensor) -> Tensor {
+        match &self.lm_head {
+            Some(head) => head.forward(hidden),
+            None => hidden.matmul(&self.embed_tokens.ws.tr()),
+        }
+    }
+
+    /// Scalar values [..] from hidden states [.., H]; `None` without a value head.
+    pub fn values(&self, hidden: &Tensor) -> Option<Tensor> {
+        self.value_head
+            .as_ref()
+            .map(|head| head.forward(hidden).squeeze_dim(-1))
+    }
+
+    /// Float32 logits [T, V] of one unpadded sequence, without a cache (for tests and
+    /// scoring).
+    pub fn sequence_logits(&self, ids: &[u32]) -> Result<Tensor> {
+        self.check_ids(ids)?;
+        let ids = self.ids_tensor(ids).unsqueeze(0);
+        let mask = ids.ones_like().to_kind(Kind::Bool);
+        Ok(tch::no_grad(|| {
+            self.logits(&self.forward(&ids, &mask, None))
+                .squeeze_dim(0)
+                .to_kind(Kind::Float)
+        }))
+    }
+
+    pub(crate) fn ids_tensor(&self, ids: &[u32]) -> Tensor {
+        let ids: Vec<i64> = ids.iter().map(|&i| i as i64).collect();
+        Tensor::from_slice(&ids).to_device(self.placement.device)
+    }
+
+    /// Rejects token ids outside the vocabulary (libtorch would abort on them).
+    pub fn check_ids(&self, ids: &[u32]) -> Result<()> {
+        let vocab = self.config.vocab_size as u32;
+        match ids.iter().find(|&&i| i >= vocab) {
+            Some(bad) => Err(Error::invalid(
+                "token ids",
+                format!("id {bad} is outside the vocabulary (size {vocab})"),
+            )),
+            None => Ok(()),
+        }
+    }
+}

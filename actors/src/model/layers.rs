@@ -1,0 +1,228 @@
+//! The building blocks of a Qwen2 / Llama decoder, written to match `transformers`
+//! operation for operation (float32 RMSNorm, rotate-half rotary, SwiGLU), which is what
+//! makes logits agree to 1e-4.
+
+use tch::nn::{self, Module};
+use tch::{Kind, Tensor};
+
+use super::config::ModelConfig;
+use super::kv_cache::KvCache;
+
+/// Root-mean-square layer norm, computed in float32 as transformers does.
+#[derive(Debug)]
+pub(crate) struct RmsNorm {
+    weight: Tensor,
+    eps: f64,
+}
+
+impl RmsNorm {
+    pub(crate) fn new(vs: nn::Path<'_>, size: i64, eps: f64) -> Self {
+        Self {
+            weight: vs.ones("weight", &[size]),
+            eps,
+        }
+    }
+
+    pub(crate) fn forward(&self, x: &Tensor) -> Tensor {
+        let kind = x.kind();
+        let xf = x.to_kind(Kind::Float);
+        let variance = xf.pow_tensor_scalar(2).mean_dim(-1, true, Kind::Float);
+        let normed = (xf * (variance + self.eps).rsqrt()).to_kind(kind);
+        &self.weight * normed
+    }
+}
+
+/// Rotary position embedding (rotate-half form, as in transformers' Llama/Qwen2).
+#[derive(Debug)]
+pub(crate) struct Rotary {
+    inv_freq: Tensor,
+}
+
+impl Rotary {
+    pub(crate) fn new(config: &ModelConfig, device: tch::Device) -> Self {
+        let d = config.head_dim as i64;
+        let exponents = Tensor::arange_start_step(0, d, 2, (Kind::Int64, device))
+            .to_kind(Kind::Float)
+            / d as f64;
+        let inv_freq = Tensor::from(config.rope_theta)
+            .to_device(device)
+            .to_kind(Kind::Float)
+            .pow(&exponents)
+            .reciprocal();
+        Self { inv_freq }
+    }
+
+    /// cos and sin for positions [B, T], shaped [B, 1, T, D] to broadcast over heads.
+    pub(crate) fn cos_sin(&self, positions: &Tensor, kind: Kind) -> (Tensor, Tensor) {
+        let freqs = positions.to_kind(Kind::Float).unsqueeze(-1) * self.inv_freq.view([1, 1, -1]);
+        let emb = Tensor::cat(&[&freqs, &freqs], -1);
+        (
+            emb.cos().to_kind(kind).unsqueeze(1),
+            emb.sin().to_kind(kind).unsqueeze(1),
+        )
+    }
+}
+
+fn rotate_half(x: &Tensor) -> Tensor {
+    let half = x.size()[3] / 2;
+    let x1 = x.narrow(3, 0, half);
+    let x2 = x.narrow(3, half, half);
+    Tensor::cat(&[&x2.neg(), &x1], -1)
+}
+
+fn apply_rotary(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
+    x * cos + rotate_half(x) * sin
+}
+
+fn linear(vs: nn::Path<'_>, inp: usize, out: usize, bias: bool) -> nn::Linear {
+    let config = nn::LinearConfig {
+        ws_init: nn::Init::Randn {
+            mean: 0.0,
+            stdev: 0.02,
+        },
+        bs_init: bias.then_some(nn::Init::Const(0.0)),
+        bias,
+    };
+    nn::linear(vs, inp as i64, out as i64, config)
+}
+
+/// Grouped-query self-attention.
+#[derive(Debug)]
+pub(crate) struct Attention {
+    q_proj: nn::Linear,
+    k_proj: nn::Linear,
+    v_proj: nn::Linear,
+    o_proj: nn::Linear,
+    heads: i64,
+    kv_heads: i64,
+    head_dim: i64,
+}
+
+impl Attention {
+    pub(crate) fn new(vs: nn::Path<'_>, c: &ModelConfig) -> Self {
+        let q = c.num_attention_heads * c.head_dim;
+        let kv = c.num_key_value_heads * c.head_dim;
+        Self {
+            q_proj: linear(&vs / "q_proj", c.hidden_size, q, c.qkv_bias),
+            k_proj: linear(&vs / "k_proj", c.hidden_size, kv, c.qkv_bias),
+            v_proj: linear(&vs / "v_proj", c.hidden_size, kv, c.qkv_bias),
+            o_proj: linear(&vs / "o_proj", q, c.hidden_size, c.o_bias),
+            heads: c.num_attention_heads as i64,
+            kv_heads: c.num_key_value_heads as i64,
+            head_dim: c.head_dim as i64,
+        }
+    }
+
+    pub(crate) fn forward(
+        &self,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        mask: &Tensor,
+        cache: Option<(&mut KvCache, usize)>,
+    ) -> Tensor {
+        let (b, t, _) = x.size3().expect("hidden states are [B, T, H]");
+        let split = |y: Tensor, heads: i64| y.view([b, t, heads, self.head_dim]).transpose(1, 2);
+        let q = apply_rotary(&split(self.q_proj.forward(x), self.heads), cos, sin);
+        let k = apply_rotary(&split(self.k_proj.forward(x), self.kv_heads), cos, sin);
+        let v = split(self.v_proj.forward(x), self.kv_heads);
+        let (k, v) = match cache {
+            Some((cache, layer)) => cache.append(layer, &k, &v),
+            None => (k, v),
+        };
+        let group = self.heads / self.kv_heads;
+        let (k, v) = if group > 1 {
+            (
+                k.repeat_interleave_self_int(group, 1, None),
+                v.repeat_interleave_self_int(group, 1, None),
+            )
+        } else {
+            (k, v)
+        };
+        let out =
+            Tensor::scaled_dot_product_attention(&q, &k, &v, Some(mask), 0.0, false, None, false);
+        let out = out
+            .transpose(1, 2)
+            .reshape([b, t, self.heads * self.head_dim]);
+        self.o_proj.forward(&out)
+    }
+}
+
+/// SwiGLU feed-forward: down(silu(gate(x)) * up(x)).
+#[derive(Debug)]
+pub(crate) struct Mlp {
+    gate_proj: nn::Linear,
+    up_proj: nn::Linear,
+    down_proj: nn::Linear,
+}
+
+impl Mlp {
+    pub(crate) fn new(vs: nn::Path<'_>, c: &ModelConfig) -> Self {
+        Self {
+            gate_proj: linear(
+                &vs / "gate_proj",
+                c.hidden_size,
+                c.intermediate_size,
+                c.mlp_bias,
+            ),
+            up_proj: linear(
+                &vs / "up_proj",
+                c.hidden_size,
+                c.intermediate_size,
+                c.mlp_bias,
+            ),
+            down_proj: linear(
+                &vs / "down_proj",
+                c.intermediate_size,
+                c.hidden_size,
+                c.mlp_bias,
+            ),
+        }
+    }
+
+    pub(crate) fn forward(&self, x: &Tensor) -> Tensor {
+        let gate = self.gate_proj.forward(x).silu();
+        self.down_proj.forward(&(gate * self.up_proj.forward(x)))
+    }
+}
+
+/// One pre-norm decoder layer.
+#[derive(Debug)]
+pub(crate) struct DecoderLayer {
+    input_layernorm: RmsNorm,
+    self_attn: Attention,
+    post_attention_layernorm: RmsNorm,
+    mlp: Mlp,
+}
+
+impl DecoderLayer {
+    pub(crate) fn new(vs: nn::Path<'_>, c: &ModelConfig) -> Self {
+        let h = c.hidden_size as i64;
+        Self {
+            input_layernorm: RmsNorm::new(&vs / "input_layernorm", h, c.rms_norm_eps),
+            self_attn: Attention::new(&vs / "self_attn", c),
+            post_attention_layernorm: RmsNorm::new(
+                &vs / "post_attention_layernorm",
+                h,
+                c.rms_norm_eps,
+            ),
+            mlp: Mlp::new(&vs / "mlp", c),
+        }
+    }
+
+    pub(crate) fn forward(
+        &self,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        mask: &Tensor,
+        cache: Option<(&mut KvCache, usize)>,
+    ) -> Tensor {
+        let attn = self
+            .self_attn
+            .forward(&self.input_layernorm.forward(x), cos, sin, mask, cache);
+        let x = x + attn;
+        let mlp = self.mlp.forward(&self.post_attention_layernorm.forward(&x));
+        x + mlp
+    }
+}

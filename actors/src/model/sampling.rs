@@ -1,0 +1,169 @@
+//! Token sampling with the log-probabilities the learner needs.
+//!
+//! The log-probability returned for a token is under the policy at the sampling temperature
+//! *without* top-k/top-p truncation: truncation is a property of the sampler, not of the
+//! policy, and the PPO importance ratio must compare the same distribution the learner
+//! recomputes. At temperature 0 (greedy) it is the log-probability at temperature 1.
+
+use serde::{Deserialize, Serialize};
+use tch::{Kind, Tensor};
+
+use crate::{Error, Result};
+
+/// How to pick tokens.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SamplingParams {
+    /// 0 means greedy.
+    pub temperature: f64,
+    /// Keep the k most likely tokens (0 = off).
+    pub top_k: usize,
+    /// Keep the smallest set of tokens whose probability reaches p (1.0 = off).
+    pub top_p: f64,
+    /// Longest generation.
+    pub max_new_tokens: usize,
+    /// Tokens that end a generation (included in the output).
+    pub stop_token_ids: Vec<u32>,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        Self {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            max_new_tokens: 256,
+            stop_token_ids: vec![],
+        }
+    }
+}
+
+impl SamplingParams {
+    /// Checks ranges, naming the flag that is out of range.
+    pub fn validate(&self) -> Result<()> {
+        if !self.temperature.is_finite() || self.temperature < 0.0 {
+            return Err(Error::invalid(
+                "temperature",
+                format!("must be a finite number >= 0, got {}", self.temperature),
+            ));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return Err(Error::invalid(
+                "top_p",
+                format!("must be in (0, 1], got {}", self.top_p),
+            ));
+        }
+        if self.max_new_tokens == 0 {
+            return Err(Error::invalid("max_new_tokens", "must be at least 1"));
+        }
+        Ok(())
+    }
+
+    /// Whether sampling is greedy.
+    pub fn greedy(&self) -> bool {
+        self.temperature == 0.0
+    }
+}
+
+/// Picks one token per row from `logits` [B, V]; returns (tokens [B] int64, logprobs [B] f32).
+pub fn sample(logits: &Tensor, params: &SamplingParams) -> (Tensor, Tensor) {
+    let logits = logits.to_kind(Kind::Float);
+    if params.greedy() {
+        let tokens = logits.argmax(-1, false);
+        let logprobs = logits
+            .log_softmax(-1, Kind::Float)
+            .gather(-1, &tokens.unsqueeze(-1), false)
+            .squeeze_dim(-1);
+        return (tokens, logprobs);
+    }
+    let scaled = logits / params.temperature;
+    let logprobs_all = scaled.log_softmax(-1, Kind::Float);
+    let filtered = truncate(&scaled, params.top_k, params.top_p);
+    let tokens = filtered
+        .softmax(-1, Kind::Float)
+        .multinomial(1, false)
+        .squeeze_dim(-1);
+    let logprobs = logprobs_all
+        .gather(-1, &tokens.unsqueeze(-1), false)
+        .squeeze_dim(-1);
+    (tokens, logprobs)
+}
+
+/// Sets logits outside the top-k / top-p set to -inf (the most likely token always stays).
+fn truncate(logits: &Tensor, top_k: usize, top_p: f64) -> Tensor {
+    let vocab = logits.size()[1];
+    let use_k = top_k > 0 && (top_k as i64) < vocab;
+    if !use_k && top_p >= 1.0 {
+        return logits.shallow_clone();
+    }
+    let (sorted, order) = logits.sort(-1, true);
+    let ranks = Tensor::arange(vocab, (Kind::Int64, logits.device())).unsqueeze(0);
+    let mut drop = ranks.zeros_like().to_kind(Kind::Bool);
+    if use_k {
+        drop = drop.logical_or(&ranks.ge(top_k as i64));
+    }
+    if top_p < 1.0 {
+        let probs = sorted.softmax(-1, Kind::Float);
+        let before = probs.cumsum(-1, Kind::Float) - &probs;
+        drop = drop.logical_or(&before.ge(top_p));
+    }
+    let drop = drop.logical_and(&ranks.ge(1));
+    let sorted = sorted.masked_fill(&drop, f64::NEG_INFINITY);
+    logits
+        .full_like(f64::NEG_INFINITY)
+        .scatter(-1, &order, &sorted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn top_k_and_top_p_keep_the_right_tokens() {
+        let logits = Tensor::from_slice(&[0.0f32, 3.0, 1.0, 2.0]).view([1, 4]);
+        let k2 = truncate(&logits, 2, 1.0);
+        let kept: Vec<bool> = Vec::try_from(k2.isfinite().view([-1])).unwrap();
+        assert_eq!(kept, vec![false, true, false, true]);
+        // probs ~ [0.032, 0.644, 0.087, 0.237]: top_p 0.7 keeps tokens 1 and 3.
+        let p = truncate(&logits, 0, 0.7);
+        let kept: Vec<bool> = Vec::try_from(p.isfinite().view([-1])).unwrap();
+        assert_eq!(kept, vec![false, true, false, true]);
+        let tiny = truncate(&logits, 0, 1e-9);
+        let kept: Vec<bool> = Vec::try_from(tiny.isfinite().view([-1])).unwrap();
+        assert_eq!(kept, vec![false, true, false, false]);
+    }
+
+    #[test]
+    fn logprob_is_untruncated_at_temperature() {
+        tch::manual_seed(0);
+        let logits = Tensor::from_slice(&[0.0f32, 3.0, 1.0, 2.0]).view([1, 4]);
+        let params = SamplingParams {
+            temperature: 2.0,
+            top_k: 1,
+            ..Default::default()
+        };
+        let (tok, lp) = sample(&logits, &params);
+        assert_eq!(tok.int64_value(&[0]), 1);
+        let expected = (&logits / 2.0)
+            .log_softmax(-1, Kind::Float)
+            .double_value(&[0, 1]);
+        assert!((lp.double_value(&[0]) - expected).abs() < 1e-6);
+    }
+
+    #[test]
+    fn validation_names_the_flag() {
+        let bad = SamplingParams {
+            top_p: 0.0,
+            ..Default::default()
+        };
+        assert!(bad.validate().unwrap_err().to_string().contains("top_p"));
+        let bad = SamplingParams {
+            temperature: -1.0,
+            ..Default::default()
+        };
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("temperature"));
+    }
+}
