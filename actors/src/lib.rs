@@ -4,8 +4,11 @@
 //! chat template, the inference engine, the learner and the RL algorithms.
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod chat_template;
 pub mod device;
 pub mod error;
 pub mod model;
+pub mod tiny_tokenizer;
+pub mod tokenizer;
 
 pub use error::{Error, Result};

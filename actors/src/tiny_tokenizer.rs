@@ -1,0 +1,413 @@
+//! Trains a small Qwen2-style byte-level BPE tokenizer and writes it as a Hugging Face model
+//! directory's tokenizer files.
+//!
+//! Tests, CI and CPU-only runs need a policy small enough to train in seconds, but one that goes
+//! through exactly the code a real Qwen2.5 checkpoint does: the same pre-tokenizer, the same
+//! special and tool tokens, the same chat template with tools, loadable by both
+//! [`crate::tokenizer::HfTokenizer`] and transformers' `AutoTokenizer`. A 150k-token vocabulary
+//! would dominate a tiny model's parameters, so the vocabulary is trained instead of copied.
+
+use std::path::Path;
+
+use serde_json::{json, Map, Value};
+use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
+use tokenizers::models::bpe::{BpeTrainerBuilder, BPE};
+use tokenizers::models::TrainerWrapper;
+use tokenizers::normalizers::unicode::NFC;
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::pre_tokenizers::PreTokenizerWrapper;
+use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer};
+
+use crate::chat_template::QWEN2_5_CHAT_TEMPLATE;
+use crate::error::{Error, Result};
+
+/// Qwen2's pre-tokenizer split (contractions, letters, single digits, punctuation runs,
+/// newlines, spaces), so that text splits into the same kind of pieces as in Qwen2.5.
+const QWEN2_PRETOKENIZE_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// Control tokens, marked special as in Qwen2.5 (dropped by `skip_special_tokens`).
+pub const SPECIAL_TOKENS: [&str; 3] = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"];
+
+/// Tool and format tags, added as single non-special tokens: Qwen2.5 has `<tool_call>` and
+/// `<tool_response>` this way, which lets generation stop on the `</tool_call>` id and keeps the
+/// tags when decoding with `skip_special_tokens`.
+pub const TAG_TOKENS: [&str; 8] = [
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
+    "<answer>",
+    "</answer>",
+];
+
+/// The end-of-turn token the chat template writes after every message.
+const EOS_TOKEN: &str = "<|im_end|>";
+/// Qwen2.5's padding token.
+const PAD_TOKEN: &str = "<|endoftext|>";
+/// Qwen2.5's context length; informational for the tiny tokenizer.
+const MODEL_MAX_LENGTH: usize = 32768;
+
+/// Ids a model config and `generation_config.json` need from a trained tokenizer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TinyTokenizerIds {
+    /// Total ids, added tokens included: the model's `vocab_size` must be at least this.
+    pub vocab_size: usize,
+    /// `<|im_end|>`, the configured `eos_token`.
+    pub eos_token_id: u32,
+    /// `<|endoftext|>`, the configured `pad_token`.
+    pub pad_token_id: u32,
+    /// Every end-of-turn id (`<|im_end|>`, `<|endoftext|>`), as `generation_config.json`'s
+    /// `eos_token_id` lists them for Qwen2.5-Instruct.
+    pub eos_token_ids: Vec<u32>,
+}
+
+impl TinyTokenizerIds {
+    /// A `generation_config.json` body for these ids, laid out as Qwen2.5-Instruct's: BOS and
+    /// pad are `<|endoftext|>` (which the tokenizer never inserts), and both end tokens stop.
+    pub fn generation_config(&self) -> Value {
+        json!({
+            "bos_token_id": self.pad_token_id,
+            "eos_token_id": self.eos_token_ids,
+            "pad_token_id": self.pad_token_id,
+        })
+    }
+}
+
+/// A trained tokenizer, ready to be written into a model directory.
+#[derive(Debug, Clone)]
+pub struct TinyTokenizer {
+    tokenizer_json: String,
+    tokenizer_config: Value,
+    ids: TinyTokenizerIds,
+}
+
+impl TinyTokenizer {
+    /// The `tokenizer.json` text (deterministic for a given corpus and vocabulary size).
+    pub fn tokenizer_json(&self) -> &str {
+        &self.tokenizer_json
+    }
+
+    /// The `tokenizer_config.json` body.
+    pub fn tokenizer_config(&self) -> &Value {
+        &self.tokenizer_config
+    }
+
+    /// The ids a model config needs.
+    pub fn ids(&self) -> &TinyTokenizerIds {
+        &self.ids
+    }
+
+    /// Writes `tokenizer.json` and `tokenizer_config.json` into `dir` (created if missing).
+    /// `generation_config.json` is left to whoever writes the model's config, with
+    /// [`TinyTokenizerIds::generation_config`].
+    pub fn write_to(&self, dir: impl AsRef<Path>) -> Result<()> {
+        let dir = dir.as_ref();
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        let tokenizer_path = dir.join("tokenizer.json");
+        std::fs::write(&tokenizer_path, &self.tokenizer_json)
+            .map_err(|e| Error::io(&tokenizer_path, e))?;
+        let config_path = dir.join("tokenizer_config.json");
+        let config = serde_json::to_string_pretty(&self.tokenizer_config)
+            .map_err(|e| Error::model(&config_path, format!("cannot serialize: {e}")))?;
+        std::fs::write(&config_path, config + "\n").map_err(|e| Error::io(&config_path, e))
+    }
+}
+
+/// Trains a byte-level BPE on `corpus_lines` so that the whole vocabulary, the 3 special and 8
+/// tag tokens included, has at most `vocab_size` ids (fewer when the corpus runs out of merges).
+///
+/// The 256 byte symbols are always in the vocabulary, so any text encodes; `vocab_size` must
+/// leave room for them and the added tokens (at least 267). Training is deterministic: the same
+/// lines and size give the same `tokenizer.json` bytes.
+pub fn train_tiny_tokenizer<I, S>(corpus_lines: I, vocab_size: usize) -> Result<TinyTokenizer>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
+    let n_added = SPECIAL_TOKENS.len() + TAG_TOKENS.len();
+    let alphabet: std::collections::HashSet<char> = ByteLevel::alphabet().into_iter().collect();
+    let min_size = alphabet.len() + n_added;
+    if vocab_size < min_size {
+        return Err(Error::invalid(
+            "vocab_size",
+            format!(
+                "{vocab_size} is too small: the byte alphabet and added tokens need {min_size}"
+            ),
+        ));
+    }
+
+    let mut tokenizer = Tokenizer::new(BPE::default());
+    tokenizer
+        .with_normalizer(Some(NFC))
+        .map_err(|e| Error::Tokenizer(format!("normalizer: {e}")))?;
+    let split = Split::new(
+        SplitPattern::Regex(QWEN2_PRETOKENIZE_REGEX.into()),
+        SplitDelimiterBehavior::Isolated,
+        false,
+    )
+    .map_err(|e| Error::Tokenizer(format!("pre-tokenizer regex: {e}")))?;
+    tokenizer.with_pre_tokenizer(Some(Sequence::new(vec![
+        PreTokenizerWrapper::Split(split),
+        PreTokenizerWrapper::ByteLevel(ByteLevel::new(false, false, false)),
+    ])));
+    tokenizer.with_decoder(Some(ByteLevelDecoder::default()));
+
+    let mut trainer: TrainerWrapper = BpeTrainerBuilder::new()
+        .vocab_size(vocab_size - n_added)
+        .min_frequency(2)
+        .show_progress(false)
+        .initial_alphabet(alphabet)
+        .build()
+        .into();
+    let lines: Vec<String> = corpus_lines
+        .into_iter()
+        .map(|l| l.as_ref().to_string())
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    tokenizer
+        .train(&mut trainer, lines.iter())
+        .map_err(|e| Error::Tokenizer(format!("training: {e}")))?;
+
+    // Added after training so that they take the ids after the BPE vocabulary, as in Qwen2.5.
+    let specials: Vec<AddedToken> = SPECIAL_TOKENS
+        .iter()
+        .map(|t| AddedToken::from(*t, true))
+        .collect();
+    tokenizer
+        .add_special_tokens(specials)
+        .map_err(|e| Error::Tokenizer(format!("{e}")))?;
+    let tags: Vec<AddedToken> = TAG_TOKENS
+        .iter()
+        .map(|t| AddedToken::from(*t, false).normalized(false))
+        .collect();
+    tokenizer
+        .add_tokens(tags)
+        .map_err(|e| Error::Tokenizer(format!("{e}")))?;
+
+    let id = |t: &str| {
+        tokenizer
+            .token_to_id(t)
+            .ok_or_else(|| Error::Tokenizer(format!("{t} missing after training")))
+    };
+    let eos_token_id = id(EOS_TOKEN)?;
+    let pad_token_id = id(PAD_TOKEN)?;
+    let ids = TinyTokenizerIds {
+        vocab_size: tokenizer.get_vocab_size(true),
+        eos_token_id,
+        pad_token_id,
+        eos_token_ids: vec![eos_token_id, pad_token_id],
+    };
+
+    let mut added = Map::new();
+    for (token, special) in SPECIAL_TOKENS
+        .iter()
+        .map(|t| (*t, true))
+        .chain(TAG_TOKENS.iter().map(|t| (*t, false)))
+    {
+        added.insert(
+            id(token)?.to_string(),
+            json!({
+                "content": token,
+                "lstrip": false,
+                "normalized": false,
+                "rstrip": false,
+                "single_word": false,
+                "special": special,
+            }),
+        );
+    }
+    let tokenizer_config = json!({
+        "add_bos_token": false,
+        "add_prefix_space": false,
+        "added_tokens_decoder": added,
+        "bos_token": null,
+        "chat_template": QWEN2_5_CHAT_TEMPLATE,
+        "clean_up_tokenization_spaces": false,
+        "eos_token": EOS_TOKEN,
+        "errors": "replace",
+        "model_max_length": MODEL_MAX_LENGTH,
+        "pad_token": PAD_TOKEN,
+        "split_special_tokens": false,
+        // Loads tokenizer.json as written, whatever the model type, in transformers 4 and 5.
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "unk_token": null,
+    });
+
+    let tokenizer_json = tokenizer
+        .to_string(true)
+        .map_err(|e| Error::Tokenizer(format!("serialize: {e}")))?;
+    Ok(TinyTokenizer {
+        tokenizer_json,
+        tokenizer_config,
+        ids,
+    })
+}
+
+/// Trains on `corpus` (or [`BUILTIN_CORPUS`] when `None`) and writes the tokenizer files into
+/// `dir`, returning the ids the model config needs.
+pub fn write_tiny_tokenizer(
+    dir: impl AsRef<Path>,
+    corpus: Option<&str>,
+    vocab_size: usize,
+) -> Result<TinyTokenizerIds> {
+    let trained = train_tiny_tokenizer(corpus.unwrap_or(BUILTIN_CORPUS).lines(), vocab_size)?;
+    trained.write_to(dir)?;
+    Ok(trained.ids)
+}
+
+/// A few KB of English in the shape of agent episodes (questions, reasoning, tool calls, tool
+/// results, answers), so a tokenizer trained on it splits rollout text into sensible pieces
+/// when no corpus is given.
+pub const BUILTIN_CORPUS: &str = r#"You are a helpful assistant. Answer the question, using the tools when you need facts.
+You may call one or more functions to assist with the user query.
+For each function call, return a json object with function name and arguments within tags.
+{"type": "function", "function": {"name": "search", "description": "Search Wikipedia for a query and return the top passages.", "parameters": {"type": "object", "properties": {"query": {"type": "string", "description": "The search query."}}, "required": ["query"]}}}
+{"type": "function", "function": {"name": "calculator", "description": "Evaluate an arithmetic expression.", "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}}}
+{"type": "function", "function": {"name": "python", "description": "Run Python code and return what it prints.", "parameters": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}}}
+Question: Which city is the capital of France?
+<think>I should search for the capital of France.</think>
+<tool_call>{"name": "search", "arguments": {"query": "capital of France"}}</tool_call>
+<tool_response>Paris is the capital and most populous city of France.</tool_response>
+<think>The search result says Paris is the capital.</think>
+<answer>Paris</answer>
+Question: What is 17 times 23?
+<think>I will use the calculator to multiply the two numbers.</think>
+<tool_call>{"name": "calculator", "arguments": {"expression": "17 * 23"}}</tool_call>
+<tool_response>391</tool_response>
+<answer>391</answer>
+Question: Who wrote the novel Pride and Prejudice, and in which year was it published?
+<think>This is a two-hop question: first the author, then the year of publication.</think>
+<tool_call>{"name": "search", "arguments": {"query": "Pride and Prejudice author"}}</tool_call>
+<tool_response>Pride and Prejudice is an 1813 novel of manners by Jane Austen.</tool_response>
+<answer>Jane Austen, 1813</answer>
+Question: Were Scott Derrickson and Ed Wood of the same nationality?
+<think>I need the nationality of each director, then compare them.</think>
+<tool_call>{"name": "search", "arguments": {"query": "Scott Derrickson nationality"}}</tool_call>
+<tool_response>Scott Derrickson is an American director, screenwriter and producer.</tool_response>
+<tool_call>{"name": "search", "arguments": {"query": "Ed Wood nationality"}}</tool_call>
+<tool_response>Edward Davis Wood Jr. was an American filmmaker, actor and author.</tool_response>
+<answer>yes</answer>
+Question: How many days are there in a leap year?
+<answer>366</answer>
+Question: What is the sum of the first ten positive integers?
+<tool_call>{"name": "python", "arguments": {"code": "print(sum(range(1, 11)))"}}</tool_call>
+<tool_response>55</tool_response>
+<answer>55</answer>
+Question: Which river flows through the city of London?
+<tool_call>{"name": "search", "arguments": {"query": "river London"}}</tool_call>
+<tool_response>The River Thames flows through southern England, including London.</tool_response>
+<answer>The Thames</answer>
+Error: JSONDecodeError. Error: No tool name. Error: ToolNotFoundError. Error: Invalid tool arguments.
+The user asks a question. The assistant thinks step by step, calls a tool, reads the result and answers.
+If the search result does not contain the answer, search again with a different query.
+The answer should be short: a name, a number, a date, or yes or no.
+Natalie spent 12 dollars on books and 8 dollars on pens. How much did she spend in total?
+<think>12 + 8 = 20</think>
+<answer>20</answer>
+A train travels 60 kilometres per hour for 3 hours. How far does it travel?
+<think>Distance is speed times time, so 60 * 3 = 180.</think>
+<answer>180 kilometres</answer>
+The quick brown fox jumps over the lazy dog. She sells sea shells by the sea shore.
+The weather today is sunny with a high of 25 degrees and a low of 14 degrees.
+Please summarise the following passage in one sentence.
+Thank you! Is there anything else I can help you with?
+I'm not sure, but I think the answer is in the second paragraph. Let's check it again.
+It's important to verify each fact before giving the final answer; don't guess.
+The first document says the film was released in 1994, and the second says it won three awards.
+Albert Einstein was a German-born theoretical physicist who developed the theory of relativity.
+Marie Curie was a physicist and chemist who conducted pioneering research on radioactivity.
+The Great Wall of China is a series of fortifications built across the northern borders of China.
+Mount Everest is the highest mountain above sea level, located in the Himalayas.
+The Pacific Ocean is the largest and deepest of the world's five oceanic divisions.
+Python is a programming language. print("hello, world") prints a greeting.
+def add(a, b):
+    return a + b
+for i in range(10):
+    total += i * i
+{"query": "population of Tokyo", "top_k": 5}
+{"result": "Tokyo has a population of about 14 million people.", "score": 0.87}
+Answer: yes. Answer: no. Answer: 42. Answer: 1999. Answer: January 1, 2000.
+system user assistant tool function arguments name description parameters properties required type string integer number boolean object array
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn training_is_deterministic() {
+        let a = train_tiny_tokenizer(BUILTIN_CORPUS.lines(), 600).unwrap();
+        let b = train_tiny_tokenizer(BUILTIN_CORPUS.lines(), 600).unwrap();
+        assert_eq!(a.tokenizer_json(), b.tokenizer_json());
+        assert_eq!(a.tokenizer_config(), b.tokenizer_config());
+        assert_eq!(a.ids(), b.ids());
+    }
+
+    #[test]
+    fn vocabulary_layout_follows_qwen() {
+        let t = train_tiny_tokenizer(BUILTIN_CORPUS.lines(), 600).unwrap();
+        let ids = t.ids();
+        assert!(
+            ids.vocab_size <= 600 && ids.vocab_size > 256 + 11,
+            "{}",
+            ids.vocab_size
+        );
+        let tok = Tokenizer::from_bytes(t.tokenizer_json().as_bytes()).unwrap();
+        // Added tokens come last, specials first, in Qwen's order.
+        let all: Vec<&str> = SPECIAL_TOKENS
+            .iter()
+            .chain(TAG_TOKENS.iter())
+            .copied()
+            .collect();
+        for (i, token) in all.iter().enumerate() {
+            let want = u32::try_from(ids.vocab_size - all.len() + i).unwrap();
+            assert_eq!(tok.token_to_id(token), Some(want), "{token}");
+        }
+        assert_eq!(ids.eos_token_id, tok.token_to_id("<|im_end|>").unwrap());
+        assert_eq!(ids.pad_token_id, tok.token_to_id("<|endoftext|>").unwrap());
+        let decoder = &t.tokenizer_config()["added_tokens_decoder"];
+        assert_eq!(decoder[ids.eos_token_id.to_string()]["special"], true);
+        let tool_call = tok.token_to_id("<tool_call>").unwrap();
+        assert_eq!(decoder[tool_call.to_string()]["special"], false);
+    }
+
+    #[test]
+    fn any_text_round_trips() {
+        let t = train_tiny_tokenizer(BUILTIN_CORPUS.lines(), 400).unwrap();
+        let tok = Tokenizer::from_bytes(t.tokenizer_json().as_bytes()).unwrap();
+        let text = "Zürich 東京 🦀 <tool_call>{\"a\": 1}</tool_call>\n\n  tabs\tand\r\nlines";
+        let enc = tok.encode(text, false).unwrap();
+        assert_eq!(tok.decode(enc.get_ids(), false).unwrap(), text);
+    }
+
+    #[test]
+    fn a_different_corpus_gives_a_different_tokenizer() {
+        let a = train_tiny_tokenizer(BUILTIN_CORPUS.lines(), 500).unwrap();
+        let b = train_tiny_tokenizer(["zzz qqq zzz qqq zzzqqq"; 10], 500).unwrap();
+        assert_ne!(a.tokenizer_json(), b.tokenizer_json());
+        assert!(b.ids().vocab_size < 500, "a tiny corpus runs out of merges");
+    }
+
+    #[test]
+    fn too_small_a_vocabulary_is_rejected() {
+        let err = train_tiny_tokenizer(BUILTIN_CORPUS.lines(), 100).unwrap_err();
+        assert!(matches!(err, Error::Invalid { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn writes_a_directory_with_generation_ids() {
+        let dir = tempfile::tempdir().unwrap();
+        let ids = write_tiny_tokenizer(dir.path().join("m"), None, 400).unwrap();
+        assert!(dir.path().join("m/tokenizer.json").is_file());
+        assert!(dir.path().join("m/tokenizer_config.json").is_file());
+        let gen = ids.generation_config();
+        assert_eq!(
+            gen["eos_token_id"],
+            json!([ids.eos_token_id, ids.pad_token_id])
+        );
+    }
+}
