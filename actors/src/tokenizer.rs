@@ -156,9 +156,8 @@ impl HfTokenizer {
     /// The id `text` encodes to when it is exactly one token, `None` otherwise; stop sequences
     /// that are single tokens can be matched on ids instead of decoded text.
     pub fn single_token_id(&self, text: &str) -> Option<u32> {
-        if let Some(id) = self.tokenizer.token_to_id(text) {
-            return Some(id);
-        }
+        // Encoding, not a vocabulary lookup: byte-level vocab entries are byte-mapped strings
+        // that can spell a different text than the one they decode to.
         match self.encode(text, false).ok()?.as_slice() {
             [id] => Some(*id),
             _ => None,
@@ -359,6 +358,21 @@ mod tests {
             Error::Model { path, message } => (path, message),
             other => panic!("expected Error::Model, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn is_shareable_across_threads() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<HfTokenizer>();
+    }
+
+    #[test]
+    fn single_token_ids_only_for_single_tokens() {
+        let dir = tiny_dir();
+        let tok = HfTokenizer::from_dir(dir.path()).unwrap();
+        assert_eq!(tok.single_token_id("<think>"), tok.token_to_id("<think>"));
+        assert_eq!(tok.single_token_id("<think> and more words"), None);
+        assert_eq!(tok.single_token_id(""), None);
     }
 
     #[test]
