@@ -1,5 +1,47 @@
 //! The `agent-r1` binary: CLI, config and wiring.
+//!
+//! Library crates return typed errors; here they become one line on stderr and exit code 2,
+//! so scripts can tell a usage or input error from a crash.
+
+use clap::{Parser, Subcommand};
+
+mod cmd;
+
+/// End-to-end reinforcement learning of tool-using LLM agents.
+#[derive(Debug, Parser)]
+#[command(name = "agent-r1", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Generate a continuation of a prompt with a model directory.
+    Generate(cmd::generate::GenerateArgs),
+    /// Create a model directory from a built-in preset (tokenizer, config, weights).
+    InitModel(cmd::init_model::InitModelArgs),
+    /// Benchmarks that print figures.
+    #[command(subcommand)]
+    Bench(cmd::bench::BenchCmd),
+}
 
 fn main() {
-    println!("agent-r1 {}", env!("CARGO_PKG_VERSION"));
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("AGENT_R1_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match cli.command {
+        Command::Generate(args) => cmd::generate::run(args),
+        Command::InitModel(args) => cmd::init_model::run(args),
+        Command::Bench(cmd) => cmd::bench::run(cmd),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(2);
+    }
 }

@@ -8,6 +8,7 @@ pub mod chat_template;
 pub mod device;
 pub mod error;
 pub mod model;
+pub mod sft;
 pub mod tiny_tokenizer;
 pub mod tokenizer;
 

@@ -9,6 +9,7 @@ pub mod config;
 pub mod generate;
 pub mod kv_cache;
 mod layers;
+pub mod presets;
 pub mod sampling;
 pub mod weights;
 

@@ -1,0 +1,127 @@
+//! `agent-r1 bench ...`: benchmarks that print figures (not timed tests).
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use agent_r1_actors::device::parse_placement;
+use agent_r1_actors::model::presets::preset;
+use agent_r1_actors::model::{PolicyModel, SamplingParams};
+
+/// Which benchmark.
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum BenchCmd {
+    /// Generation throughput of the policy model at several batch sizes.
+    Generate(GenerateBench),
+}
+
+/// Flags of `agent-r1 bench generate`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct GenerateBench {
+    /// A model directory; without it, a randomly initialised preset.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Preset used when no --model is given.
+    #[arg(long, default_value = "tiny")]
+    preset: String,
+    /// Vocabulary size of the preset model.
+    #[arg(long, default_value_t = 4096)]
+    vocab_size: usize,
+    /// Comma-separated batch sizes.
+    #[arg(long, default_value = "1,64", value_delimiter = ',')]
+    batch_sizes: Vec<usize>,
+    /// Prompt tokens per sequence.
+    #[arg(long, default_value_t = 64)]
+    prompt_len: usize,
+    /// Tokens generated per sequence (no early stop).
+    #[arg(long, default_value_t = 128)]
+    new_tokens: usize,
+    /// Sampling temperature (0 = greedy).
+    #[arg(long, default_value_t = 1.0)]
+    temperature: f64,
+    /// Repetitions per batch size (the best is reported beside the mean).
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+    /// cpu, cuda, cuda:N or auto.
+    #[arg(long, default_value = "auto")]
+    device: String,
+    /// float32, bf16 (CUDA) or auto.
+    #[arg(long, default_value = "auto")]
+    dtype: String,
+}
+
+pub(crate) fn run(cmd: BenchCmd) -> anyhow::Result<()> {
+    match cmd {
+        BenchCmd::Generate(args) => generate(args),
+    }
+}
+
+fn generate(args: GenerateBench) -> anyhow::Result<()> {
+    anyhow::ensure!(args.repeats > 0, "--repeats must be at least 1");
+    anyhow::ensure!(args.prompt_len > 0, "--prompt-len must be at least 1");
+    anyhow::ensure!(
+        args.batch_sizes.iter().all(|&b| b > 0),
+        "--batch-sizes must be positive"
+    );
+    let placement = parse_placement(&args.device, &args.dtype)?;
+    tch::manual_seed(0);
+    let model = match &args.model {
+        Some(dir) => PolicyModel::load(dir, placement, false)?,
+        None => PolicyModel::new(
+            preset(&args.preset, args.vocab_size, vec![])?,
+            placement,
+            false,
+        )?,
+    };
+    let vocab = model.config().vocab_size as u64;
+    let params = SamplingParams {
+        temperature: args.temperature,
+        max_new_tokens: args.new_tokens,
+        ..Default::default()
+    };
+    eprintln!(
+        "model: {} parameters, device {:?}, {} torch threads",
+        model.config().num_parameters(),
+        placement.device,
+        tch::get_num_threads()
+    );
+    for &batch in &args.batch_sizes {
+        let prompts: Vec<Vec<u32>> = (0..batch as u64)
+            .map(|b| {
+                (0..args.prompt_len as u64)
+                    .map(|i| ((b * 7919 + i * 104729) % vocab) as u32)
+                    .collect()
+            })
+            .collect();
+        // Warm-up: first calls pay for allocator growth and kernel selection.
+        model.generate(
+            &prompts[..1],
+            &SamplingParams {
+                max_new_tokens: 4,
+                ..params.clone()
+            },
+        )?;
+        let mut times = Vec::with_capacity(args.repeats);
+        let mut generated = 0usize;
+        for _ in 0..args.repeats {
+            let start = Instant::now();
+            let out = model.generate(&prompts, &params)?;
+            times.push(start.elapsed().as_secs_f64());
+            generated = out.iter().map(|g| g.token_ids.len()).sum();
+        }
+        let mean = times.iter().sum::<f64>() / times.len() as f64;
+        let best = times.iter().cloned().fold(f64::INFINITY, f64::min);
+        let out = serde_json::json!({
+            "bench": "generate",
+            "batch": batch,
+            "prompt_len": args.prompt_len,
+            "new_tokens": args.new_tokens,
+            "tokens_generated": generated,
+            "mean_s": mean,
+            "best_s": best,
+            "tokens_per_s": generated as f64 / mean,
+            "best_tokens_per_s": generated as f64 / best,
+        });
+        println!("{out}");
+    }
+    Ok(())
+}
