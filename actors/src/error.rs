@@ -35,6 +35,20 @@ pub enum Error {
         /// What is wrong and what is allowed.
         message: String,
     },
+    /// The inference engine stopped (its thread failed or was shut down).
+    #[error("inference engine stopped: {0}")]
+    EngineStopped(String),
+    /// A wait ran past its limit.
+    #[error("timed out after {after:?} waiting for {what}")]
+    Timeout {
+        /// What was waited for.
+        what: String,
+        /// The limit.
+        after: std::time::Duration,
+    },
+    /// A bounded queue was full and the request was shed.
+    #[error("{0} is full")]
+    Overloaded(String),
     /// libtorch raised an error.
     #[error("libtorch: {0}")]
     Torch(#[from] tch::TchError),

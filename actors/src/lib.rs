@@ -6,6 +6,7 @@
 
 pub mod chat_template;
 pub mod device;
+pub mod engine;
 pub mod error;
 pub mod model;
 pub mod sft;

@@ -20,7 +20,7 @@ use tch::nn::{self, Module, VarStore};
 use tch::{Device, Kind, Tensor};
 
 pub use config::ModelConfig;
-pub use kv_cache::KvCache;
+pub use kv_cache::{KvCache, KvStore};
 pub use sampling::SamplingParams;
 
 use crate::{Error, Result};
@@ -238,10 +238,10 @@ impl PolicyModel {
         &self,
         ids: &Tensor,
         input_mask: &Tensor,
-        mut cache: Option<&mut KvCache>,
+        mut cache: Option<&mut dyn KvStore>,
     ) -> Tensor {
         let t = ids.size()[1];
-        let (positions, mask) = match cache.as_deref_mut() {
+        let (positions, mask) = match cache.as_mut() {
             Some(cache) => cache.begin_chunk(input_mask),
             None => {
                 let counts = input_mask.to_kind(Kind::Int64).cumsum(1, Kind::Int64);
@@ -252,7 +252,7 @@ impl PolicyModel {
         let (cos, sin) = self.rotary.cos_sin(&positions, self.placement.kind);
         let mut x = self.embed_tokens.forward(ids);
         for (i, layer) in self.layers.iter().enumerate() {
-            let layer_cache = cache.as_deref_mut().map(|c| (c, i));
+            let layer_cache = cache.as_mut().map(|c| (&mut **c as &mut dyn KvStore, i));
             x = layer.forward(&x, &cos, &sin, &mask, layer_cache);
         }
         if let Some(cache) = cache {

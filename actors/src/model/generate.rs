@@ -20,6 +20,8 @@ pub enum FinishReason {
     Stop,
     /// `max_new_tokens` was reached.
     Length,
+    /// The sequence filled the engine's context capacity.
+    ContextFull,
 }
 
 /// One generated sequence.

@@ -1,11 +1,28 @@
-//! A batch KV cache for incremental decoding.
+//! Key/value storage for incremental decoding.
 //!
-//! Rows advance in lockstep (one slot per step for every row), so a row that is padding at a
-//! slot marks it invalid instead of shifting: attention masks invalid slots, and rotary
-//! positions count only a row's valid tokens. Storage is preallocated and grows by doubling,
-//! so a decode step writes into place instead of concatenating the whole history.
+//! [`KvStore`] is what attention talks to; [`KvCache`] is the batch cache of plain
+//! generation. Its rows advance in lockstep (one slot per step for every row), so a row that
+//! is padding at a slot marks it invalid instead of shifting: attention masks invalid slots,
+//! and rotary positions count only a row's valid tokens. Storage is preallocated and grows by
+//! doubling, so a decode step writes in place instead of concatenating the whole history.
 
 use tch::{Device, Kind, Tensor};
+
+/// Where attention keys and values of earlier tokens live during a forward pass.
+///
+/// The model calls `begin_chunk` once, `append` once per layer, then `end_chunk`. The
+/// inference engine implements it over its slot storage, so continuous batching runs the
+/// same attention code as plain generation.
+pub trait KvStore {
+    /// Reserves slots for a chunk whose real tokens are `input_mask` [B, T]; returns rotary
+    /// positions [B, T] and the boolean attention mask [B, 1, T, S] over what `append` returns.
+    fn begin_chunk(&mut self, input_mask: &Tensor) -> (Tensor, Tensor);
+    /// Stores layer `layer`'s new keys/values [B, kvh, T, D] and returns all keys/values the
+    /// chunk attends to [B, kvh, S, D].
+    fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> (Tensor, Tensor);
+    /// Commits the chunk after every layer appended.
+    fn end_chunk(&mut self, t: i64);
+}
 
 /// Per-layer keys and values of a batch, plus which slots hold real tokens.
 #[derive(Debug)]
@@ -77,39 +94,6 @@ impl KvCache {
             .sum()
     }
 
-    /// Reserves `t` new slots whose validity is `input_mask` [B, T]; returns the rotary
-    /// positions of the new tokens [B, T] and the attention mask [B, 1, T, len + t].
-    pub(crate) fn begin_chunk(&mut self, input_mask: &Tensor) -> (Tensor, Tensor) {
-        let t = input_mask.size()[1];
-        self.ensure_capacity(self.len + t);
-        self.valid.narrow(1, self.len, t).copy_(input_mask);
-        let counts = input_mask.to_kind(Kind::Int64).cumsum(1, Kind::Int64);
-        let positions = (self.next_position.unsqueeze(1) + counts - 1).clamp_min(0);
-        self.next_position +=
-            input_mask
-                .to_kind(Kind::Int64)
-                .sum_dim_intlist(1, false, Kind::Int64);
-        let mask = chunk_mask(&self.valid.narrow(1, 0, self.len + t), self.len, t);
-        (positions, mask)
-    }
-
-    /// Writes layer `layer`'s new keys/values [B, kvh, T, D] into the reserved slots and
-    /// returns views of everything held [B, kvh, len + T, D].
-    pub(crate) fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> (Tensor, Tensor) {
-        let t = k.size()[2];
-        self.keys[layer].narrow(2, self.len, t).copy_(k);
-        self.values[layer].narrow(2, self.len, t).copy_(v);
-        (
-            self.keys[layer].narrow(2, 0, self.len + t),
-            self.values[layer].narrow(2, 0, self.len + t),
-        )
-    }
-
-    /// Commits the slots reserved by [`KvCache::begin_chunk`] once every layer appended.
-    pub(crate) fn end_chunk(&mut self, t: i64) {
-        self.len += t;
-    }
-
     fn ensure_capacity(&mut self, needed: i64) {
         if needed <= self.capacity {
             return;
@@ -126,6 +110,36 @@ impl KvCache {
         self.values = self.values.iter().map(|t| grow(t, 2)).collect();
         self.valid = grow(&self.valid, 1);
         self.capacity = new_cap;
+    }
+}
+
+impl KvStore for KvCache {
+    fn begin_chunk(&mut self, input_mask: &Tensor) -> (Tensor, Tensor) {
+        let t = input_mask.size()[1];
+        self.ensure_capacity(self.len + t);
+        self.valid.narrow(1, self.len, t).copy_(input_mask);
+        let counts = input_mask.to_kind(Kind::Int64).cumsum(1, Kind::Int64);
+        let positions = (self.next_position.unsqueeze(1) + counts - 1).clamp_min(0);
+        self.next_position +=
+            input_mask
+                .to_kind(Kind::Int64)
+                .sum_dim_intlist(1, false, Kind::Int64);
+        let mask = chunk_mask(&self.valid.narrow(1, 0, self.len + t), self.len, t);
+        (positions, mask)
+    }
+
+    fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> (Tensor, Tensor) {
+        let t = k.size()[2];
+        self.keys[layer].narrow(2, self.len, t).copy_(k);
+        self.values[layer].narrow(2, self.len, t).copy_(v);
+        (
+            self.keys[layer].narrow(2, 0, self.len + t),
+            self.values[layer].narrow(2, 0, self.len + t),
+        )
+    }
+
+    fn end_chunk(&mut self, t: i64) {
+        self.len += t;
     }
 }
 

@@ -6,7 +6,7 @@ use tch::nn::{self, Module};
 use tch::{Kind, Tensor};
 
 use super::config::ModelConfig;
-use super::kv_cache::KvCache;
+use super::kv_cache::KvStore;
 
 /// Root-mean-square layer norm, computed in float32 as transformers does.
 #[derive(Debug)]
@@ -119,7 +119,7 @@ impl Attention {
         cos: &Tensor,
         sin: &Tensor,
         mask: &Tensor,
-        cache: Option<(&mut KvCache, usize)>,
+        cache: Option<(&mut dyn KvStore, usize)>,
     ) -> Tensor {
         let (b, t, _) = x.size3().expect("hidden states are [B, T, H]");
         let split = |y: Tensor, heads: i64| y.view([b, t, heads, self.head_dim]).transpose(1, 2);
@@ -216,7 +216,7 @@ impl DecoderLayer {
         cos: &Tensor,
         sin: &Tensor,
         mask: &Tensor,
-        cache: Option<(&mut KvCache, usize)>,
+        cache: Option<(&mut dyn KvStore, usize)>,
     ) -> Tensor {
         let attn = self
             .self_attn

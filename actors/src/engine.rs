@@ -1,0 +1,296 @@
+//! The inference engine: continuous batching over one policy model on a dedicated thread.
+//!
+//! Episodes send one request per turn (the whole context as token ids). The engine thread
+//! owns the model (tensors are not `Sync`, grad mode is thread-local) and, at every decode
+//! step, lets waiting requests join the running batch and finished ones leave, within a row
+//! limit and a token budget. A finished turn's KV is parked under the episode's id, so the
+//! next turn of that episode prefills only its new tokens (the tool observation and template);
+//! parked KV has a byte budget with least-recently-parked eviction, and an evicted prefix is
+//! recomputed. Weight updates are applied between steps, so no sequence sees half-updated
+//! weights, and every turn reports the policy version that produced it.
+
+mod parked;
+mod slots;
+mod worker;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tch::Tensor;
+use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
+
+use crate::model::generate::FinishReason;
+use crate::model::{PolicyModel, SamplingParams};
+use crate::tokenizer::HfTokenizer;
+use crate::{Error, Result};
+
+/// Limits and budgets of the engine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EngineConfig {
+    /// Most sequences decoded together.
+    pub max_batch_rows: usize,
+    /// Token budget of the running batch: the sum over rows of context + max_new_tokens.
+    pub max_batch_tokens: usize,
+    /// Longest sequence (context + generation) a row can hold.
+    pub max_context: usize,
+    /// Bytes of parked KV kept for episodes waiting on tools.
+    pub parked_kv_bytes: usize,
+    /// Requests accepted (queued or running) before callers wait for admission.
+    pub max_pending: usize,
+    /// Longest a caller waits for admission into the queue.
+    pub admission_timeout: Duration,
+    /// Longest a caller waits for its turn to finish once queued.
+    pub request_timeout: Duration,
+    /// Seed of the sampling RNG.
+    pub seed: i64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            max_batch_rows: 64,
+            max_batch_tokens: 64 * 2048,
+            max_context: 2048,
+            parked_kv_bytes: 1 << 30,
+            max_pending: 8192,
+            admission_timeout: Duration::from_secs(600),
+            request_timeout: Duration::from_secs(1800),
+            seed: 0,
+        }
+    }
+}
+
+/// One turn to generate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnRequest {
+    /// The episode (KV of its earlier turns is reused when the context extends them).
+    pub episode: u64,
+    /// The whole context as token ids: never re-tokenised, so what was sampled stays.
+    pub context: Vec<u32>,
+    /// How to sample.
+    pub params: SamplingParams,
+    /// Strings that end the turn when they appear in the generated text (for stops that are
+    /// not single tokens; single-token stops belong in `params.stop_token_ids`).
+    pub stop_strings: Vec<String>,
+}
+
+/// A generated turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnOutput {
+    /// Generated token ids.
+    pub token_ids: Vec<u32>,
+    /// Their sampling log-probabilities.
+    pub logprobs: Vec<f32>,
+    /// Why the turn ended.
+    pub finish_reason: FinishReason,
+    /// The weights version that produced every token of the turn.
+    pub policy_version: u64,
+    /// Context tokens.
+    pub prompt_tokens: usize,
+    /// Context tokens run through the model for this turn.
+    pub prefill_tokens: usize,
+    /// Context tokens whose KV was reused from the episode's previous turn.
+    pub reused_tokens: usize,
+    /// Seconds from submission to joining the batch.
+    pub queue_seconds: f64,
+    /// Seconds from submission to the last token.
+    pub total_seconds: f64,
+}
+
+/// Counters since the engine started.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EngineStats {
+    /// Decode steps taken.
+    pub decode_steps: u64,
+    /// Sum over decode steps of the rows decoded (mean batch = this / decode_steps).
+    pub decode_rows: u64,
+    /// Tokens sampled.
+    pub tokens_generated: u64,
+    /// Context tokens run through the model (prefill).
+    pub prefill_tokens: u64,
+    /// Context tokens reused from parked KV instead.
+    pub reused_tokens: u64,
+    /// Parked entries evicted for the byte budget.
+    pub evictions: u64,
+    /// Tokens in evicted entries (recomputed if their episode returns).
+    pub evicted_tokens: u64,
+    /// Parked KV bytes now.
+    pub parked_bytes: u64,
+    /// Parked episodes now.
+    pub parked_episodes: u64,
+    /// Bytes of the slot storage of the running batch.
+    pub slot_bytes: u64,
+    /// Seconds inside model forward passes and sampling.
+    pub forward_seconds: f64,
+    /// Turns completed.
+    pub turns: u64,
+    /// Current policy version.
+    pub policy_version: u64,
+}
+
+impl EngineStats {
+    /// Mean rows per decode step.
+    pub fn mean_batch_size(&self) -> f64 {
+        self.decode_rows as f64 / self.decode_steps.max(1) as f64
+    }
+}
+
+pub(crate) enum Command {
+    Generate {
+        request: TurnRequest,
+        reply: oneshot::Sender<Result<TurnOutput>>,
+        _permit: OwnedSemaphorePermit,
+        submitted: Instant,
+    },
+    Release(u64),
+    UpdateWeights {
+        version: u64,
+        tensors: Vec<(String, Tensor)>,
+        reply: oneshot::Sender<Result<()>>,
+    },
+    Stats(oneshot::Sender<EngineStats>),
+    Shutdown,
+}
+
+/// A cheap, cloneable way to talk to the engine thread.
+#[derive(Clone)]
+pub struct EngineHandle {
+    tx: crossbeam::channel::Sender<Command>,
+    permits: Arc<Semaphore>,
+    config: Arc<EngineConfig>,
+}
+
+impl std::fmt::Debug for EngineHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineHandle")
+            .field("available_permits", &self.permits.available_permits())
+            .finish()
+    }
+}
+
+/// Starts the engine thread; `load` builds the model on that thread.
+///
+/// Returns once the model is loaded, or with the loading error.
+pub fn spawn_engine(
+    load: impl FnOnce() -> Result<PolicyModel> + Send + 'static,
+    tokenizer: Option<Arc<HfTokenizer>>,
+    config: EngineConfig,
+) -> Result<(EngineHandle, std::thread::JoinHandle<()>)> {
+    if config.max_batch_rows == 0 || config.max_context < 2 || config.max_pending == 0 {
+        return Err(Error::invalid(
+            "engine",
+            "max_batch_rows and max_pending must be >= 1 and max_context >= 2",
+        ));
+    }
+    let (tx, rx) = crossbeam::channel::bounded(config.max_pending + 64);
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let worker_config = config.clone();
+    let join = std::thread::Builder::new()
+        .name("agent-r1-engine".into())
+        .spawn(move || worker::run(load, tokenizer, worker_config, rx, ready_tx))
+        .map_err(|e| Error::EngineStopped(format!("cannot start the engine thread: {e}")))?;
+    match ready_rx.recv() {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(e),
+        Err(_) => {
+            return Err(Error::EngineStopped(
+                "the engine thread died while loading".into(),
+            ))
+        }
+    }
+    let handle = EngineHandle {
+        tx,
+        permits: Arc::new(Semaphore::new(config.max_pending)),
+        config: Arc::new(config),
+    };
+    Ok((handle, join))
+}
+
+impl EngineHandle {
+    /// Generates one turn. Waits for admission (bounded by `admission_timeout`) and for the
+    /// result (bounded by `request_timeout`).
+    pub async fn generate(&self, request: TurnRequest) -> Result<TurnOutput> {
+        request.params.validate()?;
+        let permit = tokio::time::timeout(
+            self.config.admission_timeout,
+            self.permits.clone().acquire_owned(),
+        )
+        .await
+        .map_err(|_| Error::Timeout {
+            what: "admission into the engine queue".into(),
+            after: self.config.admission_timeout,
+        })?
+        .map_err(|_| Error::EngineStopped("engine closed".into()))?;
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .try_send(Command::Generate {
+                request,
+                reply,
+                _permit: permit,
+                submitted: Instant::now(),
+            })
+            .map_err(|e| match e {
+                crossbeam::channel::TrySendError::Full(_) => {
+                    Error::Overloaded("the engine queue".into())
+                }
+                crossbeam::channel::TrySendError::Disconnected(_) => {
+                    Error::EngineStopped("engine thread has exited".into())
+                }
+            })?;
+        match tokio::time::timeout(self.config.request_timeout, rx).await {
+            Err(_) => Err(Error::Timeout {
+                what: "a generated turn".into(),
+                after: self.config.request_timeout,
+            }),
+            Ok(Err(_)) => Err(Error::EngineStopped(
+                "the engine dropped the request (it failed or shut down)".into(),
+            )),
+            Ok(Ok(result)) => result,
+        }
+    }
+
+    /// Drops an episode's parked KV (call when the episode ends).
+    pub fn release(&self, episode: u64) {
+        let _ = self.tx.try_send(Command::Release(episode));
+    }
+
+    /// Swaps the engine's weights between decode steps and sets the policy version.
+    /// Parked KV computed with the old weights is dropped.
+    pub async fn update_weights(&self, version: u64, tensors: Vec<(String, Tensor)>) -> Result<()> {
+        let (reply, rx) = oneshot::channel();
+        self.send_control(Command::UpdateWeights {
+            version,
+            tensors,
+            reply,
+        })?;
+        rx.await
+            .map_err(|_| Error::EngineStopped("engine exited during a weight update".into()))?
+    }
+
+    /// Counters since start.
+    pub async fn stats(&self) -> Result<EngineStats> {
+        let (reply, rx) = oneshot::channel();
+        self.send_control(Command::Stats(reply))?;
+        tokio::time::timeout(Duration::from_secs(60), rx)
+            .await
+            .map_err(|_| Error::Timeout {
+                what: "engine stats".into(),
+                after: Duration::from_secs(60),
+            })?
+            .map_err(|_| Error::EngineStopped("engine exited".into()))
+    }
+
+    /// Asks the engine to finish: queued and running requests get an error reply.
+    pub fn shutdown(&self) {
+        let _ = self
+            .tx
+            .send_timeout(Command::Shutdown, Duration::from_secs(5));
+    }
+
+    fn send_control(&self, command: Command) -> Result<()> {
+        self.tx
+            .send_timeout(command, Duration::from_secs(60))
+            .map_err(|_| Error::EngineStopped("engine thread is not accepting commands".into()))
+    }
+}

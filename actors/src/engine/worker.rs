@@ -1,0 +1,538 @@
+//! The engine thread: admit, prefill, decode, finish, repeat.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam::channel::{Receiver, RecvTimeoutError};
+use tch::{Kind, Tensor};
+use tokio::sync::{oneshot, OwnedSemaphorePermit};
+
+use super::parked::ParkedStore;
+use super::slots::SlotCache;
+use super::{Command, EngineConfig, EngineStats, TurnOutput, TurnRequest};
+use crate::model::generate::FinishReason;
+use crate::model::sampling::sample;
+use crate::model::{PolicyModel, SamplingParams};
+use crate::tokenizer::HfTokenizer;
+use crate::{Error, Result};
+
+struct Waiting {
+    request: TurnRequest,
+    reply: oneshot::Sender<Result<TurnOutput>>,
+    permit: OwnedSemaphorePermit,
+    submitted: Instant,
+}
+
+struct Running {
+    request: TurnRequest,
+    reply: oneshot::Sender<Result<TurnOutput>>,
+    _permit: OwnedSemaphorePermit,
+    submitted: Instant,
+    admitted: Instant,
+    generated: Vec<u32>,
+    logprobs: Vec<f32>,
+    prefill: usize,
+    reused: usize,
+    finish: Option<FinishReason>,
+}
+
+impl Running {
+    fn budget(&self) -> usize {
+        self.request.context.len() + self.request.params.max_new_tokens
+    }
+}
+
+struct Worker {
+    model: PolicyModel,
+    tokenizer: Option<Arc<HfTokenizer>>,
+    config: EngineConfig,
+    slots: SlotCache,
+    parked: ParkedStore,
+    waiting: VecDeque<Waiting>,
+    running: Vec<Running>,
+    stats: EngineStats,
+    version: u64,
+}
+
+pub(super) fn run(
+    load: impl FnOnce() -> Result<PolicyModel>,
+    tokenizer: Option<Arc<HfTokenizer>>,
+    config: EngineConfig,
+    rx: Receiver<Command>,
+    ready: std::sync::mpsc::Sender<Result<()>>,
+) {
+    tch::manual_seed(config.seed);
+    let model = match load() {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    let c = model.config();
+    let p = model.placement();
+    let slots = SlotCache::new(
+        c.num_hidden_layers,
+        config.max_batch_rows as i64,
+        config.max_context as i64,
+        c.num_key_value_heads as i64,
+        c.head_dim as i64,
+        p.kind,
+        p.device,
+    );
+    let mut worker = Worker {
+        parked: ParkedStore::new(config.parked_kv_bytes),
+        model,
+        tokenizer,
+        config,
+        slots,
+        waiting: VecDeque::new(),
+        running: Vec::new(),
+        stats: EngineStats::default(),
+        version: 0,
+    };
+    worker.stats.slot_bytes = worker.slots.bytes_allocated() as u64;
+    let _ = ready.send(Ok(()));
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| worker.serve(&rx)));
+    let reason = match outcome {
+        Ok(Ok(())) => "engine shut down".to_string(),
+        Ok(Err(e)) => format!("engine failed: {e}"),
+        Err(panic) => format!(
+            "engine panicked: {}",
+            panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default()
+        ),
+    };
+    if !reason.ends_with("shut down") {
+        tracing::error!("{reason}");
+    }
+    worker.fail_all(&reason);
+    // Answer whatever is still queued in the channel, so no caller waits for its timeout.
+    drop(worker);
+    while let Ok(cmd) = rx.try_recv() {
+        if let Command::Generate { reply, .. } = cmd {
+            let _ = reply.send(Err(Error::EngineStopped(reason.clone())));
+        }
+    }
+}
+
+impl Worker {
+    fn serve(&mut self, rx: &Receiver<Command>) -> Result<()> {
+        loop {
+            if self.running.is_empty() && self.waiting.is_empty() {
+                match rx.recv_timeout(Duration::from_millis(100)) {
+                    Ok(cmd) => {
+                        if !self.handle(cmd)? {
+                            return Ok(());
+                        }
+                    }
+                    Err(RecvTimeoutError::Timeout) => continue,
+                    Err(RecvTimeoutError::Disconnected) => return Ok(()),
+                }
+            }
+            while let Ok(cmd) = rx.try_recv() {
+                if !self.handle(cmd)? {
+                    return Ok(());
+                }
+            }
+            self.step()?;
+        }
+    }
+
+    /// Applies a command; false means shut down.
+    fn handle(&mut self, cmd: Command) -> Result<bool> {
+        match cmd {
+            Command::Generate {
+                request,
+                reply,
+                _permit,
+                submitted,
+            } => self.waiting.push_back(Waiting {
+                request,
+                reply,
+                permit: _permit,
+                submitted,
+            }),
+            Command::Release(episode) => self.parked.remove(episode),
+            Command::UpdateWeights {
+                version,
+                tensors,
+                reply,
+            } => {
+                let result = self.update_weights(version, &tensors);
+                let _ = reply.send(result);
+            }
+            Command::Stats(reply) => {
+                let _ = reply.send(self.snapshot());
+            }
+            Command::Shutdown => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    fn snapshot(&self) -> EngineStats {
+        EngineStats {
+            evictions: self.parked.evictions,
+            evicted_tokens: self.parked.evicted_tokens,
+            parked_bytes: self.parked.bytes() as u64,
+            parked_episodes: self.parked.len() as u64,
+            policy_version: self.version,
+            ..self.stats.clone()
+        }
+    }
+
+    fn update_weights(&mut self, version: u64, tensors: &[(String, Tensor)]) -> Result<()> {
+        let vars = self.model.var_store().variables();
+        for (name, value) in tensors {
+            let var = vars.get(name).ok_or_else(|| {
+                Error::invalid("weight update", format!("unknown weight `{name}`"))
+            })?;
+            if var.size() != value.size() {
+                return Err(Error::invalid(
+                    "weight update",
+                    format!(
+                        "`{name}` has shape {:?}, expected {:?}",
+                        value.size(),
+                        var.size()
+                    ),
+                ));
+            }
+        }
+        tch::no_grad(|| {
+            for (name, value) in tensors {
+                let mut var = vars[name].shallow_clone();
+                var.copy_(&value.to_kind(var.kind()).to_device(var.device()));
+            }
+        });
+        self.parked.clear();
+        self.version = version;
+        metrics::gauge!("agent_r1_engine_policy_version").set(version as f64);
+        Ok(())
+    }
+
+    fn step(&mut self) -> Result<()> {
+        self.admit_and_prefill()?;
+        self.finish_rows();
+        if self.running.is_empty() {
+            return Ok(());
+        }
+        self.decode()?;
+        self.finish_rows();
+        Ok(())
+    }
+
+    /// Moves waiting requests into free rows under the token budget and prefills them.
+    fn admit_and_prefill(&mut self) -> Result<()> {
+        let mut used: usize = self.running.iter().map(Running::budget).sum();
+        let first_new = self.running.len();
+        let capacity = self.slots.capacity() as usize;
+        let vocab = self.model.config().vocab_size as u32;
+        while self.running.len() < self.config.max_batch_rows {
+            let Some(next) = self.waiting.front() else {
+                break;
+            };
+            let ctx_len = next.request.context.len();
+            let budget = ctx_len + next.request.params.max_new_tokens;
+            if !self.running.is_empty() && used + budget > self.config.max_batch_tokens {
+                break;
+            }
+            let w = self.waiting.pop_front().expect("front exists");
+            let invalid = if ctx_len == 0 {
+                Some("the context has no tokens".to_string())
+            } else if ctx_len >= capacity {
+                Some(format!(
+                    "the context has {ctx_len} tokens; the engine holds at most {capacity} per sequence (max_context)"
+                ))
+            } else {
+                w.request
+                    .context
+                    .iter()
+                    .find(|&&t| t >= vocab)
+                    .map(|t| format!("token id {t} is outside the vocabulary (size {vocab})"))
+            };
+            if let Some(message) = invalid {
+                let _ = w.reply.send(Err(Error::invalid("turn request", message)));
+                continue;
+            }
+            used += budget;
+            let row = self.running.len();
+            // Reuse the episode's parked KV for the longest common prefix, keeping at least
+            // one token to run so the turn has logits to sample from.
+            let mut reused = 0usize;
+            if let Some((tokens, kv)) = self.parked.take(w.request.episode) {
+                let common = tokens
+                    .iter()
+                    .zip(&w.request.context)
+                    .take_while(|(a, b)| a == b)
+                    .count();
+                reused = common.min(ctx_len - 1);
+                self.slots.restore(row, &kv, reused as i64);
+            } else {
+                self.slots.truncate(row, 0);
+            }
+            let now = Instant::now();
+            self.running.push(Running {
+                prefill: ctx_len - reused,
+                reused,
+                request: w.request,
+                reply: w.reply,
+                _permit: w.permit,
+                submitted: w.submitted,
+                admitted: now,
+                generated: Vec::new(),
+                logprobs: Vec::new(),
+                finish: None,
+            });
+        }
+        if self.running.len() > first_new {
+            self.prefill(first_new)?;
+        }
+        Ok(())
+    }
+
+    /// Prefills rows `first..`, in buckets of similar length so padding stays small, and
+    /// samples each row's first token.
+    fn prefill(&mut self, first: usize) -> Result<()> {
+        // Sort the new rows by prefill length (they are all at the end, so reordering them
+        // only moves their slot contents).
+        let mut order: Vec<usize> = (first..self.running.len()).collect();
+        order.sort_by_key(|&i| self.running[i].prefill);
+        if order.iter().enumerate().any(|(k, &i)| i != first + k) {
+            self.permute_tail(first, &order);
+        }
+        let mut start = first;
+        while start < self.running.len() {
+            let shortest = self.running[start].prefill;
+            let mut end = start + 1;
+            while end < self.running.len() && self.running[end].prefill <= shortest.max(16) * 2 {
+                end += 1;
+            }
+            self.prefill_bucket(start, end)?;
+            start = end;
+        }
+        Ok(())
+    }
+
+    fn permute_tail(&mut self, first: usize, order: &[usize]) {
+        // Park the new rows' restored prefixes, reorder, then restore into their new rows.
+        let kvs: Vec<_> = (first..self.running.len())
+            .map(|row| self.slots.park(row))
+            .collect();
+        let mut tail: Vec<Option<Running>> = self.running.drain(first..).map(Some).collect();
+        for (k, &i) in order.iter().enumerate() {
+            let r = tail[i - first].take().expect("each row moved once");
+            let kv = &kvs[i - first];
+            self.slots.restore(first + k, kv, kv.len);
+            self.running.push(r);
+        }
+    }
+
+    fn prefill_bucket(&mut self, start: usize, end: usize) -> Result<()> {
+        let device = self.model.placement().device;
+        let rows = end - start;
+        let t = self.running[start..end]
+            .iter()
+            .map(|r| r.prefill)
+            .max()
+            .unwrap_or(1);
+        let mut ids = vec![0i64; rows * t];
+        let mut mask = vec![false; rows * t];
+        let mut counts = Vec::with_capacity(rows);
+        for (b, r) in self.running[start..end].iter().enumerate() {
+            let new = &r.request.context[r.reused..];
+            for (j, &tok) in new.iter().enumerate() {
+                ids[b * t + j] = tok as i64;
+                mask[b * t + j] = true;
+            }
+            counts.push(new.len() as i64);
+        }
+        let began = Instant::now();
+        let ids = Tensor::from_slice(&ids)
+            .view([rows as i64, t as i64])
+            .to_device(device);
+        let mask = Tensor::from_slice(&mask)
+            .view([rows as i64, t as i64])
+            .to_device(device);
+        let last: Vec<i64> = counts.iter().map(|&c| c - 1).collect();
+        let logits = tch::no_grad(|| {
+            let mut chunk = self.slots.chunk(start, counts);
+            let hidden = self.model.forward(&ids, &mask, Some(&mut chunk));
+            let index = Tensor::from_slice(&last).to_device(device);
+            let picked = hidden
+                .gather(
+                    1,
+                    &index
+                        .view([rows as i64, 1, 1])
+                        .expand([rows as i64, 1, hidden.size()[2]], false),
+                    false,
+                )
+                .squeeze_dim(1);
+            self.model.logits(&picked)
+        });
+        let prefill_tokens: usize = self.running[start..end].iter().map(|r| r.prefill).sum();
+        let reused: usize = self.running[start..end].iter().map(|r| r.reused).sum();
+        self.stats.prefill_tokens += prefill_tokens as u64;
+        self.stats.reused_tokens += reused as u64;
+        metrics::counter!("agent_r1_engine_prefill_tokens_total").increment(prefill_tokens as u64);
+        metrics::counter!("agent_r1_engine_reused_tokens_total").increment(reused as u64);
+        self.sample_into(start, end, &logits)?;
+        self.stats.forward_seconds += began.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    fn decode(&mut self) -> Result<()> {
+        let device = self.model.placement().device;
+        let rows = self.running.len();
+        let began = Instant::now();
+        let ids: Vec<i64> = self
+            .running
+            .iter()
+            .map(|r| *r.generated.last().expect("every running row has sampled") as i64)
+            .collect();
+        let ids = Tensor::from_slice(&ids)
+            .view([rows as i64, 1])
+            .to_device(device);
+        let mask = ids.ones_like().to_kind(Kind::Bool);
+        let logits = tch::no_grad(|| {
+            let mut chunk = self.slots.chunk(0, vec![1; rows]);
+            let hidden = self.model.forward(&ids, &mask, Some(&mut chunk));
+            self.model.logits(&hidden.squeeze_dim(1))
+        });
+        self.sample_into(0, rows, &logits)?;
+        self.stats.decode_steps += 1;
+        self.stats.decode_rows += rows as u64;
+        self.stats.forward_seconds += began.elapsed().as_secs_f64();
+        metrics::histogram!("agent_r1_engine_batch_size").record(rows as f64);
+        metrics::histogram!("agent_r1_engine_step_seconds").record(began.elapsed().as_secs_f64());
+        Ok(())
+    }
+
+    /// Samples one token for rows `start..end` from `logits` [rows, V], grouping rows with
+    /// the same sampling settings, and marks rows that finished.
+    fn sample_into(&mut self, start: usize, end: usize, logits: &Tensor) -> Result<()> {
+        let rows = end - start;
+        let mut tokens = vec![0u32; rows];
+        let mut logprobs = vec![0f32; rows];
+        let mut done = vec![false; rows];
+        for b in 0..rows {
+            if done[b] {
+                continue;
+            }
+            let params = &self.running[start + b].request.params;
+            let group: Vec<usize> = (b..rows)
+                .filter(|&o| {
+                    !done[o] && same_sampler(&self.running[start + o].request.params, params)
+                })
+                .collect();
+            let index: Vec<i64> = group.iter().map(|&o| o as i64).collect();
+            let index = Tensor::from_slice(&index).to_device(logits.device());
+            let (tok, lp) = sample(&logits.index_select(0, &index), params);
+            let tok = Vec::<i64>::try_from(tok.to_device(tch::Device::Cpu))?;
+            let lp = Vec::<f32>::try_from(lp.to_device(tch::Device::Cpu))?;
+            for (k, &o) in group.iter().enumerate() {
+                tokens[o] = tok[k] as u32;
+                logprobs[o] = lp[k];
+                done[o] = true;
+            }
+        }
+        let capacity = self.slots.capacity() as usize;
+        for b in 0..rows {
+            let row = start + b;
+            let r = &mut self.running[row];
+            r.generated.push(tokens[b]);
+            r.logprobs.push(logprobs[b]);
+            self.stats.tokens_generated += 1;
+            let params = &r.request.params;
+            if params.stop_token_ids.contains(&tokens[b]) {
+                r.finish = Some(FinishReason::Stop);
+            } else if !r.request.stop_strings.is_empty()
+                && hits_stop_string(self.tokenizer.as_deref(), r)
+            {
+                r.finish = Some(FinishReason::Stop);
+            } else if r.generated.len() >= params.max_new_tokens {
+                r.finish = Some(FinishReason::Length);
+            } else if r.request.context.len() + r.generated.len() >= capacity {
+                r.finish = Some(FinishReason::ContextFull);
+            }
+        }
+        metrics::counter!("agent_r1_engine_tokens_generated_total").increment(rows as u64);
+        Ok(())
+    }
+
+    /// Replies to finished rows, parks their KV, and packs the running rows.
+    fn finish_rows(&mut self) {
+        let mut row = 0;
+        while row < self.running.len() {
+            if self.running[row].finish.is_none() {
+                row += 1;
+                continue;
+            }
+            let last = self.running.len() - 1;
+            let r = self.running.swap_remove(row);
+            // The slots hold the context and every generated token but the last (sampled,
+            // never fed back).
+            let mut tokens = r.request.context.clone();
+            tokens.extend(&r.generated[..r.generated.len() - 1]);
+            debug_assert_eq!(tokens.len() as i64, self.slots.len(row));
+            self.parked
+                .insert(r.request.episode, tokens, self.slots.park(row));
+            self.slots.move_row(last, row);
+            self.stats.turns += 1;
+            let now = Instant::now();
+            let out = TurnOutput {
+                prompt_tokens: r.request.context.len(),
+                prefill_tokens: r.prefill,
+                reused_tokens: r.reused,
+                queue_seconds: (r.admitted - r.submitted).as_secs_f64(),
+                total_seconds: (now - r.submitted).as_secs_f64(),
+                finish_reason: r.finish.expect("finished rows have a reason"),
+                policy_version: self.version,
+                token_ids: r.generated,
+                logprobs: r.logprobs,
+            };
+            let _ = r.reply.send(Ok(out));
+        }
+        metrics::gauge!("agent_r1_engine_kv_parked_bytes").set(self.parked.bytes() as f64);
+        metrics::gauge!("agent_r1_engine_running_sequences").set(self.running.len() as f64);
+        metrics::gauge!("agent_r1_engine_waiting_requests").set(self.waiting.len() as f64);
+    }
+
+    fn fail_all(&mut self, reason: &str) {
+        for r in self.running.drain(..) {
+            let _ = r.reply.send(Err(Error::EngineStopped(reason.to_string())));
+        }
+        for w in self.waiting.drain(..) {
+            let _ = w.reply.send(Err(Error::EngineStopped(reason.to_string())));
+        }
+    }
+}
+
+fn same_sampler(a: &SamplingParams, b: &SamplingParams) -> bool {
+    a.temperature == b.temperature && a.top_k == b.top_k && a.top_p == b.top_p
+}
+
+/// Whether a stop string appears in the text of the last few generated tokens.
+fn hits_stop_string(tokenizer: Option<&HfTokenizer>, r: &Running) -> bool {
+    let Some(tok) = tokenizer else { return false };
+    let longest = r
+        .request
+        .stop_strings
+        .iter()
+        .map(|s| s.len())
+        .max()
+        .unwrap_or(0);
+    let window = (longest + 8).min(r.generated.len());
+    let tail = &r.generated[r.generated.len() - window..];
+    match tok.decode(tail, false) {
+        Ok(text) => r
+            .request
+            .stop_strings
+            .iter()
+            .any(|s| text.contains(s.as_str())),
+        Err(_) => false,
+    }
+}

@@ -1,0 +1,286 @@
+//! The continuous-batching engine against plain generation: the same tokens whether a
+//! sequence runs alone or joins a batch mid-flight, whether its prefix KV was reused, parked
+//! and evicted, or recomputed.
+
+use std::path::Path;
+
+use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle, TurnRequest};
+use agent_r1_actors::model::generate::FinishReason;
+use agent_r1_actors::model::{ModelConfig, Placement, PolicyModel, SamplingParams};
+
+fn tiny_config() -> ModelConfig {
+    ModelConfig::from_json(&serde_json::json!({
+        "model_type": "qwen2", "vocab_size": 96, "hidden_size": 32, "intermediate_size": 64,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "rope_theta": 10000.0, "tie_word_embeddings": true
+    }))
+    .unwrap()
+}
+
+/// A random model with large enough weights that greedy outputs vary from step to step.
+fn make_model(dir: &Path) {
+    tch::manual_seed(11);
+    let model = PolicyModel::new(tiny_config(), Placement::default(), false).unwrap();
+    tch::no_grad(|| {
+        for (_, mut t) in model.var_store().variables() {
+            let noise = t.randn_like() * 0.4;
+            t.copy_(&(&t + noise));
+        }
+    });
+    model.save(dir, None).unwrap();
+}
+
+fn greedy(n: usize) -> SamplingParams {
+    SamplingParams {
+        temperature: 0.0,
+        max_new_tokens: n,
+        ..Default::default()
+    }
+}
+
+fn start(dir: &Path, config: EngineConfig) -> EngineHandle {
+    let dir = dir.to_path_buf();
+    let (handle, _join) = spawn_engine(
+        move || PolicyModel::load(&dir, Placement::default(), false),
+        None,
+        config,
+    )
+    .unwrap();
+    handle
+}
+
+fn prompt(seed: u32, len: usize) -> Vec<u32> {
+    (0..len as u32).map(|i| (seed * 31 + i * 17) % 96).collect()
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn batched_turns_equal_standalone_generation() {
+    let tmp = tempfile::tempdir().unwrap();
+    make_model(tmp.path());
+    let reference = PolicyModel::load(tmp.path(), Placement::default(), false).unwrap();
+    let engine = start(
+        tmp.path(),
+        EngineConfig {
+            max_batch_rows: 5,
+            max_context: 256,
+            ..Default::default()
+        },
+    );
+    let prompts: Vec<Vec<u32>> = (0..12)
+        .map(|i| prompt(i, 3 + (i as usize * 7) % 40))
+        .collect();
+    let lens: Vec<usize> = (0..12).map(|i| 5 + (i * 13) % 30).collect();
+    let rt = runtime();
+    let outputs = rt.block_on(async {
+        let mut tasks = Vec::new();
+        for (i, p) in prompts.iter().enumerate() {
+            let engine = engine.clone();
+            let req = TurnRequest {
+                episode: i as u64,
+                context: p.clone(),
+                params: greedy(lens[i]),
+                stop_strings: vec![],
+            };
+            // Stagger submissions so sequences join a batch that is already decoding.
+            tasks.push(tokio::spawn(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(3 * i as u64)).await;
+                engine.generate(req).await
+            }));
+        }
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await.unwrap().unwrap());
+        }
+        out
+    });
+    for (i, out) in outputs.iter().enumerate() {
+        let alone = reference
+            .generate(std::slice::from_ref(&prompts[i]), &greedy(lens[i]))
+            .unwrap();
+        assert_eq!(out.token_ids, alone[0].token_ids, "sequence {i}");
+        for (a, b) in out.logprobs.iter().zip(&alone[0].logprobs) {
+            assert!((a - b).abs() < 1e-4, "sequence {i}: logprob {a} vs {b}");
+        }
+        assert_eq!(out.finish_reason, FinishReason::Length);
+        assert_eq!(out.prefill_tokens, prompts[i].len());
+    }
+    let stats = rt.block_on(engine.stats()).unwrap();
+    assert!(stats.mean_batch_size() > 2.0, "batching: {stats:?}");
+    assert!(stats.mean_batch_size() <= 5.0);
+}
+
+#[test]
+fn next_turn_reuses_kv_and_matches_recompute_and_eviction() {
+    let tmp = tempfile::tempdir().unwrap();
+    make_model(tmp.path());
+    let rt = runtime();
+    let run_two_turns = |config: EngineConfig| {
+        let engine = start(tmp.path(), config);
+        rt.block_on(async {
+            let first = prompt(3, 20);
+            let t1 = engine
+                .generate(TurnRequest {
+                    episode: 7,
+                    context: first.clone(),
+                    params: greedy(10),
+                    stop_strings: vec![],
+                })
+                .await
+                .unwrap();
+            // Another episode runs in between (it must not disturb episode 7's parked KV).
+            engine
+                .generate(TurnRequest {
+                    episode: 8,
+                    context: prompt(5, 30),
+                    params: greedy(10),
+                    stop_strings: vec![],
+                })
+                .await
+                .unwrap();
+            let mut second = first.clone();
+            second.extend(&t1.token_ids);
+            second.extend(prompt(9, 12)); // the "tool observation"
+            let t2 = engine
+                .generate(TurnRequest {
+                    episode: 7,
+                    context: second.clone(),
+                    params: greedy(10),
+                    stop_strings: vec![],
+                })
+                .await
+                .unwrap();
+            let stats = engine.stats().await.unwrap();
+            (t1, t2, second, stats)
+        })
+    };
+    let (t1, t2, second, stats) = run_two_turns(EngineConfig {
+        max_context: 128,
+        ..Default::default()
+    });
+    // Reused: the first context and every generated token but the last (never fed).
+    assert_eq!(t2.reused_tokens, 20 + t1.token_ids.len() - 1);
+    assert_eq!(t2.prefill_tokens, second.len() - t2.reused_tokens);
+    assert_eq!(stats.evictions, 0);
+
+    // Same turns with a parked budget too small for anything: evicted, recomputed, same tokens.
+    let (e1, e2, _, estats) = run_two_turns(EngineConfig {
+        max_context: 128,
+        parked_kv_bytes: 1024,
+        ..Default::default()
+    });
+    assert_eq!(e2.reused_tokens, 0);
+    assert_eq!(e2.prefill_tokens, second.len());
+    assert!(estats.evictions >= 2, "{estats:?}");
+    assert_eq!(e1.token_ids, t1.token_ids);
+    assert_eq!(e2.token_ids, t2.token_ids, "reuse and recompute must agree");
+    for (a, b) in e2.logprobs.iter().zip(&t2.logprobs) {
+        assert!((a - b).abs() < 1e-4);
+    }
+}
+
+#[test]
+fn stops_bad_requests_and_weight_updates() {
+    let tmp = tempfile::tempdir().unwrap();
+    make_model(tmp.path());
+    let reference = PolicyModel::load(tmp.path(), Placement::default(), false).unwrap();
+    let engine = start(
+        tmp.path(),
+        EngineConfig {
+            max_context: 64,
+            ..Default::default()
+        },
+    );
+    let rt = runtime();
+    let p = prompt(1, 10);
+    let alone = reference
+        .generate(std::slice::from_ref(&p), &greedy(20))
+        .unwrap()
+        .remove(0);
+    let stop = alone.token_ids[4];
+    let first_stop = alone.token_ids.iter().position(|&t| t == stop).unwrap();
+    rt.block_on(async {
+        let out = engine
+            .generate(TurnRequest {
+                episode: 1,
+                context: p.clone(),
+                params: SamplingParams {
+                    stop_token_ids: vec![stop],
+                    ..greedy(20)
+                },
+                stop_strings: vec![],
+            })
+            .await
+            .unwrap();
+        assert_eq!(out.finish_reason, FinishReason::Stop);
+        assert_eq!(out.token_ids, alone.token_ids[..=first_stop].to_vec());
+
+        // Bad requests get an error; the engine keeps serving.
+        for (ctx, needle) in [
+            (vec![], "no tokens"),
+            (vec![500], "vocabulary"),
+            (vec![1; 80], "max_context"),
+        ] {
+            let e = engine
+                .generate(TurnRequest {
+                    episode: 2,
+                    context: ctx,
+                    params: greedy(3),
+                    stop_strings: vec![],
+                })
+                .await
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(needle), "{e}");
+        }
+        // Context capacity ends a turn without error.
+        let full = engine
+            .generate(TurnRequest {
+                episode: 3,
+                context: prompt(2, 60),
+                params: greedy(20),
+                stop_strings: vec![],
+            })
+            .await
+            .unwrap();
+        assert_eq!(full.finish_reason, FinishReason::ContextFull);
+        assert_eq!(full.token_ids.len(), 4);
+
+        // A weight update bumps the version and changes what is generated.
+        let zeros: Vec<(String, tch::Tensor)> = reference
+            .var_store()
+            .variables()
+            .into_iter()
+            .filter(|(n, _)| n.contains("mlp.down_proj"))
+            .map(|(n, t)| (n, t.zeros_like()))
+            .collect();
+        engine.update_weights(5, zeros).await.unwrap();
+        let after = engine
+            .generate(TurnRequest {
+                episode: 1,
+                context: p.clone(),
+                params: greedy(20),
+                stop_strings: vec![],
+            })
+            .await
+            .unwrap();
+        assert_eq!(after.policy_version, 5);
+        assert_ne!(after.token_ids, alone.token_ids);
+        assert_eq!(after.reused_tokens, 0, "old-policy KV is dropped on update");
+        let bad = engine
+            .update_weights(
+                6,
+                vec![("nope".into(), tch::Tensor::zeros([1], tch::kind::FLOAT_CPU))],
+            )
+            .await
+            .unwrap_err();
+        assert!(bad.to_string().contains("nope"));
+    });
+}
