@@ -8,6 +8,7 @@
 pub mod env;
 pub mod error;
 pub mod message;
+pub mod reward;
 pub mod task;
 pub mod tool;
 pub mod tool_call;

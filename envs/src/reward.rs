@@ -1,0 +1,23 @@
+//! Rewards for QA episodes.
+//!
+//! Two families with different meanings of "EM", always reported under distinct names:
+//! - [`hotpotqa`]: the official HotpotQA metrics (`em` = normalised exact match, `f1`,
+//!   `precision`, `recall`), as `hotpot_evaluate_v1.py` computes them;
+//! - [`agent_r1`]: Agent-R1's `qa_em_and_format` (`substring_em`, `format`, `answer_score`,
+//!   `agent_r1_reward`).
+//!
+//! [`qa::score_qa`] computes all of them for a transcript; [`RewardKind`] picks the one
+//! trained on; [`ProcessRewardConfig`] adds optional per-call rewards.
+
+pub mod agent_r1;
+pub mod hotpotqa;
+pub mod kind;
+pub mod normalize;
+pub mod process;
+pub mod qa;
+
+pub use hotpotqa::{evaluate_answer_files, evaluate_answers, AnswerEval, AnswerScore};
+pub use kind::RewardKind;
+pub use normalize::normalize_answer;
+pub use process::ProcessRewardConfig;
+pub use qa::score_qa;
