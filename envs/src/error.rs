@@ -52,6 +52,14 @@ pub enum Error {
         /// What happened.
         message: String,
     },
+    /// A data file as a whole cannot be read in the expected format (not one row of it).
+    #[error("{path}: {message}")]
+    BadFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong and what is allowed.
+        message: String,
+    },
     /// Any other error with its context already in the message.
     #[error("{0}")]
     Other(String),

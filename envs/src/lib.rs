@@ -5,6 +5,7 @@
 //! types from its episode, tool and env actors.
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod dataset;
 pub mod env;
 pub mod error;
 pub mod message;
