@@ -10,6 +10,7 @@ pub mod env;
 pub mod error;
 pub mod message;
 pub mod reward;
+pub mod synthetic;
 pub mod task;
 pub mod tool;
 pub mod tool_call;

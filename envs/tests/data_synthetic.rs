@@ -1,0 +1,169 @@
+//! The synthetic multi-hop world: determinism, split disjointness, hidden bridge entities,
+//! answerable hops, corpus export and demonstrations that score full marks.
+
+use std::collections::BTreeSet;
+
+use agent_r1_envs::message::Message;
+use agent_r1_envs::reward::{score_qa, RewardKind};
+use agent_r1_envs::synthetic::{demos, gold_demo, DemoConfig, Split, SyntheticConfig, SyntheticWorld};
+
+fn world(seed: u64) -> SyntheticWorld {
+    SyntheticWorld::generate(&SyntheticConfig {
+        seed,
+        ..SyntheticConfig::default()
+    })
+    .expect("world")
+}
+
+#[test]
+fn same_seed_same_world_and_different_seed_different_world() {
+    let a = world(11);
+    let b = world(11);
+    assert_eq!(a, b);
+    assert_eq!(a.corpus_text(), b.corpus_text());
+    let c = world(12);
+    assert_ne!(a.questions[0].text, c.questions[0].text);
+}
+
+#[test]
+fn seed_7_snapshot_is_stable_across_platforms_and_versions() {
+    // ChaCha8 and u32-only draws make this identical everywhere; a change here means the
+    // generator changed and every saved corpus and checkpoint trained on it is stale.
+    let w = world(7);
+    let first: Vec<(&str, &str)> = w.questions.iter().take(3).map(|q| (q.text.as_str(), q.answer.as_str())).collect();
+    assert_eq!(first, SNAPSHOT.to_vec());
+    assert_eq!(w.world.documents[0].title, SNAPSHOT_FIRST_COUNTRY);
+}
+
+const SNAPSHOT: [(&str, &str); 3] = [
+    ("Where was the founder of Naitedro Systems born?", "Drutaburg"),
+    ("In which country was Gaidra Dailu born?", "Rouland"),
+    ("Where was the founder of Tridrasu Works born?", "Stadoburg"),
+];
+const SNAPSHOT_FIRST_COUNTRY: &str = "Geland";
+
+#[test]
+fn sizes_and_hop_mix_follow_the_config() {
+    let cfg = SyntheticConfig {
+        seed: 3,
+        n_questions: 200,
+        three_hop_fraction: 0.25,
+        test_fraction: 0.1,
+        ..SyntheticConfig::default()
+    };
+    let w = SyntheticWorld::generate(&cfg).expect("world");
+    assert_eq!(w.world.entities.len(), cfg.n_countries + cfg.n_cities + cfg.n_people + cfg.n_companies);
+    assert_eq!(w.world.documents.len(), w.world.entities.len());
+    assert_eq!(w.questions.len(), 200);
+    assert_eq!(w.questions.iter().filter(|q| q.hops.len() == 3).count(), 50);
+    assert!(w.questions.iter().all(|q| (2..=3).contains(&q.hops.len())));
+    assert_eq!(w.questions(Split::Test).len(), 20);
+    let bad = SyntheticConfig {
+        n_cities: 1,
+        ..SyntheticConfig::default()
+    };
+    assert!(SyntheticWorld::generate(&bad).is_err());
+}
+
+#[test]
+fn train_and_test_questions_are_disjoint() {
+    for seed in 0..5 {
+        let w = world(seed);
+        let train: BTreeSet<&str> = w.questions(Split::Train).iter().map(|q| q.text.as_str()).collect();
+        let test: BTreeSet<&str> = w.questions(Split::Test).iter().map(|q| q.text.as_str()).collect();
+        assert!(!test.is_empty() && !train.is_empty());
+        assert!(train.is_disjoint(&test), "seed {seed}");
+        // No duplicate question text at all, and unique ids.
+        assert_eq!(train.len() + test.len(), w.questions.len());
+        let ids: BTreeSet<&str> = w.questions.iter().map(|q| q.id.as_str()).collect();
+        assert_eq!(ids.len(), w.questions.len());
+        let tasks = w.tasks(Split::Test);
+        assert_eq!(tasks.len(), test.len());
+        assert!(tasks.iter().all(|t| t.extra["split"] == "test" && t.data_source == "synthetic_multihop"));
+    }
+}
+
+#[test]
+fn bridges_are_hidden_and_every_hop_is_findable() {
+    let w = world(5);
+    for q in &w.questions {
+        // Only the first entity is named: no bridge, no answer.
+        for hop in &q.hops[1..] {
+            assert!(!q.text.contains(&hop.subject), "{} names bridge {}", q.text, hop.subject);
+        }
+        assert!(!q.text.contains(&q.answer), "{} names its answer", q.text);
+        assert!(q.text.contains(&q.hops[0].subject));
+        assert_eq!(q.hops.last().map(|h| h.object.as_str()), Some(q.answer.as_str()));
+        for hop in &q.hops {
+            let doc = w.world.document_by_title(&hop.subject).expect("doc");
+            assert!(doc.text.contains(&hop.object), "{}: {:?} lacks {}", q.text, doc.text, hop.object);
+            let sentences = doc.text.matches(". ").count() + 1;
+            assert!(sentences <= 3, "{:?}", doc.text);
+            // Searching the name puts its document first.
+            let top = w.observe(&hop.subject, 1);
+            assert!(top.starts_with(&format!("Doc 1 (Title: {})", hop.subject)), "{top}");
+        }
+    }
+}
+
+#[test]
+fn corpus_jsonl_and_tokenizer_text() {
+    let w = world(2);
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("corpus/synthetic.jsonl");
+    w.write_corpus(&path).expect("write");
+    let text = std::fs::read_to_string(&path).expect("read");
+    let rows: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).expect("json")).collect();
+    assert_eq!(rows.len(), w.world.documents.len());
+    assert_eq!(rows[3]["title"], w.world.documents[3].title.as_str());
+    assert!(rows.iter().all(|r| r["id"].is_string() && r["text"].is_string()));
+
+    let corpus = w.corpus_text();
+    for tag in ["<think>", "</tool_call>", "<tool_response>", "<answer>", "\"arguments\""] {
+        assert!(corpus.contains(tag), "{tag}");
+    }
+    assert!(w.questions.iter().all(|q| corpus.contains(&q.text)));
+}
+
+#[test]
+fn gold_demos_are_hermes_and_score_full_marks() {
+    let w = world(9);
+    for q in w.questions.iter().take(40) {
+        let demo = gold_demo(q);
+        assert_eq!(demo.turns.len(), q.hops.len() + 1);
+        let first = &demo.turns[0].assistant;
+        assert!(first.starts_with("<think>"));
+        assert!(first.ends_with(&format!(
+            "</think>\n<tool_call>\n{{\"name\": \"search\", \"arguments\": {{\"query\": \"{}\"}}}}\n</tool_call>",
+            q.hops[0].subject
+        )), "{first}");
+        let prefix = vec![Message::system("sys"), Message::user(q.text.clone())];
+        let transcript = demo.messages(prefix, |query| w.observe(query, 3));
+        assert_eq!(transcript.len(), 2 + 2 * q.hops.len() + 1);
+        let s = score_qa(RewardKind::AgentR1Qa, &[q.answer.clone()], &transcript);
+        assert_eq!(s.reward, 1.0, "{transcript:#?}");
+        assert_eq!(s.metrics["em"], 1.0);
+        assert_eq!(s.metrics["format"], 0.5 * (q.hops.len() + 1) as f64);
+        assert_eq!(s.metrics["tool_calls"], q.hops.len() as f64);
+    }
+}
+
+#[test]
+fn imperfect_demos_guess_wrong_after_one_search() {
+    let w = world(4);
+    let train: Vec<_> = w.questions(Split::Train).into_iter().cloned().collect();
+    let all_wrong = demos(&w.world, &train, &DemoConfig { early_wrong_answer_prob: 1.0, seed: 1 });
+    for (demo, q) in all_wrong.iter().zip(&train) {
+        assert!(!demo.correct);
+        assert_eq!(demo.turns.len(), 2);
+        let transcript = demo.messages(vec![], |query| w.observe(query, 3));
+        let s = score_qa(RewardKind::HotpotqaEm, &[q.answer.clone()], &transcript);
+        assert_eq!(s.reward, 0.0);
+        assert_eq!(s.metrics["format"], 1.0);
+    }
+    let mixed = demos(&w.world, &train, &DemoConfig { early_wrong_answer_prob: 0.3, seed: 1 });
+    let wrong = mixed.iter().filter(|d| !d.correct).count();
+    assert!(wrong > train.len() / 10 && wrong < train.len() / 2, "{wrong} of {}", train.len());
+    assert_eq!(mixed, demos(&w.world, &train, &DemoConfig { early_wrong_answer_prob: 0.3, seed: 1 }));
+    assert!(demos(&w.world, &train, &DemoConfig::default()).iter().all(|d| d.correct));
+}
