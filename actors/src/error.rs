@@ -52,6 +52,9 @@ pub enum Error {
     /// libtorch raised an error.
     #[error("libtorch: {0}")]
     Torch(#[from] tch::TchError),
+    /// Any other error, its context already in the message.
+    #[error("{0}")]
+    Other(String),
     /// An error from the environments crate.
     #[error(transparent)]
     Envs(#[from] agent_r1_envs::Error),

@@ -4,13 +4,16 @@
 //! chat template, the inference engine, the learner and the RL algorithms.
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod algo;
 pub mod chat_template;
 pub mod device;
 pub mod engine;
 pub mod error;
 pub mod model;
+pub mod runtime;
 pub mod sft;
 pub mod tiny_tokenizer;
 pub mod tokenizer;
+pub mod trajectory;
 
 pub use error::{Error, Result};

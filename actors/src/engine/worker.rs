@@ -447,11 +447,10 @@ impl Worker {
             r.logprobs.push(logprobs[b]);
             self.stats.tokens_generated += 1;
             let params = &r.request.params;
-            if params.stop_token_ids.contains(&tokens[b]) {
-                r.finish = Some(FinishReason::Stop);
-            } else if !r.request.stop_strings.is_empty()
-                && hits_stop_string(self.tokenizer.as_deref(), r)
-            {
+            let stopped = params.stop_token_ids.contains(&tokens[b])
+                || (!r.request.stop_strings.is_empty()
+                    && hits_stop_string(self.tokenizer.as_deref(), r));
+            if stopped {
                 r.finish = Some(FinishReason::Stop);
             } else if r.generated.len() >= params.max_new_tokens {
                 r.finish = Some(FinishReason::Length);

@@ -1,0 +1,338 @@
+//! One pool per tool: `max_concurrency` worker actors under a pool actor that queues calls
+//! (bounded: a full queue sheds the call with an `Overloaded` observation), validates
+//! arguments, and supervises its workers. A worker that panics is replaced after a back-off;
+//! the call it was running gets an error observation instead of a hang. Timeouts are enforced
+//! in the worker, so a slow tool never holds an episode past `Tool::timeout`.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+
+use agent_r1_envs::tool::{CallError, CallOutcome, Tool, ToolCall};
+
+/// Restart limits of a pool's workers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RestartPolicy {
+    /// First back-off before a replacement worker starts.
+    pub backoff: Duration,
+    /// Longest back-off (it doubles with each failure within `window`).
+    pub max_backoff: Duration,
+    /// Failures counted for the back-off are those within this window.
+    pub window: Duration,
+}
+
+impl Default for RestartPolicy {
+    fn default() -> Self {
+        Self {
+            backoff: Duration::from_millis(10),
+            max_backoff: Duration::from_secs(2),
+            window: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Messages of a tool pool.
+#[derive(Debug)]
+pub enum ToolPoolMsg {
+    /// Run a call; the reply is its outcome (never an error at the messaging level unless the
+    /// pool itself is gone).
+    Call(ToolCall, RpcReplyPort<CallOutcome>),
+    /// A worker finished its call.
+    WorkerIdle(ActorId),
+    /// Start a replacement worker (after a back-off).
+    Respawn,
+    /// Report counters.
+    Stats(RpcReplyPort<ToolPoolStats>),
+}
+
+/// Counters of a pool.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ToolPoolStats {
+    /// Calls answered.
+    pub calls: u64,
+    /// Calls shed because the queue was full.
+    pub shed: u64,
+    /// Workers restarted after a failure.
+    pub restarts: u64,
+    /// Calls waiting now.
+    pub queued: usize,
+}
+
+/// Arguments of a pool.
+pub struct ToolPoolArgs {
+    /// The tool.
+    pub tool: Arc<dyn Tool>,
+    /// Calls that may wait for a worker before new ones are shed.
+    pub queue_capacity: usize,
+    /// Worker restart policy.
+    pub restart: RestartPolicy,
+    /// Validates arguments before a call is queued (the schema check of the envs crate).
+    pub validate: super::ArgValidator,
+}
+
+/// The pool actor.
+pub struct ToolPool;
+
+/// The pool's state.
+pub struct ToolPoolState {
+    tool: Arc<dyn Tool>,
+    args_validate:
+        Arc<dyn Fn(&dyn Tool, &serde_json::Value) -> Result<(), CallError> + Send + Sync>,
+    idle: Vec<ActorRef<WorkerMsg>>,
+    busy: HashMap<ActorId, ActorRef<WorkerMsg>>,
+    queue: VecDeque<(ToolCall, RpcReplyPort<CallOutcome>, Instant)>,
+    queue_capacity: usize,
+    restart: RestartPolicy,
+    failures: VecDeque<Instant>,
+    stats: ToolPoolStats,
+}
+
+impl Actor for ToolPool {
+    type Msg = ToolPoolMsg;
+    type State = ToolPoolState;
+    type Arguments = ToolPoolArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: ToolPoolArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let mut idle = Vec::new();
+        for _ in 0..args.tool.max_concurrency().max(1) {
+            idle.push(spawn_worker(&myself, &args.tool).await?);
+        }
+        Ok(ToolPoolState {
+            tool: args.tool,
+            args_validate: args.validate,
+            idle,
+            busy: HashMap::new(),
+            queue: VecDeque::new(),
+            queue_capacity: args.queue_capacity,
+            restart: args.restart,
+            failures: VecDeque::new(),
+            stats: ToolPoolStats::default(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            ToolPoolMsg::Call(call, reply) => {
+                let name = state.tool.name().to_string();
+                if let Err(e) = (state.args_validate)(state.tool.as_ref(), &call.arguments) {
+                    record_error(&name, &e);
+                    let _ = reply.send(CallOutcome {
+                        name: Some(call.name),
+                        result: Err(e),
+                        latency: Duration::ZERO,
+                    });
+                    return Ok(());
+                }
+                if state.queue.len() >= state.queue_capacity && state.idle.is_empty() {
+                    state.stats.shed += 1;
+                    record_error(&name, &CallError::Overloaded);
+                    let _ = reply.send(CallOutcome {
+                        name: Some(call.name),
+                        result: Err(CallError::Overloaded),
+                        latency: Duration::ZERO,
+                    });
+                    return Ok(());
+                }
+                state.queue.push_back((call, reply, Instant::now()));
+                dispatch(state);
+            }
+            ToolPoolMsg::WorkerIdle(id) => {
+                if let Some(worker) = state.busy.remove(&id) {
+                    state.stats.calls += 1;
+                    state.idle.push(worker);
+                }
+                dispatch(state);
+            }
+            ToolPoolMsg::Respawn => {
+                let worker = spawn_worker(&myself, &state.tool).await?;
+                state.idle.push(worker);
+                dispatch(state);
+            }
+            ToolPoolMsg::Stats(reply) => {
+                let _ = reply.send(ToolPoolStats {
+                    queued: state.queue.len(),
+                    ..state.stats.clone()
+                });
+            }
+        }
+        metrics::gauge!("agent_r1_tool_queue_depth", "tool" => state.tool.name().to_string())
+            .set(state.queue.len() as f64);
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let (cell, failed) = match event {
+            SupervisionEvent::ActorFailed(cell, err) => {
+                tracing::warn!(tool = state.tool.name(), "tool worker failed: {err}");
+                (cell, true)
+            }
+            SupervisionEvent::ActorTerminated(cell, _, _) => (cell, false),
+            _ => return Ok(()),
+        };
+        let id = cell.get_id();
+        let was_busy = state.busy.remove(&id).is_some();
+        state.idle.retain(|w| w.get_id() != id);
+        if !(failed || was_busy) {
+            return Ok(());
+        }
+        state.stats.restarts += 1;
+        metrics::counter!("agent_r1_tool_restarts_total", "tool" => state.tool.name().to_string())
+            .increment(1);
+        let now = Instant::now();
+        state.failures.push_back(now);
+        while state
+            .failures
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > state.restart.window)
+        {
+            state.failures.pop_front();
+        }
+        let exp = (state.failures.len() as u32).saturating_sub(1).min(16);
+        let delay = (state.restart.backoff * 2u32.pow(exp)).min(state.restart.max_backoff);
+        let pool = myself.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let _ = pool.cast(ToolPoolMsg::Respawn);
+        });
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        for w in state
+            .idle
+            .drain(..)
+            .chain(state.busy.drain().map(|(_, w)| w))
+        {
+            w.stop(None);
+        }
+        for (call, reply, _) in state.queue.drain(..) {
+            let _ = reply.send(CallOutcome {
+                name: Some(call.name),
+                result: Err(CallError::Failed("the tool pool stopped".into())),
+                latency: Duration::ZERO,
+            });
+        }
+        Ok(())
+    }
+}
+
+fn dispatch(state: &mut ToolPoolState) {
+    while !state.queue.is_empty() {
+        let Some(worker) = state.idle.pop() else {
+            return;
+        };
+        let (call, reply, queued) = state.queue.pop_front().expect("not empty");
+        let id = worker.get_id();
+        match worker.cast(WorkerMsg::Run(call, reply, queued)) {
+            Ok(()) => {
+                state.busy.insert(id, worker);
+            }
+            Err(e) => {
+                // The worker died between going idle and now; its supervision event restarts
+                // it. The call was inside the failed message and is answered from there.
+                tracing::warn!("tool worker unreachable: {e}");
+                if let ractor::MessagingErr::SendErr(WorkerMsg::Run(call, reply, queued)) = e {
+                    state.queue.push_front((call, reply, queued));
+                }
+            }
+        }
+    }
+}
+
+fn record_error(tool: &str, e: &CallError) {
+    metrics::counter!("agent_r1_tool_errors_total", "tool" => tool.to_string(), "kind" => e.kind())
+        .increment(1);
+}
+
+async fn spawn_worker(
+    pool: &ActorRef<ToolPoolMsg>,
+    tool: &Arc<dyn Tool>,
+) -> Result<ActorRef<WorkerMsg>, ActorProcessingErr> {
+    let (worker, _) = Actor::spawn_linked(
+        None,
+        ToolWorker,
+        (tool.clone(), pool.clone()),
+        pool.get_cell(),
+    )
+    .await?;
+    Ok(worker)
+}
+
+/// A worker's message: run one call.
+#[derive(Debug)]
+pub(crate) enum WorkerMsg {
+    /// The call, where to answer, and when it was queued.
+    Run(ToolCall, RpcReplyPort<CallOutcome>, Instant),
+}
+
+/// Runs one call at a time.
+pub(crate) struct ToolWorker;
+
+impl Actor for ToolWorker {
+    type Msg = WorkerMsg;
+    type State = (Arc<dyn Tool>, ActorRef<ToolPoolMsg>);
+    type Arguments = (Arc<dyn Tool>, ActorRef<ToolPoolMsg>);
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(args)
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let WorkerMsg::Run(call, reply, queued) = message;
+        let (tool, pool) = state;
+        let name = tool.name().to_string();
+        let limit = tool.timeout();
+        let started = Instant::now();
+        // A panic inside `call` unwinds out of this handler: ractor reports the worker as
+        // failed to the pool, which restarts it, and dropping `reply` tells the episode.
+        let result = match tokio::time::timeout(limit, tool.call(call.arguments)).await {
+            Err(_) => Err(CallError::Timeout(limit)),
+            Ok(Err(e)) => Err(CallError::Failed(e.to_string())),
+            Ok(Ok(out)) => Ok(out),
+        };
+        let latency = started.elapsed();
+        metrics::histogram!("agent_r1_tool_call_duration_seconds", "tool" => name.clone())
+            .record(latency.as_secs_f64());
+        metrics::histogram!("agent_r1_tool_queue_wait_seconds", "tool" => name.clone())
+            .record((started - queued).as_secs_f64());
+        if let Err(e) = &result {
+            record_error(&name, e);
+        }
+        let _ = reply.send(CallOutcome {
+            name: Some(call.name),
+            result,
+            latency,
+        });
+        let _ = pool.cast(ToolPoolMsg::WorkerIdle(myself.get_id()));
+        Ok(())
+    }
+}

@@ -1,0 +1,169 @@
+//! Step-level trajectories, token-in token-out.
+//!
+//! A trajectory stores its token stream once: the prompt, then for each step the tokens the
+//! policy sampled (`action_ids`) followed by the tokens the runtime appended (`observation_ids`:
+//! the end of the assistant turn the template adds, tool responses, the next generation
+//! prompt). Step k's context is the stream up to `context_len` — the exact ids the engine was
+//! given — so nothing is re-tokenised, and only `action_ids` are ever attributed to the
+//! policy.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use agent_r1_envs::task::Task;
+use agent_r1_envs::tool::CallOutcome;
+
+use crate::model::generate::FinishReason;
+use crate::tokenizer::HfTokenizer;
+use crate::{Error, Result};
+
+/// One interaction step: one RL transition.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Step {
+    /// Length of the context the model saw, as a prefix of the trajectory's token stream.
+    pub context_len: usize,
+    /// Tokens the policy sampled.
+    pub action_ids: Vec<u32>,
+    /// Their sampling log-probabilities.
+    pub logprobs: Vec<f32>,
+    /// Weights version that sampled them.
+    pub policy_version: u64,
+    /// Why generation ended.
+    pub finish_reason: FinishReason,
+    /// Tool calls made in this step and their outcomes.
+    pub tool_calls: Vec<CallOutcome>,
+    /// Tokens appended after the action (template, observations, next prompt); never trained on.
+    pub observation_ids: Vec<u32>,
+    /// Process reward of this step (tool and env rewards).
+    pub reward: f64,
+    /// Seconds waiting for the engine (queue + generation).
+    pub generate_seconds: f64,
+    /// Seconds running tools.
+    pub tool_seconds: f64,
+    /// Context tokens the engine prefilled for this step (the rest were reused).
+    pub prefill_tokens: usize,
+}
+
+/// How an episode ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum EpisodeEnd {
+    /// The env said done, or a limit (turns, context) was reached.
+    Completed {
+        /// `done`, `max_turns` or `max_context`.
+        reason: String,
+    },
+    /// The episode failed and will not be retried.
+    Failed {
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+/// A finished episode.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Trajectory {
+    /// Unique episode id.
+    pub episode_id: u64,
+    /// Episodes of the same task in one batch share a group (for group-based estimators).
+    pub group_id: u64,
+    /// The task.
+    pub task: Task,
+    /// The prompt's token ids (the chat template's rendering of the env's first messages).
+    pub prompt_ids: Vec<u32>,
+    /// Interaction steps.
+    pub steps: Vec<Step>,
+    /// Final (outcome) reward.
+    pub reward: f64,
+    /// Named metrics from the env's score.
+    pub metrics: BTreeMap<String, f64>,
+    /// How it ended.
+    pub end: EpisodeEnd,
+    /// Attempts it took (2 when re-queued once).
+    pub attempts: u32,
+    /// Wall-clock seconds.
+    pub wall_seconds: f64,
+}
+
+impl Trajectory {
+    /// The whole token stream: prompt, then each step's action and observation ids.
+    pub fn token_stream(&self) -> Vec<u32> {
+        let mut ids = self.prompt_ids.clone();
+        for s in &self.steps {
+            ids.extend(&s.action_ids);
+            ids.extend(&s.observation_ids);
+        }
+        ids
+    }
+
+    /// Per token of [`Trajectory::token_stream`]: whether the policy produced it.
+    pub fn action_mask(&self) -> Vec<bool> {
+        let mut mask = vec![false; self.prompt_ids.len()];
+        for s in &self.steps {
+            mask.extend(std::iter::repeat_n(true, s.action_ids.len()));
+            mask.extend(std::iter::repeat_n(false, s.observation_ids.len()));
+        }
+        mask
+    }
+
+    /// The context step `k` was generated from.
+    pub fn context(&self, k: usize) -> Vec<u32> {
+        self.token_stream()[..self.steps[k].context_len].to_vec()
+    }
+
+    /// Tokens generated over all steps.
+    pub fn generated_tokens(&self) -> usize {
+        self.steps.iter().map(|s| s.action_ids.len()).sum()
+    }
+
+    /// Whether it completed (as opposed to failed).
+    pub fn completed(&self) -> bool {
+        matches!(self.end, EpisodeEnd::Completed { .. })
+    }
+}
+
+/// Writes trajectories as JSON lines, with decoded text beside the ids.
+pub struct TrajectoryWriter {
+    out: std::io::BufWriter<std::fs::File>,
+    tokenizer: Option<std::sync::Arc<HfTokenizer>>,
+    path: std::path::PathBuf,
+}
+
+impl TrajectoryWriter {
+    /// Creates (truncates) `path`.
+    pub fn create(path: &Path, tokenizer: Option<std::sync::Arc<HfTokenizer>>) -> Result<Self> {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+        }
+        let file = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
+        Ok(Self {
+            out: std::io::BufWriter::new(file),
+            tokenizer,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Appends one trajectory.
+    pub fn write(&mut self, t: &Trajectory) -> Result<()> {
+        let mut value = serde_json::to_value(t).map_err(|e| Error::Other(e.to_string()))?;
+        if let Some(tok) = &self.tokenizer {
+            value["prompt_text"] = tok.decode(&t.prompt_ids, false)?.into();
+            if let Some(steps) = value["steps"].as_array_mut() {
+                for (s, json) in t.steps.iter().zip(steps) {
+                    json["action_text"] = tok.decode(&s.action_ids, false)?.into();
+                    json["observation_text"] = tok.decode(&s.observation_ids, false)?.into();
+                }
+            }
+        }
+        let line = serde_json::to_string(&value).map_err(|e| Error::Other(e.to_string()))?;
+        writeln!(self.out, "{line}").map_err(|e| Error::io(&self.path, e))
+    }
+
+    /// Flushes to disk.
+    pub fn flush(&mut self) -> Result<()> {
+        self.out.flush().map_err(|e| Error::io(&self.path, e))
+    }
+}

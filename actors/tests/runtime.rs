@@ -1,0 +1,377 @@
+//! The actor runtime end to end on the real engine (a tiny model in libtorch), the real
+//! tokenizer and chat template, and real tool pools.
+//!
+//! Test doubles, by design: `ScriptedEnv` decides to call a tool on the first turns whatever
+//! the (untrained) model wrote, so tool paths run deterministically, and `FaultyTool` injects
+//! panics, hangs and errors.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle};
+use agent_r1_actors::model::presets::preset;
+use agent_r1_actors::model::{Placement, PolicyModel, SamplingParams};
+use agent_r1_actors::runtime::fault::FaultyTool;
+use agent_r1_actors::runtime::{
+    run_rollout, EpisodeConfig, RolloutReport, RolloutSetup, TurnRenderer,
+};
+use agent_r1_actors::tiny_tokenizer::write_tiny_tokenizer;
+use agent_r1_actors::tokenizer::HfTokenizer;
+use agent_r1_actors::trajectory::Trajectory;
+use agent_r1_envs::env::{Env, Score, TurnOutcome};
+use agent_r1_envs::message::Message;
+use agent_r1_envs::task::Task;
+use agent_r1_envs::tool::{CallError, Tool, ToolCall, ToolOutput};
+use async_trait::async_trait;
+use serde_json::{json, Value};
+use tch::Kind;
+
+struct Echo;
+
+#[async_trait]
+impl Tool for Echo {
+    fn name(&self) -> &str {
+        "echo"
+    }
+    fn description(&self) -> &str {
+        "Repeats its text."
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
+    }
+    fn timeout(&self) -> Duration {
+        Duration::from_millis(300)
+    }
+    fn max_concurrency(&self) -> usize {
+        4
+    }
+    async fn call(&self, args: Value) -> agent_r1_envs::Result<ToolOutput> {
+        Ok(ToolOutput::text(format!(
+            "echo: {}",
+            args["text"].as_str().unwrap_or("")
+        )))
+    }
+}
+
+/// Test double: calls `echo` on the first `calls` turns of each task, then stops; its
+/// `reset` panics for tasks named `bad-*`, and for `flaky-*` on the first attempt only.
+struct ScriptedEnv {
+    calls: usize,
+    turns: Mutex<HashMap<String, usize>>,
+    resets: Mutex<HashMap<String, usize>>,
+}
+
+impl Env for ScriptedEnv {
+    fn name(&self) -> &str {
+        "scripted"
+    }
+    fn tool_names(&self) -> Vec<String> {
+        vec!["echo".into()]
+    }
+    fn reset(&self, task: &Task) -> agent_r1_envs::Result<Vec<Message>> {
+        let n = {
+            let mut r = self.resets.lock().unwrap();
+            let n = r.entry(task.id.clone()).or_default();
+            *n += 1;
+            *n
+        };
+        if task.id.starts_with("bad-") || (task.id.starts_with("flaky-") && n == 1) {
+            panic!("injected env failure for {}", task.id);
+        }
+        self.turns.lock().unwrap().insert(task.id.clone(), 0);
+        Ok(vec![
+            Message::system("You are a test agent."),
+            Message::user(task.question.clone()),
+        ])
+    }
+    fn on_turn(&self, task: &Task, _text: &str) -> TurnOutcome {
+        let mut turns = self.turns.lock().unwrap();
+        let t = turns.entry(task.id.clone()).or_default();
+        *t += 1;
+        if *t <= self.calls {
+            TurnOutcome::Calls(vec![
+                Ok(ToolCall {
+                    name: "echo".into(),
+                    arguments: json!({"text": format!("turn {t}")}),
+                }),
+                Err(CallError::InvalidJson("expected value".into())),
+            ])
+        } else {
+            TurnOutcome::Done
+        }
+    }
+    fn score(&self, _task: &Task, transcript: &[Message]) -> Score {
+        Score {
+            reward: transcript.len() as f64,
+            metrics: [("messages".to_string(), transcript.len() as f64)].into(),
+        }
+    }
+}
+
+fn tiny_model(dir: &Path) {
+    let ids = write_tiny_tokenizer(dir, None, 512).unwrap();
+    tch::manual_seed(0);
+    let model = PolicyModel::new(
+        preset("tiny", ids.vocab_size, ids.eos_token_ids).unwrap(),
+        Placement::default(),
+        false,
+    )
+    .unwrap();
+    model.save(dir, None).unwrap();
+}
+
+fn tasks(prefix: &str, n: usize) -> Vec<(Task, u64)> {
+    (0..n)
+        .map(|i| {
+            (
+                Task {
+                    id: format!("{prefix}-{i}"),
+                    data_source: "test".into(),
+                    question: format!("What is item {i}?"),
+                    answers: vec![format!("{i}")],
+                    prompt: None,
+                    extra: Value::Null,
+                },
+                (i / 4) as u64,
+            )
+        })
+        .collect()
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    engine: EngineHandle,
+    tokenizer: Arc<HfTokenizer>,
+    model: PolicyModel,
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    tiny_model(dir.path());
+    let path = dir.path().to_path_buf();
+    let (engine, _) = spawn_engine(
+        move || PolicyModel::load(&path, Placement::default(), false),
+        None,
+        EngineConfig {
+            max_batch_rows: 16,
+            max_context: 1024,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let tokenizer = Arc::new(HfTokenizer::from_dir(dir.path()).unwrap());
+    let model = PolicyModel::load(dir.path(), Placement::default(), false).unwrap();
+    Fixture {
+        _dir: dir,
+        engine,
+        tokenizer,
+        model,
+    }
+}
+
+fn run(
+    f: &Fixture,
+    env: Arc<dyn Env>,
+    tool: Arc<dyn Tool>,
+    tasks: Vec<(Task, u64)>,
+) -> (RolloutReport, Vec<Trajectory>) {
+    let renderer = Arc::new(TurnRenderer::new(f.tokenizer.clone(), vec![tool.spec()]).unwrap());
+    let end = renderer.end_of_turn_id();
+    let setup = RolloutSetup {
+        engine: f.engine.clone(),
+        env,
+        tools: vec![tool],
+        renderer,
+        episode: EpisodeConfig {
+            max_turns: 4,
+            max_context: 1024,
+            sampling: SamplingParams {
+                temperature: 1.0,
+                max_new_tokens: 12,
+                stop_token_ids: vec![end],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        concurrency: 12,
+        tool_queue_capacity: 64,
+        restart: Default::default(),
+        validate: Arc::new(|_, _| Ok(())),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(8);
+        let collector = tokio::spawn(async move {
+            let mut out = Vec::new();
+            while let Some(t) = rx.recv().await {
+                out.push(t);
+            }
+            out
+        });
+        let report = tokio::time::timeout(Duration::from_secs(300), run_rollout(setup, tasks, tx))
+            .await
+            .expect("rollout must not hang")
+            .unwrap();
+        (report, collector.await.unwrap())
+    })
+}
+
+#[test]
+fn every_episode_ends_under_tool_faults_and_actions_match_their_contexts() {
+    let f = fixture();
+    let faulty = FaultyTool::new(Arc::new(Echo), 0.35, Duration::from_millis(2), 7);
+    let counts = faulty.counts();
+    let env = Arc::new(ScriptedEnv {
+        calls: 2,
+        turns: Default::default(),
+        resets: Default::default(),
+    });
+    let (report, trajectories) = run(&f, env, Arc::new(faulty), tasks("t", 40));
+    let reasons: Vec<String> = trajectories
+        .iter()
+        .filter(|t| !t.completed())
+        .map(|t| format!("{:?}", t.end))
+        .collect();
+    assert!(
+        reasons.is_empty(),
+        "{report:?} {:?}",
+        &reasons[..reasons.len().min(3)]
+    );
+    assert_eq!(trajectories.len(), 40, "{report:?}");
+    assert!(trajectories.iter().all(|t| t.completed()), "{report:?}");
+    assert_eq!(report.summary.completed, 40);
+    assert_eq!(report.summary.failed + report.summary.requeued, 0);
+    let panics = counts.panics.load(Ordering::Relaxed);
+    assert!(
+        panics > 0
+            && counts.hangs.load(Ordering::Relaxed) > 0
+            && counts.errors.load(Ordering::Relaxed) > 0
+    );
+    assert_eq!(
+        report.tool_restarts["echo"], panics,
+        "each panicked worker restarted once"
+    );
+
+    let mut kinds = HashMap::new();
+    for t in &trajectories {
+        assert_eq!(t.steps.len(), 3, "two tool turns then a final turn");
+        // Contexts are prefixes of one stream; only actions are attributed to the policy.
+        let stream = t.token_stream();
+        let mut expected = t.prompt_ids.len();
+        for s in &t.steps {
+            assert_eq!(s.context_len, expected);
+            expected += s.action_ids.len() + s.observation_ids.len();
+            for c in &s.tool_calls {
+                let kind = match &c.result {
+                    Ok(_) => "ok",
+                    Err(e) => e.kind(),
+                };
+                *kinds.entry(kind).or_insert(0) += 1;
+            }
+        }
+        assert_eq!(stream.len(), expected);
+        assert_eq!(
+            t.action_mask().iter().filter(|&&m| m).count(),
+            t.generated_tokens()
+        );
+        let obs = f
+            .tokenizer
+            .decode(&t.steps[0].observation_ids, false)
+            .unwrap();
+        assert!(
+            obs.contains("<tool_response>") && obs.contains("Error: JSONDecodeError"),
+            "{obs}"
+        );
+    }
+    for kind in ["ok", "timeout", "failed", "invalid_json"] {
+        assert!(
+            kinds.get(kind).copied().unwrap_or(0) > 0,
+            "no `{kind}` outcome: {kinds:?}"
+        );
+    }
+    // Token-in, token-out: the stored logprobs are the policy's on exactly the stored context.
+    for t in trajectories.iter().take(6) {
+        for (k, s) in t.steps.iter().enumerate() {
+            let mut ids = t.context(k);
+            ids.extend(&s.action_ids);
+            let logits = f.model.sequence_logits(&ids).unwrap();
+            let lp = logits.log_softmax(-1, Kind::Float);
+            for (j, (&tok, &stored)) in s.action_ids.iter().zip(&s.logprobs).enumerate() {
+                let v = lp.double_value(&[(s.context_len + j - 1) as i64, tok as i64]);
+                assert!(
+                    (v - stored as f64).abs() < 1e-3,
+                    "episode {} step {k} token {j}: {v} vs {stored}",
+                    t.episode_id
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn failed_episodes_are_requeued_once_then_reported() {
+    let f = fixture();
+    let env = Arc::new(ScriptedEnv {
+        calls: 1,
+        turns: Default::default(),
+        resets: Default::default(),
+    });
+    let mut all = tasks("ok", 6);
+    all.extend(tasks("flaky", 3));
+    all.extend(tasks("bad", 2));
+    let (report, trajectories) = run(&f, env, Arc::new(Echo), all);
+    let reasons: Vec<String> = trajectories
+        .iter()
+        .filter(|t| !t.completed())
+        .map(|t| format!("{} {:?}", t.task.id, t.end))
+        .collect();
+    eprintln!("{reasons:?}");
+    assert_eq!(trajectories.len(), 11);
+    assert_eq!(report.summary.completed, 9, "{report:?}");
+    assert_eq!(report.summary.failed, 2);
+    assert_eq!(report.summary.requeued, 5, "3 flaky + 2 bad, once each");
+    assert!(report.summary.env_restarts >= 7, "{report:?}");
+    for t in &trajectories {
+        if t.task.id.starts_with("flaky") {
+            assert!(t.completed() && t.attempts == 2);
+        }
+        if t.task.id.starts_with("bad") {
+            assert!(!t.completed() && t.attempts == 2);
+        }
+    }
+}
+
+#[test]
+fn a_failing_engine_stops_the_run_with_its_error() {
+    let f = fixture();
+    let env = Arc::new(ScriptedEnv {
+        calls: 3,
+        turns: Default::default(),
+        resets: Default::default(),
+    });
+    let engine = f.engine.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        engine.shutdown();
+    });
+    let slow = FaultyTool::new(Arc::new(Echo), 0.0, Duration::from_millis(50), 1);
+    let (report, trajectories) = run(&f, env, Arc::new(slow), tasks("t", 200));
+    let fatal = report
+        .summary
+        .fatal
+        .clone()
+        .expect("the run reports the engine failure");
+    assert!(fatal.contains("engine"), "{fatal}");
+    assert!(report.summary.completed < 200);
+    assert_eq!(
+        report.summary.completed as usize,
+        trajectories.iter().filter(|t| t.completed()).count()
+    );
+}
