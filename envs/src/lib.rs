@@ -7,6 +7,7 @@
 
 pub mod dataset;
 pub mod env;
+pub mod envs;
 pub mod error;
 pub mod message;
 pub mod reward;

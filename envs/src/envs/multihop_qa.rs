@@ -1,0 +1,156 @@
+//! `multihop_qa`: question answering with a `search` tool over any dataset format.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::corpus::CorpusSpec;
+use super::prompt::QA_SYSTEM_PROMPT;
+use super::registry::{check_option_keys, parse_options};
+use crate::env::{Env, Score};
+use crate::error::{Error, Result};
+use crate::message::Message;
+use crate::reward::{score_qa, ProcessRewardConfig, RewardKind};
+use crate::task::Task;
+use crate::tool::CallOutcome;
+
+/// Registry name.
+pub const NAME: &str = "multihop_qa";
+
+/// Options of `multihop_qa` (and of the QA part of `synthetic_multihop`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct QaOptions {
+    /// The reward trained on (`agent_r1_qa`, `hotpotqa_em`, `hotpotqa_f1`, `substring_em`).
+    pub reward: RewardKind,
+    /// System prompt for tasks without their own prompt (default: [`QA_SYSTEM_PROMPT`]).
+    pub system_prompt: Option<String>,
+    /// Use a task's ready-made prompt (Agent-R1 parquet rows) when it has one.
+    pub use_task_prompt: bool,
+    /// Longest observation shown to the model, in characters.
+    pub max_observation_chars: usize,
+    /// Per-call process rewards (off by default).
+    pub process_reward: ProcessRewardConfig,
+    /// Tools an episode may call.
+    pub tools: Vec<String>,
+}
+
+impl Default for QaOptions {
+    fn default() -> Self {
+        Self {
+            reward: RewardKind::default(),
+            system_prompt: None,
+            use_task_prompt: true,
+            max_observation_chars: 2048,
+            process_reward: ProcessRewardConfig::default(),
+            tools: vec!["search".to_string()],
+        }
+    }
+}
+
+/// Option keys of [`QaOptions`].
+pub const QA_OPTION_KEYS: [&str; 6] = [
+    "reward",
+    "system_prompt",
+    "use_task_prompt",
+    "max_observation_chars",
+    "process_reward",
+    "tools",
+];
+
+/// Options of `multihop_qa`: [`QaOptions`] plus the corpus to search.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MultihopQaOptions {
+    /// The QA settings.
+    #[serde(flatten)]
+    pub qa: QaOptions,
+    /// The corpus the `search` tool should index (`{"jsonl": path}` or
+    /// `{"hotpotqa": [paths]}`); `None` leaves it to the tool's own config.
+    #[serde(default)]
+    pub corpus: Option<CorpusSpec>,
+}
+
+/// Multi-hop QA: the model searches, then answers inside `<answer>`.
+#[derive(Debug, Clone)]
+pub struct MultihopQaEnv {
+    name: String,
+    options: MultihopQaOptions,
+}
+
+impl MultihopQaEnv {
+    /// An env with these options.
+    pub fn new(options: MultihopQaOptions) -> Result<Self> {
+        Self::named(NAME, options)
+    }
+
+    /// The same behaviour under another registry name (used by `synthetic_multihop`).
+    pub fn named(name: &str, options: MultihopQaOptions) -> Result<Self> {
+        if options.qa.max_observation_chars == 0 {
+            return Err(Error::Config {
+                key: "env.max_observation_chars".into(),
+                message: "must be at least 1".into(),
+            });
+        }
+        Ok(Self {
+            name: name.to_string(),
+            options,
+        })
+    }
+
+    /// Builds from registry options; unknown keys are errors.
+    pub fn from_options(options: &Value) -> Result<Self> {
+        let mut known = QA_OPTION_KEYS.to_vec();
+        known.push("corpus");
+        check_option_keys(NAME, options, &known)?;
+        Self::new(parse_options(NAME, options)?)
+    }
+
+    /// The options in effect.
+    pub fn options(&self) -> &MultihopQaOptions {
+        &self.options
+    }
+
+    /// The corpus the `search` tool should index, if configured.
+    pub fn corpus(&self) -> Option<&CorpusSpec> {
+        self.options.corpus.as_ref()
+    }
+
+    /// The reward trained on.
+    pub fn reward_kind(&self) -> RewardKind {
+        self.options.qa.reward
+    }
+}
+
+impl Env for MultihopQaEnv {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn tool_names(&self) -> Vec<String> {
+        self.options.qa.tools.clone()
+    }
+
+    fn reset(&self, task: &Task) -> Result<Vec<Message>> {
+        if self.options.qa.use_task_prompt {
+            if let Some(prompt) = task.prompt.as_ref().filter(|p| !p.is_empty()) {
+                return Ok(prompt.clone());
+            }
+        }
+        if task.question.trim().is_empty() {
+            return Err(Error::Other(format!("task `{}` has an empty question", task.id)));
+        }
+        let system = self.options.qa.system_prompt.as_deref().unwrap_or(QA_SYSTEM_PROMPT);
+        Ok(vec![Message::system(system), Message::user(format!("Question: {}", task.question))])
+    }
+
+    fn max_observation_chars(&self) -> usize {
+        self.options.qa.max_observation_chars
+    }
+
+    fn step_reward(&self, _task: &Task, outcomes: &[CallOutcome]) -> f64 {
+        self.options.qa.process_reward.turn_reward(outcomes)
+    }
+
+    fn score(&self, task: &Task, transcript: &[Message]) -> Score {
+        score_qa(self.options.qa.reward, &task.answers, transcript)
+    }
+}

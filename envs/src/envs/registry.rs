@@ -1,0 +1,115 @@
+//! Envs by name: built-ins plus whatever a user registers.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::env::Env;
+use crate::error::{Error, Result};
+
+/// Builds an env from its JSON options (`{}` when the config gives none).
+pub type EnvFactory = Arc<dyn Fn(&Value) -> Result<Box<dyn Env>> + Send + Sync>;
+
+/// Env factories by name.
+#[derive(Clone)]
+pub struct EnvRegistry {
+    factories: BTreeMap<String, EnvFactory>,
+}
+
+impl std::fmt::Debug for EnvRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EnvRegistry").field("names", &self.names()).finish()
+    }
+}
+
+impl Default for EnvRegistry {
+    fn default() -> Self {
+        Self::with_builtins()
+    }
+}
+
+impl EnvRegistry {
+    /// A registry with no envs.
+    pub fn empty() -> Self {
+        Self {
+            factories: BTreeMap::new(),
+        }
+    }
+
+    /// A registry with the built-in envs: `multihop_qa` and `synthetic_multihop`.
+    pub fn with_builtins() -> Self {
+        let mut registry = Self::empty();
+        registry.register(super::multihop_qa::NAME, |o: &Value| {
+            Ok(Box::new(super::MultihopQaEnv::from_options(o)?) as Box<dyn Env>)
+        });
+        registry.register(super::synthetic_multihop::NAME, |o: &Value| {
+            Ok(Box::new(super::SyntheticMultihopEnv::from_options(o)?) as Box<dyn Env>)
+        });
+        registry
+    }
+
+    /// Registers (or replaces) the factory for `name`.
+    pub fn register<F>(&mut self, name: impl Into<String>, factory: F) -> &mut Self
+    where
+        F: Fn(&Value) -> Result<Box<dyn Env>> + Send + Sync + 'static,
+    {
+        self.factories.insert(name.into(), Arc::new(factory));
+        self
+    }
+
+    /// Builds the env `name` with `options`; an unknown name lists the known ones.
+    pub fn create(&self, name: &str, options: &Value) -> Result<Box<dyn Env>> {
+        match self.factories.get(name) {
+            Some(factory) => factory(options),
+            None => Err(Error::Unknown {
+                kind: "env",
+                name: name.to_string(),
+                known: self.names().join(", "),
+            }),
+        }
+    }
+
+    /// Whether `name` is registered.
+    pub fn contains(&self, name: &str) -> bool {
+        self.factories.contains_key(name)
+    }
+
+    /// Registered names, sorted.
+    pub fn names(&self) -> Vec<&str> {
+        self.factories.keys().map(String::as_str).collect()
+    }
+}
+
+/// Rejects option keys outside `known` (so a typo is an error, not a silent default).
+pub fn check_option_keys(env: &str, options: &Value, known: &[&str]) -> Result<()> {
+    match options {
+        Value::Null => Ok(()),
+        Value::Object(map) => {
+            for key in map.keys() {
+                if !known.contains(&key.as_str()) {
+                    return Err(Error::Config {
+                        key: format!("env.{key}"),
+                        message: format!("`{env}` has no option `{key}` (known: {})", known.join(", ")),
+                    });
+                }
+            }
+            Ok(())
+        }
+        _ => Err(Error::Config {
+            key: "env".into(),
+            message: format!("`{env}` options must be a JSON object"),
+        }),
+    }
+}
+
+/// Deserialises env options (`null` means all defaults), naming the env in errors.
+pub fn parse_options<T: serde::de::DeserializeOwned + Default>(env: &str, options: &Value) -> Result<T> {
+    if options.is_null() {
+        return Ok(T::default());
+    }
+    serde_json::from_value(options.clone()).map_err(|e| Error::Config {
+        key: "env".into(),
+        message: format!("`{env}` options: {e}"),
+    })
+}
