@@ -26,6 +26,9 @@ pub use options::{LoadOptions, OnBadRow};
 use crate::error::{Error, Result};
 use crate::task::Task;
 
+/// Rows numbered by line (or parquet row), each parsed or with the reason it is not.
+pub type NumberedRows = Vec<(usize, Result<Value, String>)>;
+
 /// What [`load_tasks`] read.
 #[derive(Debug)]
 pub struct Loaded {
@@ -46,15 +49,21 @@ pub fn load_tasks(path: impl AsRef<Path>, options: &LoadOptions) -> Result<Loade
         Some(f) => f == DatasetFormat::AgentR1Parquet,
         None => DatasetFormat::is_parquet(path, &read_head(path)?),
     };
-    let (format, rows): (DatasetFormat, Vec<(usize, Result<Value, String>)>) = if parquet {
-        (DatasetFormat::AgentR1Parquet, agent_r1_parquet::read_parquet_rows(path)?)
+    let (format, rows): (DatasetFormat, NumberedRows) = if parquet {
+        (
+            DatasetFormat::AgentR1Parquet,
+            agent_r1_parquet::read_parquet_rows(path)?,
+        )
     } else {
         let rows = rows::read_json_rows(path)?;
         let format = match options.format {
             Some(f) => f,
             None => detect_json_format(path, &rows)?,
         };
-        (format, rows.into_iter().map(|r| (r.line, r.value)).collect())
+        (
+            format,
+            rows.into_iter().map(|r| (r.line, r.value)).collect(),
+        )
     };
     let mut loaded = Loaded {
         format,
@@ -89,7 +98,11 @@ pub fn load_tasks(path: impl AsRef<Path>, options: &LoadOptions) -> Result<Loade
         }
     }
     if loaded.skipped.len() >= 20 {
-        tracing::warn!("{}: skipped {} bad rows in all", path.display(), loaded.skipped.len());
+        tracing::warn!(
+            "{}: skipped {} bad rows in all",
+            path.display(),
+            loaded.skipped.len()
+        );
     }
     Ok(loaded)
 }
@@ -103,7 +116,12 @@ pub fn load_many(paths: &[PathBuf], options: &LoadOptions) -> Result<Vec<Task>> 
     Ok(tasks)
 }
 
-fn convert(format: DatasetFormat, row: &Value, line: usize, options: &LoadOptions) -> Result<Option<Task>, String> {
+fn convert(
+    format: DatasetFormat,
+    row: &Value,
+    line: usize,
+    options: &LoadOptions,
+) -> Result<Option<Task>, String> {
     match format {
         DatasetFormat::HotpotQa => hotpotqa::task_from_row(row).map(Some),
         DatasetFormat::TwoWiki => two_wiki::task_from_row(row).map(Some),

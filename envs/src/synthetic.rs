@@ -58,7 +58,10 @@ impl SyntheticWorld {
 
     /// The tasks of one split (`extra` holds split, template, hop count and chain).
     pub fn tasks(&self, split: Split) -> Vec<Task> {
-        self.questions(split).into_iter().map(|q| self.task(q)).collect()
+        self.questions(split)
+            .into_iter()
+            .map(|q| self.task(q))
+            .collect()
     }
 
     fn task(&self, q: &Question) -> Task {
@@ -139,11 +142,14 @@ impl SyntheticWorld {
         }
         for q in self.questions(Split::Train) {
             let demo = gold_demo(q);
-            for m in demo.messages(vec![Message::user(q.text.clone())], |query| self.observe(query, 3)) {
+            for m in demo.messages(vec![Message::user(q.text.clone())], |query| {
+                self.observe(query, 3)
+            }) {
                 match m.role {
-                    crate::message::Role::Tool => {
-                        out.push_str(&format!("<tool_response>\n{}\n</tool_response>\n", m.content))
-                    }
+                    crate::message::Role::Tool => out.push_str(&format!(
+                        "<tool_response>\n{}\n</tool_response>\n",
+                        m.content
+                    )),
                     _ => {
                         out.push_str(&m.content);
                         out.push('\n');

@@ -8,7 +8,9 @@ use agent_r1_envs::message::Role;
 use agent_r1_envs::Error;
 
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/data").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/data")
+        .join(name)
 }
 
 fn auto() -> LoadOptions {
@@ -59,14 +61,26 @@ fn musique_keeps_answerable_rows_by_default() {
     let ids: Vec<&str> = loaded.tasks.iter().map(|t| t.id.as_str()).collect();
     assert_eq!(ids, vec!["2hop__1", "3hop__3"]);
     assert_eq!(loaded.filtered, 1);
-    assert_eq!(loaded.tasks[0].answers, vec!["Miquette Giraudy", "Miquette"]);
-    assert_eq!(loaded.tasks[0].extra["paragraphs"][1]["is_supporting"], true);
+    assert_eq!(
+        loaded.tasks[0].answers,
+        vec!["Miquette Giraudy", "Miquette"]
+    );
+    assert_eq!(
+        loaded.tasks[0].extra["paragraphs"][1]["is_supporting"],
+        true
+    );
 
     let all = LoadOptions {
         include_unanswerable: true,
         ..auto()
     };
-    assert_eq!(load_tasks(fixture("musique.jsonl"), &all).expect("load").tasks.len(), 3);
+    assert_eq!(
+        load_tasks(fixture("musique.jsonl"), &all)
+            .expect("load")
+            .tasks
+            .len(),
+        3
+    );
 }
 
 #[test]
@@ -75,8 +89,14 @@ fn plain_jsonl() {
     assert_eq!(loaded.format, DatasetFormat::Jsonl);
     let t = &loaded.tasks;
     assert_eq!(t.len(), 3);
-    assert_eq!((t[0].id.as_str(), t[0].answers.clone()), ("1", vec!["Paris".to_string()]));
-    assert_eq!((t[1].id.as_str(), t[1].data_source.as_str()), ("q2", "trivia"));
+    assert_eq!(
+        (t[0].id.as_str(), t[0].answers.clone()),
+        ("1", vec!["Paris".to_string()])
+    );
+    assert_eq!(
+        (t[1].id.as_str(), t[1].data_source.as_str()),
+        ("q2", "trivia")
+    );
     // Line numbers count the blank line.
     assert_eq!(t[2].id, "4");
     assert_eq!(t[2].extra["topic"], "art");
@@ -90,7 +110,10 @@ fn agent_r1_parquet_string_ground_truth() {
     let t = &loaded.tasks[0];
     assert_eq!(t.id, "0");
     assert_eq!(t.data_source, "hotpotqa/hotpot_qa");
-    assert_eq!(t.question, "Which magazine was started first, Arthur's Magazine or First for Women?");
+    assert_eq!(
+        t.question,
+        "Which magazine was started first, Arthur's Magazine or First for Women?"
+    );
     assert_eq!(t.answers, vec!["Arthur's Magazine"]);
     let prompt = t.prompt.as_ref().expect("prompt");
     assert_eq!(prompt.len(), 1);
@@ -102,7 +125,10 @@ fn agent_r1_parquet_string_ground_truth() {
     assert_eq!(t.extra["env_kwargs"]["tools"][0], "search");
     assert_eq!(t.extra["extra_info"]["split"], "train");
     let second = &loaded.tasks[1];
-    assert_eq!(second.prompt.as_ref().map(|p| p[0].role), Some(Role::System));
+    assert_eq!(
+        second.prompt.as_ref().map(|p| p[0].role),
+        Some(Role::System)
+    );
 }
 
 #[test]
@@ -121,7 +147,11 @@ fn agent_r1_parquet_dict_ground_truth_with_a_bad_row() {
     let path = fixture("agent_r1_dict_gt_bad_row.parquet");
     let err = load_tasks(&path, &auto()).unwrap_err();
     match &err {
-        Error::BadRow { path: p, line, message } => {
+        Error::BadRow {
+            path: p,
+            line,
+            message,
+        } => {
             assert_eq!(p, &path);
             assert_eq!(*line, 2);
             assert!(message.contains("no question"), "{message}");
@@ -145,7 +175,10 @@ fn bad_rows_fail_by_default_with_file_and_line() {
     for (name, line, word) in cases {
         let err = load_tasks(fixture(name), &auto()).unwrap_err();
         let text = err.to_string();
-        assert!(text.contains(name) && text.contains(&format!(":{line}:")) && text.contains(word), "{name}: {text}");
+        assert!(
+            text.contains(name) && text.contains(&format!(":{line}:")) && text.contains(word),
+            "{name}: {text}"
+        );
     }
 }
 
@@ -169,7 +202,14 @@ fn bad_rows_are_skipped_and_counted_when_asked() {
     assert_eq!(loaded.skipped.len(), 2);
 
     let loaded = load_tasks(fixture("plain_bad.jsonl"), &skip()).expect("load");
-    assert_eq!(loaded.tasks.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), vec!["1", "5"]);
+    assert_eq!(
+        loaded
+            .tasks
+            .iter()
+            .map(|t| t.id.as_str())
+            .collect::<Vec<_>>(),
+        vec!["1", "5"]
+    );
     assert_eq!(loaded.skipped.len(), 3);
 }
 
@@ -195,16 +235,30 @@ fn explicit_format_overrides_detection() {
         format: Some(DatasetFormat::HotpotQa),
         ..auto()
     };
-    assert!(matches!(load_tasks(fixture("musique.jsonl"), &opts), Err(Error::BadRow { line: 1, .. })));
+    assert!(matches!(
+        load_tasks(fixture("musique.jsonl"), &opts),
+        Err(Error::BadRow { line: 1, .. })
+    ));
     // Options parse from config JSON.
-    let opts: LoadOptions = serde_json::from_value(serde_json::json!({"format": "2wiki", "on_bad_row": "skip", "limit": 1})).expect("options");
+    let opts: LoadOptions = serde_json::from_value(
+        serde_json::json!({"format": "2wiki", "on_bad_row": "skip", "limit": 1}),
+    )
+    .expect("options");
     assert_eq!(opts.format, Some(DatasetFormat::TwoWiki));
-    assert_eq!(load_tasks(fixture("2wikimultihopqa.json"), &opts).expect("load").tasks.len(), 1);
+    assert_eq!(
+        load_tasks(fixture("2wikimultihopqa.json"), &opts)
+            .expect("load")
+            .tasks
+            .len(),
+        1
+    );
 }
 
 #[test]
 fn undetectable_files_and_missing_files_are_errors() {
-    let err = load_tasks(fixture("unknown_format.jsonl"), &auto()).unwrap_err().to_string();
+    let err = load_tasks(fixture("unknown_format.jsonl"), &auto())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("set `format`"), "{err}");
     let err = load_tasks(fixture("does_not_exist.json"), &auto()).unwrap_err();
     assert!(matches!(err, Error::Io { .. }));
@@ -222,5 +276,11 @@ fn limit_caps_the_number_of_tasks() {
         limit: Some(1),
         ..auto()
     };
-    assert_eq!(load_tasks(fixture("plain.jsonl"), &opts).expect("load").tasks.len(), 1);
+    assert_eq!(
+        load_tasks(fixture("plain.jsonl"), &opts)
+            .expect("load")
+            .tasks
+            .len(),
+        1
+    );
 }

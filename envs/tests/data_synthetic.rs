@@ -5,7 +5,9 @@ use std::collections::BTreeSet;
 
 use agent_r1_envs::message::Message;
 use agent_r1_envs::reward::{score_qa, RewardKind};
-use agent_r1_envs::synthetic::{demos, gold_demo, DemoConfig, Split, SyntheticConfig, SyntheticWorld};
+use agent_r1_envs::synthetic::{
+    demos, gold_demo, DemoConfig, Split, SyntheticConfig, SyntheticWorld,
+};
 
 fn world(seed: u64) -> SyntheticWorld {
     SyntheticWorld::generate(&SyntheticConfig {
@@ -30,13 +32,21 @@ fn seed_7_snapshot_is_stable_across_platforms_and_versions() {
     // ChaCha8 and u32-only draws make this identical everywhere; a change here means the
     // generator changed and every saved corpus and checkpoint trained on it is stale.
     let w = world(7);
-    let first: Vec<(&str, &str)> = w.questions.iter().take(3).map(|q| (q.text.as_str(), q.answer.as_str())).collect();
+    let first: Vec<(&str, &str)> = w
+        .questions
+        .iter()
+        .take(3)
+        .map(|q| (q.text.as_str(), q.answer.as_str()))
+        .collect();
     assert_eq!(first, SNAPSHOT.to_vec());
     assert_eq!(w.world.documents[0].title, SNAPSHOT_FIRST_COUNTRY);
 }
 
 const SNAPSHOT: [(&str, &str); 3] = [
-    ("Where was the founder of Naitedro Systems born?", "Drutaburg"),
+    (
+        "Where was the founder of Naitedro Systems born?",
+        "Drutaburg",
+    ),
     ("In which country was Gaidra Dailu born?", "Rouland"),
     ("Where was the founder of Tridrasu Works born?", "Stadoburg"),
 ];
@@ -52,7 +62,10 @@ fn sizes_and_hop_mix_follow_the_config() {
         ..SyntheticConfig::default()
     };
     let w = SyntheticWorld::generate(&cfg).expect("world");
-    assert_eq!(w.world.entities.len(), cfg.n_countries + cfg.n_cities + cfg.n_people + cfg.n_companies);
+    assert_eq!(
+        w.world.entities.len(),
+        cfg.n_countries + cfg.n_cities + cfg.n_people + cfg.n_companies
+    );
     assert_eq!(w.world.documents.len(), w.world.entities.len());
     assert_eq!(w.questions.len(), 200);
     assert_eq!(w.questions.iter().filter(|q| q.hops.len() == 3).count(), 50);
@@ -69,8 +82,16 @@ fn sizes_and_hop_mix_follow_the_config() {
 fn train_and_test_questions_are_disjoint() {
     for seed in 0..5 {
         let w = world(seed);
-        let train: BTreeSet<&str> = w.questions(Split::Train).iter().map(|q| q.text.as_str()).collect();
-        let test: BTreeSet<&str> = w.questions(Split::Test).iter().map(|q| q.text.as_str()).collect();
+        let train: BTreeSet<&str> = w
+            .questions(Split::Train)
+            .iter()
+            .map(|q| q.text.as_str())
+            .collect();
+        let test: BTreeSet<&str> = w
+            .questions(Split::Test)
+            .iter()
+            .map(|q| q.text.as_str())
+            .collect();
         assert!(!test.is_empty() && !train.is_empty());
         assert!(train.is_disjoint(&test), "seed {seed}");
         // No duplicate question text at all, and unique ids.
@@ -79,7 +100,9 @@ fn train_and_test_questions_are_disjoint() {
         assert_eq!(ids.len(), w.questions.len());
         let tasks = w.tasks(Split::Test);
         assert_eq!(tasks.len(), test.len());
-        assert!(tasks.iter().all(|t| t.extra["split"] == "test" && t.data_source == "synthetic_multihop"));
+        assert!(tasks
+            .iter()
+            .all(|t| t.extra["split"] == "test" && t.data_source == "synthetic_multihop"));
     }
 }
 
@@ -89,19 +112,36 @@ fn bridges_are_hidden_and_every_hop_is_findable() {
     for q in &w.questions {
         // Only the first entity is named: no bridge, no answer.
         for hop in &q.hops[1..] {
-            assert!(!q.text.contains(&hop.subject), "{} names bridge {}", q.text, hop.subject);
+            assert!(
+                !q.text.contains(&hop.subject),
+                "{} names bridge {}",
+                q.text,
+                hop.subject
+            );
         }
         assert!(!q.text.contains(&q.answer), "{} names its answer", q.text);
         assert!(q.text.contains(&q.hops[0].subject));
-        assert_eq!(q.hops.last().map(|h| h.object.as_str()), Some(q.answer.as_str()));
+        assert_eq!(
+            q.hops.last().map(|h| h.object.as_str()),
+            Some(q.answer.as_str())
+        );
         for hop in &q.hops {
             let doc = w.world.document_by_title(&hop.subject).expect("doc");
-            assert!(doc.text.contains(&hop.object), "{}: {:?} lacks {}", q.text, doc.text, hop.object);
+            assert!(
+                doc.text.contains(&hop.object),
+                "{}: {:?} lacks {}",
+                q.text,
+                doc.text,
+                hop.object
+            );
             let sentences = doc.text.matches(". ").count() + 1;
             assert!(sentences <= 3, "{:?}", doc.text);
             // Searching the name puts its document first.
             let top = w.observe(&hop.subject, 1);
-            assert!(top.starts_with(&format!("Doc 1 (Title: {})", hop.subject)), "{top}");
+            assert!(
+                top.starts_with(&format!("Doc 1 (Title: {})", hop.subject)),
+                "{top}"
+            );
         }
     }
 }
@@ -113,13 +153,24 @@ fn corpus_jsonl_and_tokenizer_text() {
     let path = dir.path().join("corpus/synthetic.jsonl");
     w.write_corpus(&path).expect("write");
     let text = std::fs::read_to_string(&path).expect("read");
-    let rows: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).expect("json")).collect();
+    let rows: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect();
     assert_eq!(rows.len(), w.world.documents.len());
     assert_eq!(rows[3]["title"], w.world.documents[3].title.as_str());
-    assert!(rows.iter().all(|r| r["id"].is_string() && r["text"].is_string()));
+    assert!(rows
+        .iter()
+        .all(|r| r["id"].is_string() && r["text"].is_string()));
 
     let corpus = w.corpus_text();
-    for tag in ["<think>", "</tool_call>", "<tool_response>", "<answer>", "\"arguments\""] {
+    for tag in [
+        "<think>",
+        "</tool_call>",
+        "<tool_response>",
+        "<answer>",
+        "\"arguments\"",
+    ] {
         assert!(corpus.contains(tag), "{tag}");
     }
     assert!(w.questions.iter().all(|q| corpus.contains(&q.text)));
@@ -140,7 +191,11 @@ fn gold_demos_are_hermes_and_score_full_marks() {
         let prefix = vec![Message::system("sys"), Message::user(q.text.clone())];
         let transcript = demo.messages(prefix, |query| w.observe(query, 3));
         assert_eq!(transcript.len(), 2 + 2 * q.hops.len() + 1);
-        let s = score_qa(RewardKind::AgentR1Qa, &[q.answer.clone()], &transcript);
+        let s = score_qa(
+            RewardKind::AgentR1Qa,
+            std::slice::from_ref(&q.answer),
+            &transcript,
+        );
         assert_eq!(s.reward, 1.0, "{transcript:#?}");
         assert_eq!(s.metrics["em"], 1.0);
         assert_eq!(s.metrics["format"], 0.5 * (q.hops.len() + 1) as f64);
@@ -152,18 +207,52 @@ fn gold_demos_are_hermes_and_score_full_marks() {
 fn imperfect_demos_guess_wrong_after_one_search() {
     let w = world(4);
     let train: Vec<_> = w.questions(Split::Train).into_iter().cloned().collect();
-    let all_wrong = demos(&w.world, &train, &DemoConfig { early_wrong_answer_prob: 1.0, seed: 1 });
+    let all_wrong = demos(
+        &w.world,
+        &train,
+        &DemoConfig {
+            early_wrong_answer_prob: 1.0,
+            seed: 1,
+        },
+    );
     for (demo, q) in all_wrong.iter().zip(&train) {
         assert!(!demo.correct);
         assert_eq!(demo.turns.len(), 2);
         let transcript = demo.messages(vec![], |query| w.observe(query, 3));
-        let s = score_qa(RewardKind::HotpotqaEm, &[q.answer.clone()], &transcript);
+        let s = score_qa(
+            RewardKind::HotpotqaEm,
+            std::slice::from_ref(&q.answer),
+            &transcript,
+        );
         assert_eq!(s.reward, 0.0);
         assert_eq!(s.metrics["format"], 1.0);
     }
-    let mixed = demos(&w.world, &train, &DemoConfig { early_wrong_answer_prob: 0.3, seed: 1 });
+    let mixed = demos(
+        &w.world,
+        &train,
+        &DemoConfig {
+            early_wrong_answer_prob: 0.3,
+            seed: 1,
+        },
+    );
     let wrong = mixed.iter().filter(|d| !d.correct).count();
-    assert!(wrong > train.len() / 10 && wrong < train.len() / 2, "{wrong} of {}", train.len());
-    assert_eq!(mixed, demos(&w.world, &train, &DemoConfig { early_wrong_answer_prob: 0.3, seed: 1 }));
-    assert!(demos(&w.world, &train, &DemoConfig::default()).iter().all(|d| d.correct));
+    assert!(
+        wrong > train.len() / 10 && wrong < train.len() / 2,
+        "{wrong} of {}",
+        train.len()
+    );
+    assert_eq!(
+        mixed,
+        demos(
+            &w.world,
+            &train,
+            &DemoConfig {
+                early_wrong_answer_prob: 0.3,
+                seed: 1
+            }
+        )
+    );
+    assert!(demos(&w.world, &train, &DemoConfig::default())
+        .iter()
+        .all(|d| d.correct));
 }

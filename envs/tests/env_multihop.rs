@@ -13,7 +13,9 @@ use agent_r1_envs::Error;
 use serde_json::json;
 
 fn fixture(name: &str) -> std::path::PathBuf {
-    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/data").join(name)
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/data")
+        .join(name)
 }
 
 #[test]
@@ -35,11 +37,24 @@ fn registry_knows_builtins_and_reports_unknown_names() {
 #[test]
 fn option_typos_and_bad_values_are_config_errors() {
     let registry = EnvRegistry::with_builtins();
-    let err = registry.create("multihop_qa", &json!({"rewrad": "hotpotqa_em"})).err().map(|e| e.to_string()).unwrap_or_default();
-    assert!(err.contains("no option `rewrad`") && err.contains("reward"), "{err}");
-    let err = registry.create("multihop_qa", &json!({"reward": "bleu"})).err().map(|e| e.to_string()).unwrap_or_default();
+    let err = registry
+        .create("multihop_qa", &json!({"rewrad": "hotpotqa_em"}))
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        err.contains("no option `rewrad`") && err.contains("reward"),
+        "{err}"
+    );
+    let err = registry
+        .create("multihop_qa", &json!({"reward": "bleu"}))
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
     assert!(err.contains("bleu"), "{err}");
-    assert!(registry.create("multihop_qa", &json!({"max_observation_chars": 0})).is_err());
+    assert!(registry
+        .create("multihop_qa", &json!({"max_observation_chars": 0}))
+        .is_err());
     assert!(registry.create("multihop_qa", &json!([1])).is_err());
 }
 
@@ -52,7 +67,9 @@ fn multihop_qa_builds_prompts_from_tasks_of_any_format() {
     assert_eq!(env.tool_names(), vec!["search"]);
     assert_eq!(env.max_observation_chars(), 2048);
 
-    let hotpot = load_tasks(fixture("hotpotqa.json"), &LoadOptions::default()).expect("load").tasks;
+    let hotpot = load_tasks(fixture("hotpotqa.json"), &LoadOptions::default())
+        .expect("load")
+        .tasks;
     let msgs = env.reset(&hotpot[0]).expect("reset");
     assert_eq!(msgs.len(), 2);
     assert_eq!(msgs[0].role, Role::System);
@@ -60,7 +77,12 @@ fn multihop_qa_builds_prompts_from_tasks_of_any_format() {
     assert!(msgs[1].content.contains("Scott Derrickson"));
 
     // Parquet rows carry their own prompt, used as is.
-    let parquet = load_tasks(fixture("agent_r1_string_gt.parquet"), &LoadOptions::default()).expect("load").tasks;
+    let parquet = load_tasks(
+        fixture("agent_r1_string_gt.parquet"),
+        &LoadOptions::default(),
+    )
+    .expect("load")
+    .tasks;
     let msgs = env.reset(&parquet[0]).expect("reset");
     assert_eq!(msgs, parquet[0].prompt.clone().expect("prompt"));
 }
@@ -70,15 +92,26 @@ fn multihop_qa_turns_and_scores() {
     let env = EnvRegistry::with_builtins()
         .create("multihop_qa", &json!({"reward": "hotpotqa_f1", "process_reward": {"well_formed": 0.1, "success": 0.05}}))
         .expect("env");
-    let task = load_tasks(fixture("hotpotqa.json"), &LoadOptions::default()).expect("load").tasks[1].clone();
+    let task = load_tasks(fixture("hotpotqa.json"), &LoadOptions::default())
+        .expect("load")
+        .tasks[1]
+        .clone();
     let call = "<think>who played Corliss Archer?</think>\n<tool_call>\n{\"name\": \"search\", \"arguments\": {\"query\": \"Kiss and Tell 1945\"}}\n</tool_call>";
     match env.on_turn(&task, call) {
         TurnOutcome::Calls(calls) => assert_eq!(calls.len(), 1),
         TurnOutcome::Done => panic!("a tool call should continue the episode"),
     }
     let outcomes = [
-        CallOutcome { name: Some("search".into()), result: Ok(ToolOutput::text("Shirley Temple ...")), latency: Duration::ZERO },
-        CallOutcome { name: None, result: Err(CallError::MissingName), latency: Duration::ZERO },
+        CallOutcome {
+            name: Some("search".into()),
+            result: Ok(ToolOutput::text("Shirley Temple ...")),
+            latency: Duration::ZERO,
+        },
+        CallOutcome {
+            name: None,
+            result: Err(CallError::MissingName),
+            latency: Duration::ZERO,
+        },
     ];
     assert!((env.step_reward(&task, &outcomes) - 0.15).abs() < 1e-12);
     let final_turn = "<think>She was Chief of Protocol.</think>\n<answer>Chief of Protocol of the United States</answer>";
@@ -91,7 +124,10 @@ fn multihop_qa_turns_and_scores() {
     let score = env.score(&task, &transcript);
     // Normalised, the prediction has 6 tokens ("chief of protocol of united states") and
     // shares 3 with the gold ("chief of protocol").
-    assert!((score.metrics["precision"] - 0.5).abs() < 1e-12, "{score:?}");
+    assert!(
+        (score.metrics["precision"] - 0.5).abs() < 1e-12,
+        "{score:?}"
+    );
     assert_eq!(score.metrics["recall"], 1.0);
     assert!((score.reward - 2.0 / 3.0).abs() < 1e-12);
     assert_eq!(score.metrics["em"], 0.0);
@@ -113,7 +149,13 @@ fn synthetic_multihop_writes_its_corpus_and_gold_demos_win() {
     });
     let env = SyntheticMultihopEnv::from_options(&options).expect("env");
     assert_eq!(env.corpus(), Some(&CorpusSpec::Jsonl(corpus_path.clone())));
-    assert!(std::fs::read_to_string(&corpus_path).expect("corpus").lines().count() > 100);
+    assert!(
+        std::fs::read_to_string(&corpus_path)
+            .expect("corpus")
+            .lines()
+            .count()
+            > 100
+    );
     assert_eq!(env.max_observation_chars(), 512);
     let tasks = env.tasks(Split::Train);
     assert_eq!(tasks.len(), 40);
@@ -126,8 +168,17 @@ fn synthetic_multihop_writes_its_corpus_and_gold_demos_win() {
         assert_eq!(score.reward, 1.0);
     }
     let registry = EnvRegistry::with_builtins();
-    let boxed = registry.create("synthetic_multihop", &json!({"world": {"seed": 3, "n_questions": 50}})).expect("env");
+    let boxed = registry
+        .create(
+            "synthetic_multihop",
+            &json!({"world": {"seed": 3, "n_questions": 50}}),
+        )
+        .expect("env");
     assert_eq!(boxed.name(), "synthetic_multihop");
-    let err = registry.create("synthetic_multihop", &json!({"world": {"n_cites": 3}})).err().map(|e| e.to_string()).unwrap_or_default();
+    let err = registry
+        .create("synthetic_multihop", &json!({"world": {"n_cites": 3}}))
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
     assert!(err.contains("n_cites"), "{err}");
 }

@@ -18,7 +18,7 @@ use crate::task::Task;
 
 /// Reads every row of a parquet file as JSON, numbered from 1. A row that cannot be decoded
 /// is returned as an error for that row.
-pub fn read_parquet_rows(path: &Path) -> Result<Vec<(usize, Result<Value, String>)>> {
+pub fn read_parquet_rows(path: &Path) -> Result<super::NumberedRows> {
     let file = File::open(path).map_err(|e| Error::io(path, e))?;
     let reader = SerializedFileReader::new(file).map_err(|e| Error::BadFile {
         path: path.to_path_buf(),
@@ -30,7 +30,13 @@ pub fn read_parquet_rows(path: &Path) -> Result<Vec<(usize, Result<Value, String
     })?;
     Ok(iter
         .enumerate()
-        .map(|(i, row)| (i + 1, row.map(|r| r.to_json_value()).map_err(|e| format!("cannot decode row: {e}"))))
+        .map(|(i, row)| {
+            (
+                i + 1,
+                row.map(|r| r.to_json_value())
+                    .map_err(|e| format!("cannot decode row: {e}")),
+            )
+        })
         .collect())
 }
 
@@ -44,7 +50,12 @@ pub fn task_from_row(row: &Value, row_number: usize) -> Result<Task, String> {
     let data_source = match obj.get("data_source") {
         Some(Value::String(s)) if !s.is_empty() => s.clone(),
         None | Some(Value::Null) => "agent_r1".to_string(),
-        Some(other) => return Err(format!("`data_source` must be a string, got {}", fields::kind(other))),
+        Some(other) => {
+            return Err(format!(
+                "`data_source` must be a string, got {}",
+                fields::kind(other)
+            ))
+        }
     };
     let prompt = match obj.get("prompt") {
         None | Some(Value::Null) => Vec::new(),
@@ -53,7 +64,12 @@ pub fn task_from_row(row: &Value, row_number: usize) -> Result<Task, String> {
     let extra_info = match obj.get("extra_info") {
         None | Some(Value::Null) => serde_json::Map::new(),
         Some(Value::Object(m)) => m.clone(),
-        Some(other) => return Err(format!("`extra_info` must be a map, got {}", fields::kind(other))),
+        Some(other) => {
+            return Err(format!(
+                "`extra_info` must be a map, got {}",
+                fields::kind(other)
+            ))
+        }
     };
     let question = match extra_info.get("question") {
         Some(Value::String(q)) if !q.trim().is_empty() => q.clone(),
@@ -74,11 +90,15 @@ pub fn task_from_row(row: &Value, row_number: usize) -> Result<Task, String> {
     let env_kwargs = match obj.get("env_kwargs") {
         None | Some(Value::Null) => Value::Null,
         Some(Value::String(s)) if s.trim().is_empty() => Value::Null,
-        Some(Value::String(s)) => {
-            serde_json::from_str(s).map_err(|e| format!("`env_kwargs` is not a JSON string: {e}"))?
-        }
+        Some(Value::String(s)) => serde_json::from_str(s)
+            .map_err(|e| format!("`env_kwargs` is not a JSON string: {e}"))?,
         Some(Value::Object(m)) => Value::Object(m.clone()),
-        Some(other) => return Err(format!("`env_kwargs` must be a JSON string, got {}", fields::kind(other))),
+        Some(other) => {
+            return Err(format!(
+                "`env_kwargs` must be a JSON string, got {}",
+                fields::kind(other)
+            ))
+        }
     };
     let mut extra = serde_json::Map::new();
     for key in ["ability", "agent_name"] {
@@ -104,7 +124,9 @@ pub fn task_from_row(row: &Value, row_number: usize) -> Result<Task, String> {
 }
 
 fn messages(prompt: &Value) -> Result<Vec<Message>, String> {
-    let items = prompt.as_array().ok_or("`prompt` must be a list of {role, content}")?;
+    let items = prompt
+        .as_array()
+        .ok_or("`prompt` must be a list of {role, content}")?;
     items
         .iter()
         .enumerate()
@@ -114,7 +136,11 @@ fn messages(prompt: &Value) -> Result<Vec<Message>, String> {
                 Some("user") => Role::User,
                 Some("assistant") => Role::Assistant,
                 Some("tool") => Role::Tool,
-                Some(other) => return Err(format!("`prompt[{i}].role` `{other}` is not system, user, assistant or tool")),
+                Some(other) => {
+                    return Err(format!(
+                        "`prompt[{i}].role` `{other}` is not system, user, assistant or tool"
+                    ))
+                }
                 None => return Err(format!("`prompt[{i}]` has no string `role`")),
             };
             let content = m
@@ -151,13 +177,38 @@ mod tests {
 
     #[test]
     fn ground_truth_in_every_shape() {
-        assert_eq!(task_from_row(&row(json!("A")), 1).expect("task").answers, vec!["A"]);
-        assert_eq!(task_from_row(&row(json!(["A", "B"])), 1).expect("task").answers, vec!["A", "B"]);
-        assert_eq!(task_from_row(&row(json!({"target": ["A"]})), 1).expect("task").answers, vec!["A"]);
-        assert_eq!(task_from_row(&row(json!({"target": "A"})), 1).expect("task").answers, vec!["A"]);
-        assert_eq!(task_from_row(&row(json!(72)), 1).expect("task").answers, vec!["72"]);
-        assert!(task_from_row(&row(json!({"answer": "A"})), 1).unwrap_err().contains("target"));
-        assert!(task_from_row(&row(Value::Null), 1).unwrap_err().contains("ground_truth"));
+        assert_eq!(
+            task_from_row(&row(json!("A")), 1).expect("task").answers,
+            vec!["A"]
+        );
+        assert_eq!(
+            task_from_row(&row(json!(["A", "B"])), 1)
+                .expect("task")
+                .answers,
+            vec!["A", "B"]
+        );
+        assert_eq!(
+            task_from_row(&row(json!({"target": ["A"]})), 1)
+                .expect("task")
+                .answers,
+            vec!["A"]
+        );
+        assert_eq!(
+            task_from_row(&row(json!({"target": "A"})), 1)
+                .expect("task")
+                .answers,
+            vec!["A"]
+        );
+        assert_eq!(
+            task_from_row(&row(json!(72)), 1).expect("task").answers,
+            vec!["72"]
+        );
+        assert!(task_from_row(&row(json!({"answer": "A"})), 1)
+            .unwrap_err()
+            .contains("target"));
+        assert!(task_from_row(&row(Value::Null), 1)
+            .unwrap_err()
+            .contains("ground_truth"));
     }
 
     #[test]

@@ -35,7 +35,12 @@ pub(crate) fn id(row: &Map<String, Value>, keys: &[&str]) -> Result<Option<Strin
             None | Some(Value::Null) => continue,
             Some(Value::String(s)) if !s.is_empty() => return Ok(Some(s.clone())),
             Some(Value::Number(n)) if n.is_i64() || n.is_u64() => return Ok(Some(n.to_string())),
-            Some(other) => return Err(format!("`{key}` must be a string or an integer, got {}", kind(other))),
+            Some(other) => {
+                return Err(format!(
+                    "`{key}` must be a string or an integer, got {}",
+                    kind(other)
+                ))
+            }
         }
     }
     Ok(None)
@@ -52,7 +57,9 @@ pub(crate) fn answers(value: &Value, what: &str) -> Result<Vec<String>, String> 
                 match item {
                     Value::String(s) => out.push(s.clone()),
                     Value::Number(n) => out.push(n.to_string()),
-                    other => return Err(format!("{what} must hold strings, found {}", kind(other))),
+                    other => {
+                        return Err(format!("{what} must hold strings, found {}", kind(other)))
+                    }
                 }
             }
             if out.is_empty() {
@@ -60,7 +67,10 @@ pub(crate) fn answers(value: &Value, what: &str) -> Result<Vec<String>, String> 
             }
             Ok(out)
         }
-        other => Err(format!("{what} must be a string or a list of strings, got {}", kind(other))),
+        other => Err(format!(
+            "{what} must be a string or a list of strings, got {}",
+            kind(other)
+        )),
     }
 }
 

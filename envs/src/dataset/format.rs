@@ -78,7 +78,9 @@ impl DatasetFormat {
 
     /// Whether the file is parquet: the `.parquet` extension or the `PAR1` magic.
     pub fn is_parquet(path: &Path, head: &[u8]) -> bool {
-        path.extension().is_some_and(|e| e.eq_ignore_ascii_case("parquet")) || head.starts_with(b"PAR1")
+        path.extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("parquet"))
+            || head.starts_with(b"PAR1")
     }
 }
 
@@ -136,18 +138,38 @@ mod tests {
         for f in DatasetFormat::ALL {
             assert_eq!(f.as_str().parse::<DatasetFormat>().ok(), Some(f));
         }
-        assert_eq!("2wiki".parse::<DatasetFormat>().ok(), Some(DatasetFormat::TwoWiki));
+        assert_eq!(
+            "2wiki".parse::<DatasetFormat>().ok(),
+            Some(DatasetFormat::TwoWiki)
+        );
         let err = "csv".parse::<DatasetFormat>().unwrap_err().to_string();
-        assert!(err.contains("unknown dataset format `csv`") && err.contains("musique"), "{err}");
+        assert!(
+            err.contains("unknown dataset format `csv`") && err.contains("musique"),
+            "{err}"
+        );
     }
 
     #[test]
     fn detection_by_keys() {
         let d = DatasetFormat::detect_from_row;
-        assert_eq!(d(&json!({"_id": "1", "question": "q", "answer": "a", "context": [], "supporting_facts": []})), Some(DatasetFormat::HotpotQa));
-        assert_eq!(d(&json!({"_id": "1", "question": "q", "answer": "a", "context": [], "evidences": []})), Some(DatasetFormat::TwoWiki));
-        assert_eq!(d(&json!({"id": "1", "question": "q", "answer": "a", "paragraphs": []})), Some(DatasetFormat::Musique));
-        assert_eq!(d(&json!({"question": "q", "answers": ["a"]})), Some(DatasetFormat::Jsonl));
+        assert_eq!(
+            d(
+                &json!({"_id": "1", "question": "q", "answer": "a", "context": [], "supporting_facts": []})
+            ),
+            Some(DatasetFormat::HotpotQa)
+        );
+        assert_eq!(
+            d(&json!({"_id": "1", "question": "q", "answer": "a", "context": [], "evidences": []})),
+            Some(DatasetFormat::TwoWiki)
+        );
+        assert_eq!(
+            d(&json!({"id": "1", "question": "q", "answer": "a", "paragraphs": []})),
+            Some(DatasetFormat::Musique)
+        );
+        assert_eq!(
+            d(&json!({"question": "q", "answers": ["a"]})),
+            Some(DatasetFormat::Jsonl)
+        );
         assert_eq!(d(&json!({"text": "q"})), None);
         assert_eq!(d(&json!([1, 2])), None);
     }

@@ -31,7 +31,8 @@ pub(crate) fn check_context(context: &Value) -> Result<(), String> {
     let items = context.as_array().ok_or_else(bad)?;
     for item in items {
         match item.as_array().map(Vec::as_slice) {
-            Some([Value::String(_), Value::Array(sentences)]) if sentences.iter().all(Value::is_string) => {}
+            Some([Value::String(_), Value::Array(sentences)])
+                if sentences.iter().all(Value::is_string) => {}
             _ => return Err(bad()),
         }
     }
@@ -58,9 +59,16 @@ mod tests {
 
     #[test]
     fn rejects_bad_shapes() {
-        assert!(task_from_row(&json!({"question": "Q", "answer": "A"})).unwrap_err().contains("_id"));
-        assert!(task_from_row(&json!({"_id": "1", "question": 3, "answer": "A"})).unwrap_err().contains("question"));
-        let bad_ctx = json!({"_id": "1", "question": "Q", "answer": "A", "context": [["T", "not a list"]]});
+        assert!(task_from_row(&json!({"question": "Q", "answer": "A"}))
+            .unwrap_err()
+            .contains("_id"));
+        assert!(
+            task_from_row(&json!({"_id": "1", "question": 3, "answer": "A"}))
+                .unwrap_err()
+                .contains("question")
+        );
+        let bad_ctx =
+            json!({"_id": "1", "question": "Q", "answer": "A", "context": [["T", "not a list"]]});
         assert!(task_from_row(&bad_ctx).unwrap_err().contains("context"));
     }
 }

@@ -13,7 +13,12 @@ pub fn task_from_row(row: &Value, include_unanswerable: bool) -> Result<Option<T
     let answerable = match obj.get("answerable") {
         None | Some(Value::Null) => true,
         Some(Value::Bool(b)) => *b,
-        Some(other) => return Err(format!("`answerable` must be a boolean, got {}", fields::kind(other))),
+        Some(other) => {
+            return Err(format!(
+                "`answerable` must be a boolean, got {}",
+                fields::kind(other)
+            ))
+        }
     };
     let id = fields::id(obj, &["id"])?.ok_or("missing `id`")?;
     let question = fields::string(obj, "question")?;
@@ -40,10 +45,16 @@ pub fn task_from_row(row: &Value, include_unanswerable: bool) -> Result<Option<T
 }
 
 fn check_paragraphs(paragraphs: &Value) -> Result<(), String> {
-    let bad = |why: &str| format!("`paragraphs` must be a list of {{idx, title, paragraph_text, is_supporting}}: {why}");
+    let bad = |why: &str| {
+        format!(
+            "`paragraphs` must be a list of {{idx, title, paragraph_text, is_supporting}}: {why}"
+        )
+    };
     let items = paragraphs.as_array().ok_or_else(|| bad("not a list"))?;
     for (i, p) in items.iter().enumerate() {
-        let p = p.as_object().ok_or_else(|| bad(&format!("item {i} is not an object")))?;
+        let p = p
+            .as_object()
+            .ok_or_else(|| bad(&format!("item {i} is not an object")))?;
         if !p.get("paragraph_text").is_some_and(Value::is_string) {
             return Err(bad(&format!("item {i} has no string `paragraph_text`")));
         }
@@ -69,8 +80,12 @@ mod tests {
     #[test]
     fn bad_paragraphs_and_answerable_are_reported() {
         let row = json!({"id": "m1", "question": "Q", "answer": "A", "paragraphs": [{"idx": 0}]});
-        assert!(task_from_row(&row, false).unwrap_err().contains("paragraph_text"));
+        assert!(task_from_row(&row, false)
+            .unwrap_err()
+            .contains("paragraph_text"));
         let row = json!({"id": "m1", "question": "Q", "answer": "A", "answerable": "yes"});
-        assert!(task_from_row(&row, false).unwrap_err().contains("answerable"));
+        assert!(task_from_row(&row, false)
+            .unwrap_err()
+            .contains("answerable"));
     }
 }

@@ -26,7 +26,10 @@ pub fn task_from_row(row: &Value, line: usize) -> Result<Task, String> {
         question,
         answers,
         prompt: None,
-        extra: fields::rest(obj, &["question", "answers", "answer", "id", "_id", "data_source"]),
+        extra: fields::rest(
+            obj,
+            &["question", "answers", "answer", "id", "_id", "data_source"],
+        ),
     })
 }
 
@@ -39,12 +42,23 @@ mod tests {
     #[test]
     fn answers_as_string_or_list_and_id_from_line() {
         let t = task_from_row(&json!({"question": "Q", "answers": "A"}), 7).expect("task");
-        assert_eq!((t.id.as_str(), t.answers.clone()), ("7", vec!["A".to_string()]));
-        let t = task_from_row(&json!({"question": "Q", "answers": ["A", "B"], "id": 3, "hint": 1}), 7).expect("task");
+        assert_eq!(
+            (t.id.as_str(), t.answers.clone()),
+            ("7", vec!["A".to_string()])
+        );
+        let t = task_from_row(
+            &json!({"question": "Q", "answers": ["A", "B"], "id": 3, "hint": 1}),
+            7,
+        )
+        .expect("task");
         assert_eq!((t.id.as_str(), t.answers.len()), ("3", 2));
         assert_eq!(t.extra, json!({"hint": 1}));
-        assert!(task_from_row(&json!({"question": "Q", "answers": []}), 1).unwrap_err().contains("empty"));
+        assert!(task_from_row(&json!({"question": "Q", "answers": []}), 1)
+            .unwrap_err()
+            .contains("empty"));
         assert!(task_from_row(&json!({"question": "Q", "answers": [1, {}]}), 1).is_err());
-        assert!(task_from_row(&json!({"question": "Q"}), 1).unwrap_err().contains("answers"));
+        assert!(task_from_row(&json!({"question": "Q"}), 1)
+            .unwrap_err()
+            .contains("answers"));
     }
 }

@@ -42,7 +42,10 @@ fn read_list(path: &Path, text: &str) -> Result<Vec<JsonRow>> {
         let start = (raw.get().as_ptr() as usize).saturating_sub(text.as_ptr() as usize);
         let start = start.min(text.len());
         if start >= counted_to {
-            line += text.as_bytes()[counted_to..start].iter().filter(|b| **b == b'\n').count();
+            line += text.as_bytes()[counted_to..start]
+                .iter()
+                .filter(|b| **b == b'\n')
+                .count();
             counted_to = start;
         }
         rows.push(JsonRow {

@@ -39,8 +39,13 @@ mod tests {
 
     #[test]
     fn accepts_id_or_underscore_id() {
-        let a = task_from_row(&json!({"_id": "a", "question": "Q", "answer": "A", "evidences": []})).expect("task");
-        let b = task_from_row(&json!({"id": "b", "question": "Q", "answer": "A", "type": "comparison"})).expect("task");
+        let a =
+            task_from_row(&json!({"_id": "a", "question": "Q", "answer": "A", "evidences": []}))
+                .expect("task");
+        let b = task_from_row(
+            &json!({"id": "b", "question": "Q", "answer": "A", "type": "comparison"}),
+        )
+        .expect("task");
         assert_eq!((a.id.as_str(), b.id.as_str()), ("a", "b"));
         assert_eq!(b.extra["type"], "comparison");
         assert!(task_from_row(&json!({"question": "Q", "answer": "A"})).is_err());

@@ -136,10 +136,21 @@ impl Env for MultihopQaEnv {
             }
         }
         if task.question.trim().is_empty() {
-            return Err(Error::Other(format!("task `{}` has an empty question", task.id)));
+            return Err(Error::Other(format!(
+                "task `{}` has an empty question",
+                task.id
+            )));
         }
-        let system = self.options.qa.system_prompt.as_deref().unwrap_or(QA_SYSTEM_PROMPT);
-        Ok(vec![Message::system(system), Message::user(format!("Question: {}", task.question))])
+        let system = self
+            .options
+            .qa
+            .system_prompt
+            .as_deref()
+            .unwrap_or(QA_SYSTEM_PROMPT);
+        Ok(vec![
+            Message::system(system),
+            Message::user(format!("Question: {}", task.question)),
+        ])
     }
 
     fn max_observation_chars(&self) -> usize {

@@ -19,7 +19,9 @@ pub struct EnvRegistry {
 
 impl std::fmt::Debug for EnvRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EnvRegistry").field("names", &self.names()).finish()
+        f.debug_struct("EnvRegistry")
+            .field("names", &self.names())
+            .finish()
     }
 }
 
@@ -90,7 +92,10 @@ pub fn check_option_keys(env: &str, options: &Value, known: &[&str]) -> Result<(
                 if !known.contains(&key.as_str()) {
                     return Err(Error::Config {
                         key: format!("env.{key}"),
-                        message: format!("`{env}` has no option `{key}` (known: {})", known.join(", ")),
+                        message: format!(
+                            "`{env}` has no option `{key}` (known: {})",
+                            known.join(", ")
+                        ),
                     });
                 }
             }
@@ -104,7 +109,10 @@ pub fn check_option_keys(env: &str, options: &Value, known: &[&str]) -> Result<(
 }
 
 /// Deserialises env options (`null` means all defaults), naming the env in errors.
-pub fn parse_options<T: serde::de::DeserializeOwned + Default>(env: &str, options: &Value) -> Result<T> {
+pub fn parse_options<T: serde::de::DeserializeOwned + Default>(
+    env: &str,
+    options: &Value,
+) -> Result<T> {
     if options.is_null() {
         return Ok(T::default());
     }

@@ -114,7 +114,8 @@ pub fn is_tool_call_block(block: &str) -> bool {
     let Some(close_at) = ends_with_tag(block, "</tool_call>") else {
         return false;
     };
-    let (Some(think_end), Some(call_start)) = (find_from(block, "</think>", 7), block.find("<tool_call>"))
+    let (Some(think_end), Some(call_start)) =
+        (find_from(block, "</think>", 7), block.find("<tool_call>"))
     else {
         return false;
     };
@@ -178,12 +179,20 @@ mod tests {
         assert!(!is_tool_call_block(&format!("{CALL}\n\n")));
         assert!(!is_tool_call_block(&format!(" {CALL}")));
         // The original allows any text between </think> and <tool_call>.
-        assert!(is_tool_call_block("<think>a</think>I will search.<tool_call>{}</tool_call>"));
+        assert!(is_tool_call_block(
+            "<think>a</think>I will search.<tool_call>{}</tool_call>"
+        ));
         // Two calls in one block: not well formed.
-        assert!(!is_tool_call_block(&format!("{CALL}<tool_call>{{}}</tool_call>")));
+        assert!(!is_tool_call_block(&format!(
+            "{CALL}<tool_call>{{}}</tool_call>"
+        )));
         // Wrong order.
-        assert!(!is_tool_call_block("<tool_call>{}</tool_call><think>a</think>"));
-        assert!(!is_tool_call_block("<think>a<tool_call>{}</think></tool_call>"));
+        assert!(!is_tool_call_block(
+            "<tool_call>{}</tool_call><think>a</think>"
+        ));
+        assert!(!is_tool_call_block(
+            "<think>a<tool_call>{}</think></tool_call>"
+        ));
     }
 
     #[test]
@@ -191,15 +200,22 @@ mod tests {
         assert!(is_answer_block("<think>so</think>\n<answer>Paris</answer>"));
         assert!(is_answer_block("<think>so</think><answer></answer>\n"));
         // No tag counting in the final block.
-        assert!(is_answer_block("<think>a</think><think>b</think><answer>x</answer><answer>y</answer>"));
-        assert!(!is_answer_block("<think>so</think><answer>Paris</answer> done"));
+        assert!(is_answer_block(
+            "<think>a</think><think>b</think><answer>x</answer><answer>y</answer>"
+        ));
+        assert!(!is_answer_block(
+            "<think>so</think><answer>Paris</answer> done"
+        ));
         assert!(!is_answer_block("<answer>Paris</answer>"));
         assert!(!is_answer_block("<think>so <answer>Paris</answer>"));
     }
 
     #[test]
     fn extract_takes_the_first_pair_and_strips() {
-        assert_eq!(extract_answer("<answer>  Paris \n</answer><answer>x</answer>"), Some("Paris"));
+        assert_eq!(
+            extract_answer("<answer>  Paris \n</answer><answer>x</answer>"),
+            Some("Paris")
+        );
         assert_eq!(extract_answer("<answer>open"), None);
         assert_eq!(extract_answer("none"), None);
     }
@@ -209,7 +225,10 @@ mod tests {
         let g = golds(&["Paris"]);
         let last = "<think>found it</think>\n<answer>It is Paris, France</answer>";
         let s = qa_em_and_format(&[CALL, last], &g);
-        assert_eq!((s.format, s.answer, s.substring_em, s.reward), (1.0, 1.0, 1.0, 1.0));
+        assert_eq!(
+            (s.format, s.answer, s.substring_em, s.reward),
+            (1.0, 1.0, 1.0, 1.0)
+        );
 
         // Right answer mentioned outside <answer>: 0.2.
         let s = qa_em_and_format(&["<think>Paris?</think><answer>Lyon</answer>"], &g);
@@ -218,7 +237,10 @@ mod tests {
 
         // Bad format: the answer does not count.
         let s = qa_em_and_format(&["<answer>Paris</answer>"], &g);
-        assert_eq!((s.format, s.answer, s.substring_em, s.reward), (0.0, 1.0, 1.0, -1.0));
+        assert_eq!(
+            (s.format, s.answer, s.substring_em, s.reward),
+            (0.0, 1.0, 1.0, -1.0)
+        );
 
         // Format is capped at 1.
         let s = qa_em_and_format(&[CALL, CALL, CALL, last], &g);

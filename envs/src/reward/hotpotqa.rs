@@ -70,7 +70,11 @@ pub fn f1_score(prediction: &str, gold: &str) -> (f64, f64, f64) {
 pub fn score_answer(prediction: &str, gold: &str) -> AnswerScore {
     let (f1, precision, recall) = f1_score(prediction, gold);
     AnswerScore {
-        em: if exact_match(prediction, gold) { 1.0 } else { 0.0 },
+        em: if exact_match(prediction, gold) {
+            1.0
+        } else {
+            0.0
+        },
         f1,
         precision,
         recall,
@@ -113,7 +117,10 @@ pub struct AnswerEval {
 
 /// Scores predictions (`id -> answer text`) against gold rows (`(id, answer)`), the answer
 /// half of `hotpot_evaluate_v1.eval`.
-pub fn evaluate_answers(gold: &[(String, String)], predictions: &BTreeMap<String, String>) -> AnswerEval {
+pub fn evaluate_answers(
+    gold: &[(String, String)],
+    predictions: &BTreeMap<String, String>,
+) -> AnswerEval {
     let mut eval = AnswerEval {
         n: gold.len(),
         ..AnswerEval::default()

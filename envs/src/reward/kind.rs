@@ -104,17 +104,29 @@ mod tests {
         for kind in RewardKind::ALL {
             assert_eq!(kind.as_str().parse::<RewardKind>().ok(), Some(kind));
         }
-        assert_eq!("qa_em_and_format".parse::<RewardKind>().ok(), Some(RewardKind::AgentR1Qa));
-        assert_eq!("F1".parse::<RewardKind>().ok(), Some(RewardKind::HotpotqaF1));
+        assert_eq!(
+            "qa_em_and_format".parse::<RewardKind>().ok(),
+            Some(RewardKind::AgentR1Qa)
+        );
+        assert_eq!(
+            "F1".parse::<RewardKind>().ok(),
+            Some(RewardKind::HotpotqaF1)
+        );
         let err = "bleu".parse::<RewardKind>().unwrap_err().to_string();
-        assert!(err.contains("unknown reward `bleu`") && err.contains("hotpotqa_em"), "{err}");
+        assert!(
+            err.contains("unknown reward `bleu`") && err.contains("hotpotqa_em"),
+            "{err}"
+        );
     }
 
     #[test]
     fn serde_uses_the_config_names() {
         let kind: RewardKind = serde_json::from_str("\"hotpotqa_f1\"").unwrap();
         assert_eq!(kind, RewardKind::HotpotqaF1);
-        assert_eq!(serde_json::to_string(&RewardKind::SubstringEm).unwrap(), "\"substring_em\"");
+        assert_eq!(
+            serde_json::to_string(&RewardKind::SubstringEm).unwrap(),
+            "\"substring_em\""
+        );
         assert!(serde_json::from_str::<RewardKind>("\"nope\"").is_err());
     }
 }

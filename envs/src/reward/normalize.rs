@@ -25,7 +25,9 @@ pub fn normalize_answer(s: &str) -> String {
     let lowered = s.to_lowercase();
     let no_punc: String = lowered.chars().filter(|c| !is_py_punctuation(*c)).collect();
     let no_articles = remove_articles(&no_punc);
-    py_split_whitespace(&no_articles).collect::<Vec<_>>().join(" ")
+    py_split_whitespace(&no_articles)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Whether `c` is in Python's `string.punctuation`.
@@ -137,7 +139,10 @@ mod tests {
         // A combining mark is not a word character: "the" followed by U+0301 is an article.
         assert_eq!(normalize_answer("the\u{301} x"), "\u{301} x");
         // Full-width comma and full-width letters stay; ideographic space splits.
-        assert_eq!(normalize_answer("Ｔｏｋｙｏ，\u{3000}Japan"), "ｔｏｋｙｏ， japan");
+        assert_eq!(
+            normalize_answer("Ｔｏｋｙｏ，\u{3000}Japan"),
+            "ｔｏｋｙｏ， japan"
+        );
         // ASCII unit separator is white space for Python.
         assert_eq!(normalize_answer("a\u{1f}b"), "b");
     }

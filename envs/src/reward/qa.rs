@@ -20,7 +20,9 @@ pub fn assistant_blocks(transcript: &[Message]) -> Vec<&str> {
 
 /// The final answer: the first `<answer>...</answer>` of the last assistant turn.
 pub fn final_answer(transcript: &[Message]) -> Option<&str> {
-    assistant_blocks(transcript).last().and_then(|b| extract_answer(b))
+    assistant_blocks(transcript)
+        .last()
+        .and_then(|b| extract_answer(b))
 }
 
 /// Scores a QA transcript against the gold answers.
@@ -46,7 +48,10 @@ pub fn score_qa(kind: RewardKind, golds: &[String], transcript: &[Message]) -> S
         ("format".to_string(), legacy.format),
         ("answer_score".to_string(), legacy.answer),
         ("agent_r1_reward".to_string(), legacy.reward),
-        ("has_answer".to_string(), if answer.is_some() { 1.0 } else { 0.0 }),
+        (
+            "has_answer".to_string(),
+            if answer.is_some() { 1.0 } else { 0.0 },
+        ),
         ("turns".to_string(), blocks.len() as f64),
         ("tool_calls".to_string(), tool_calls as f64),
     ]);

@@ -53,10 +53,16 @@ impl SyntheticConfig {
             return Err(bad("n_countries", "must be at least 2"));
         }
         if self.n_cities < self.n_countries {
-            return Err(bad("n_cities", "must be at least n_countries (every country has a city)"));
+            return Err(bad(
+                "n_cities",
+                "must be at least n_countries (every country has a city)",
+            ));
         }
         if self.n_people == 0 || self.n_companies == 0 {
-            return Err(bad("n_people", "n_people and n_companies must be at least 1"));
+            return Err(bad(
+                "n_people",
+                "n_people and n_companies must be at least 1",
+            ));
         }
         if self.n_countries + self.n_cities + self.n_people + self.n_companies > 1_000_000 {
             return Err(bad("n_people", "at most 1,000,000 entities in all"));

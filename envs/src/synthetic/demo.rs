@@ -53,7 +53,9 @@ pub struct Demo {
 /// A `search` call as Qwen models write it (Python `json.dumps` spacing).
 pub fn search_call_text(query: &str) -> String {
     let q = serde_json::Value::String(query.to_string());
-    format!("<tool_call>\n{{\"name\": \"search\", \"arguments\": {{\"query\": {q}}}}}\n</tool_call>")
+    format!(
+        "<tool_call>\n{{\"name\": \"search\", \"arguments\": {{\"query\": {q}}}}}\n</tool_call>"
+    )
 }
 
 fn call_turn(think: String, query: &str) -> DemoTurn {
@@ -82,16 +84,26 @@ fn sentence(clause: &str) -> String {
 pub fn gold_demo(question: &Question) -> Demo {
     let mut turns = Vec::with_capacity(question.hops.len() + 1);
     for (i, hop) in question.hops.iter().enumerate() {
-        let need = format!("I need to find out {}.", hop.relation.question_about(&hop.subject));
+        let need = format!(
+            "I need to find out {}.",
+            hop.relation.question_about(&hop.subject)
+        );
         let think = match i.checked_sub(1).and_then(|p| question.hops.get(p)) {
             None => format!("{need} Let me search for {}.", hop.subject),
-            Some(prev) => format!("{}. Now {need}", sentence(&prev.relation.fact(&prev.subject, &prev.object))),
+            Some(prev) => format!(
+                "{}. Now {need}",
+                sentence(&prev.relation.fact(&prev.subject, &prev.object))
+            ),
         };
         turns.push(call_turn(think, &hop.subject));
     }
     let last = question.hops.last();
     let think = match last {
-        Some(h) => format!("{}. So the answer is {}.", sentence(&h.relation.fact(&h.subject, &h.object)), question.answer),
+        Some(h) => format!(
+            "{}. So the answer is {}.",
+            sentence(&h.relation.fact(&h.subject, &h.object)),
+            question.answer
+        ),
         None => format!("The answer is {}.", question.answer),
     };
     turns.push(answer_turn(think, &question.answer));
@@ -116,7 +128,10 @@ pub fn early_wrong_demo(world: &World, question: &Question, rng: &mut WorldRng) 
     let wrong = world.name(wrong).to_string();
     let mut turns: Vec<DemoTurn> = gold.turns.into_iter().take(1).collect();
     let think = match question.hops.first() {
-        Some(h) => format!("{}. I think the answer is {wrong}.", sentence(&h.relation.fact(&h.subject, &h.object))),
+        Some(h) => format!(
+            "{}. I think the answer is {wrong}.",
+            sentence(&h.relation.fact(&h.subject, &h.object))
+        ),
         None => format!("I think the answer is {wrong}."),
     };
     turns.push(answer_turn(think, &wrong));
@@ -145,7 +160,11 @@ pub fn demos(world: &World, questions: &[Question], config: &DemoConfig) -> Vec<
 impl Demo {
     /// The whole conversation: `prefix` (system prompt and question), then each assistant
     /// turn followed, for a search turn, by one tool message with `observe(query)`.
-    pub fn messages(&self, prefix: Vec<Message>, mut observe: impl FnMut(&str) -> String) -> Vec<Message> {
+    pub fn messages(
+        &self,
+        prefix: Vec<Message>,
+        mut observe: impl FnMut(&str) -> String,
+    ) -> Vec<Message> {
         let mut out = prefix;
         for turn in &self.turns {
             out.push(Message::assistant(turn.assistant.clone()));

@@ -7,13 +7,22 @@ use super::rng::WorldRng;
 use super::world::EntityKind;
 
 const ONSETS: [&str; 20] = [
-    "b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "kr", "st", "tr", "sh",
+    "b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "kr", "st",
+    "tr", "sh",
 ];
 const VOWELS: [&str; 7] = ["a", "e", "i", "o", "u", "ai", "ou"];
 const CODAS: [&str; 6] = ["", "", "", "n", "r", "l"];
 const COUNTRY_SUFFIXES: [&str; 5] = ["ia", "land", "stan", "ora", "ria"];
 const CITY_SUFFIXES: [&str; 6] = ["", "ton", "burg", "ville", "port", "ford"];
-const COMPANY_SUFFIXES: [&str; 7] = ["Labs", "Systems", "Works", "Industries", "Foods", "Motors", "Media"];
+const COMPANY_SUFFIXES: [&str; 7] = [
+    "Labs",
+    "Systems",
+    "Works",
+    "Industries",
+    "Foods",
+    "Motors",
+    "Media",
+];
 
 /// Draws unique names.
 #[derive(Debug, Default)]
@@ -48,15 +57,27 @@ impl NameGen {
         let mut attempt = 0usize;
         loop {
             let mut name = match kind {
-                EntityKind::Country => {
-                    capitalize(&format!("{}{}", word(rng, 1, 2), COUNTRY_SUFFIXES[rng.index(COUNTRY_SUFFIXES.len())]))
-                }
-                EntityKind::City => {
-                    capitalize(&format!("{}{}", word(rng, 2, 2), CITY_SUFFIXES[rng.index(CITY_SUFFIXES.len())]))
-                }
-                EntityKind::Person => format!("{} {}", capitalize(&word(rng, 2, 2)), capitalize(&word(rng, 2, 3))),
+                EntityKind::Country => capitalize(&format!(
+                    "{}{}",
+                    word(rng, 1, 2),
+                    COUNTRY_SUFFIXES[rng.index(COUNTRY_SUFFIXES.len())]
+                )),
+                EntityKind::City => capitalize(&format!(
+                    "{}{}",
+                    word(rng, 2, 2),
+                    CITY_SUFFIXES[rng.index(CITY_SUFFIXES.len())]
+                )),
+                EntityKind::Person => format!(
+                    "{} {}",
+                    capitalize(&word(rng, 2, 2)),
+                    capitalize(&word(rng, 2, 3))
+                ),
                 EntityKind::Company => {
-                    format!("{} {}", capitalize(&word(rng, 2, 3)), COMPANY_SUFFIXES[rng.index(COMPANY_SUFFIXES.len())])
+                    format!(
+                        "{} {}",
+                        capitalize(&word(rng, 2, 3)),
+                        COMPANY_SUFFIXES[rng.index(COMPANY_SUFFIXES.len())]
+                    )
                 }
             };
             if attempt >= 100 {
@@ -72,7 +93,15 @@ impl NameGen {
 }
 
 fn roman(n: usize) -> String {
-    const TABLE: [(usize, &str); 7] = [(100, "C"), (90, "XC"), (50, "L"), (40, "XL"), (10, "X"), (9, "IX"), (5, "V")];
+    const TABLE: [(usize, &str); 7] = [
+        (100, "C"),
+        (90, "XC"),
+        (50, "L"),
+        (40, "XL"),
+        (10, "X"),
+        (9, "IX"),
+        (5, "V"),
+    ];
     let mut n = n;
     let mut out = String::new();
     for (value, digits) in TABLE {
@@ -97,10 +126,18 @@ mod tests {
         let mut gen = NameGen::default();
         let mut rng = WorldRng::new(5, 0);
         let mut seen = BTreeSet::new();
-        for kind in [EntityKind::Country, EntityKind::City, EntityKind::Person, EntityKind::Company] {
+        for kind in [
+            EntityKind::Country,
+            EntityKind::City,
+            EntityKind::Person,
+            EntityKind::Company,
+        ] {
             for _ in 0..200 {
                 let n = gen.name(&mut rng, kind);
-                assert!(n.is_ascii() && n.chars().next().is_some_and(|c| c.is_ascii_uppercase()), "{n}");
+                assert!(
+                    n.is_ascii() && n.chars().next().is_some_and(|c| c.is_ascii_uppercase()),
+                    "{n}"
+                );
                 assert!(seen.insert(n.to_lowercase()), "duplicate {n}");
             }
         }

@@ -132,12 +132,20 @@ pub fn generate_questions(world: &World) -> Vec<Question> {
     let want_three = ((cfg.n_questions as f64) * cfg.three_hop_fraction).round() as usize;
     let n_three = want_three.min(three.len());
     let n_two = (cfg.n_questions - n_three.min(cfg.n_questions)).min(two.len());
-    let mut picked: Vec<Question> = three.into_iter().take(n_three).chain(two.into_iter().take(n_two)).collect();
+    let mut picked: Vec<Question> = three
+        .into_iter()
+        .take(n_three)
+        .chain(two.into_iter().take(n_two))
+        .collect();
     rng.shuffle(&mut picked);
     let n_test = ((picked.len() as f64) * cfg.test_fraction).round() as usize;
     for (i, q) in picked.iter_mut().enumerate() {
         q.id = format!("synth-{}-{i}", cfg.seed);
-        q.split = if i < n_test { Split::Test } else { Split::Train };
+        q.split = if i < n_test {
+            Split::Test
+        } else {
+            Split::Train
+        };
     }
     picked
 }

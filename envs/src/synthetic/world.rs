@@ -126,7 +126,11 @@ impl World {
         // Every country gets at least one city; its first city is its capital.
         let mut city_country = Vec::with_capacity(cities.len());
         for (i, &city) in cities.iter().enumerate() {
-            let country = if i < countries.len() { countries[i] } else { countries[rng.index(countries.len())] };
+            let country = if i < countries.len() {
+                countries[i]
+            } else {
+                countries[rng.index(countries.len())]
+            };
             city_country.push(country);
             facts.push((city, Relation::LocatedIn, country));
         }
@@ -153,7 +157,9 @@ impl World {
             facts,
             documents: Vec::new(),
         };
-        world.documents = (0..world.entities.len()).map(|e| world.document_for(e, &mut rng)).collect();
+        world.documents = (0..world.entities.len())
+            .map(|e| world.document_for(e, &mut rng))
+            .collect();
         Ok(world)
     }
 
@@ -176,12 +182,19 @@ impl World {
 
     /// The name of entity `index` (empty for an index out of range).
     pub fn name(&self, index: usize) -> &str {
-        self.entities.get(index).map(|e| e.name.as_str()).unwrap_or("")
+        self.entities
+            .get(index)
+            .map(|e| e.name.as_str())
+            .unwrap_or("")
     }
 
     /// Indices of all entities of `kind`.
     pub fn of_kind(&self, kind: EntityKind) -> Vec<usize> {
-        self.entities.iter().filter(|e| e.kind == kind).map(|e| e.index).collect()
+        self.entities
+            .iter()
+            .filter(|e| e.kind == kind)
+            .map(|e| e.index)
+            .collect()
     }
 
     /// The document of the entity whose name is `title` (exact, case-insensitive).
@@ -192,9 +205,22 @@ impl World {
 
     fn document_for(&self, e: usize, rng: &mut WorldRng) -> Document {
         let name = self.name(e);
-        let obj = |r| self.object(e, r).map(|o| self.name(o).to_string()).unwrap_or_default();
-        let pick = |rng: &mut WorldRng, options: &[String]| options.get(rng.index(options.len())).cloned().unwrap_or_default();
-        let kind = self.entities.get(e).map(|x| x.kind).unwrap_or(EntityKind::City);
+        let obj = |r| {
+            self.object(e, r)
+                .map(|o| self.name(o).to_string())
+                .unwrap_or_default()
+        };
+        let pick = |rng: &mut WorldRng, options: &[String]| {
+            options
+                .get(rng.index(options.len()))
+                .cloned()
+                .unwrap_or_default()
+        };
+        let kind = self
+            .entities
+            .get(e)
+            .map(|x| x.kind)
+            .unwrap_or(EntityKind::City);
         let text = match kind {
             EntityKind::Country => {
                 let capital = obj(Relation::CapitalIs);
@@ -210,9 +236,16 @@ impl World {
                 let country = obj(Relation::LocatedIn);
                 let mut s = pick(
                     rng,
-                    &[format!("{name} is a city in {country}."), format!("{name} is a town located in {country}.")],
+                    &[
+                        format!("{name} is a city in {country}."),
+                        format!("{name} is a town located in {country}."),
+                    ],
                 );
-                if self.object(self.object(e, Relation::LocatedIn).unwrap_or(usize::MAX), Relation::CapitalIs) == Some(e) {
+                if self.object(
+                    self.object(e, Relation::LocatedIn).unwrap_or(usize::MAX),
+                    Relation::CapitalIs,
+                ) == Some(e)
+                {
                     s.push_str(&format!(" It is the capital of {country}."));
                 }
                 s
@@ -221,10 +254,16 @@ impl World {
                 let city = obj(Relation::BornIn);
                 let mut s = pick(
                     rng,
-                    &[format!("{name} was born in {city}."), format!("{name} is a person who was born in {city}.")],
+                    &[
+                        format!("{name} was born in {city}."),
+                        format!("{name} is a person who was born in {city}."),
+                    ],
                 );
-                let founded: Vec<String> =
-                    self.subjects(Relation::FoundedBy, e).into_iter().map(|c| self.name(c).to_string()).collect();
+                let founded: Vec<String> = self
+                    .subjects(Relation::FoundedBy, e)
+                    .into_iter()
+                    .map(|c| self.name(c).to_string())
+                    .collect();
                 if !founded.is_empty() {
                     s.push_str(&format!(" {name} founded {}.", founded.join(" and ")));
                 }
@@ -253,7 +292,8 @@ impl World {
     pub fn write_corpus(&self, path: &std::path::Path) -> Result<()> {
         let mut out = String::new();
         for doc in &self.documents {
-            let line = serde_json::to_string(doc).map_err(|e| Error::Other(format!("cannot encode document: {e}")))?;
+            let line = serde_json::to_string(doc)
+                .map_err(|e| Error::Other(format!("cannot encode document: {e}")))?;
             out.push_str(&line);
             out.push('\n');
         }
