@@ -36,7 +36,11 @@ pub(crate) fn run(args: EvalAnswersArgs) -> anyhow::Result<()> {
         println!("f1:        {:.4}", eval.f1);
         println!("precision: {:.4}", eval.precision);
         println!("recall:    {:.4}", eval.recall);
-        println!("rows: {}  missing predictions: {}", eval.n, eval.missing.len());
+        println!(
+            "rows: {}  missing predictions: {}",
+            eval.n,
+            eval.missing.len()
+        );
     }
     Ok(())
 }
