@@ -9,11 +9,14 @@ pub mod dataset;
 pub mod env;
 pub mod envs;
 pub mod error;
+pub mod executor;
 pub mod message;
 pub mod reward;
 pub mod synthetic;
 pub mod task;
+pub mod schema;
 pub mod tool;
 pub mod tool_call;
+pub mod tools;
 
 pub use error::{Error, Result};

@@ -1,0 +1,461 @@
+//! A Model Context Protocol client over stdio: JSON-RPC 2.0, one JSON message per line.
+//!
+//! The server is a child process in its own process group. A reader thread routes responses
+//! to the waiting request by id and answers the server's `ping`; a second thread keeps the
+//! last lines of the server's stderr for error messages. When the server dies, waiting
+//! requests fail at once with its stderr tail, and the next request starts it again (with
+//! the `initialize` handshake) so one crash costs one call, not the run.
+//!
+//! Everything here is blocking-safe std I/O: the handshake can run from a sync factory, and
+//! async callers wait on a oneshot channel with a timeout.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use tokio::sync::oneshot;
+
+use crate::error::{Error, Result};
+
+/// The protocol revision we speak first.
+pub const PROTOCOL_VERSION: &str = "2025-06-18";
+/// Revisions we accept from a server.
+pub const SUPPORTED_VERSIONS: [&str; 3] = ["2025-06-18", "2025-03-26", "2024-11-05"];
+
+/// How to start an MCP server (`[tools.NAME]` with `type = "mcp"`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerConfig {
+    /// The program.
+    pub command: PathBuf,
+    /// Its arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Extra environment variables.
+    #[serde(default)]
+    pub env: HashMap<String, String>,
+    /// Working directory (default: inherited).
+    #[serde(default)]
+    pub cwd: Option<PathBuf>,
+    /// Limit for one `tools/call`, seconds.
+    #[serde(default = "default_call_timeout")]
+    pub timeout_secs: f64,
+    /// Limit for start-up and the `initialize` handshake, seconds.
+    #[serde(default = "default_init_timeout")]
+    pub init_timeout_secs: f64,
+    /// Expose only these server tools (default: all).
+    #[serde(default)]
+    pub tools: Option<Vec<String>>,
+    /// Prefix added to each tool's name (`time_` gives `time_get_current_time`).
+    #[serde(default)]
+    pub prefix: String,
+    /// Calls of each tool that may run at once.
+    #[serde(default = "default_concurrency")]
+    pub max_concurrency: usize,
+}
+
+fn default_call_timeout() -> f64 {
+    30.0
+}
+fn default_init_timeout() -> f64 {
+    20.0
+}
+fn default_concurrency() -> usize {
+    8
+}
+
+impl McpServerConfig {
+    /// A config running `command args...` with defaults for the rest.
+    pub fn new(command: impl Into<PathBuf>, args: &[&str]) -> Self {
+        Self {
+            command: command.into(),
+            args: args.iter().map(|s| s.to_string()).collect(),
+            env: HashMap::new(),
+            cwd: None,
+            timeout_secs: default_call_timeout(),
+            init_timeout_secs: default_init_timeout(),
+            tools: None,
+            prefix: String::new(),
+            max_concurrency: default_concurrency(),
+        }
+    }
+}
+
+/// A tool as the server lists it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct McpToolInfo {
+    /// The server's name for it.
+    pub name: String,
+    /// Its description.
+    #[serde(default)]
+    pub description: String,
+    /// JSON schema of its arguments.
+    #[serde(rename = "inputSchema", default = "empty_object_schema")]
+    pub input_schema: Value,
+}
+
+fn empty_object_schema() -> Value {
+    json!({"type": "object"})
+}
+
+type Reply = std::result::Result<Value, String>;
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Reply>>>>;
+
+/// One running server process.
+struct Connection {
+    child: Child,
+    stdin: Arc<Mutex<ChildStdin>>,
+    pending: Pending,
+    alive: Arc<AtomicBool>,
+    stderr_tail: Arc<Mutex<VecDeque<String>>>,
+    server_info: Value,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        // SAFETY: plain syscall on our child's process group.
+        unsafe {
+            libc::kill(-(self.child.id() as libc::pid_t), libc::SIGKILL);
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// A client of one MCP server; cheap to share (`Arc`), safe to call concurrently.
+pub struct McpClient {
+    config: McpServerConfig,
+    conn: Mutex<Option<Arc<Connection>>>,
+    next_id: AtomicU64,
+    starts: AtomicU64,
+}
+
+impl std::fmt::Debug for McpClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpClient")
+            .field("command", &self.config.command)
+            .field("starts", &self.starts.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn tail_text(tail: &Mutex<VecDeque<String>>) -> String {
+    let lines: Vec<String> = lock(tail).iter().cloned().collect();
+    if lines.is_empty() {
+        String::new()
+    } else {
+        format!("; server stderr: {}", lines.join(" | "))
+    }
+}
+
+impl McpClient {
+    /// Starts the server and completes the handshake.
+    pub fn connect(config: McpServerConfig) -> Result<Arc<Self>> {
+        let client = Arc::new(Self {
+            config,
+            conn: Mutex::new(None),
+            next_id: AtomicU64::new(1),
+            starts: AtomicU64::new(0),
+        });
+        client.connection()?;
+        Ok(client)
+    }
+
+    /// The server's settings.
+    pub fn config(&self) -> &McpServerConfig {
+        &self.config
+    }
+
+    /// How many times the server was started (1 + restarts after deaths).
+    pub fn starts(&self) -> u64 {
+        self.starts.load(Ordering::Relaxed)
+    }
+
+    /// The server process's id, while one runs.
+    pub fn server_pid(&self) -> Option<u32> {
+        lock(&self.conn)
+            .as_ref()
+            .filter(|c| c.alive.load(Ordering::Acquire))
+            .map(|c| c.child.id())
+    }
+
+    /// `serverInfo` from the handshake of the current server.
+    pub fn server_info(&self) -> Option<Value> {
+        lock(&self.conn).as_ref().map(|c| c.server_info.clone())
+    }
+
+    /// The live connection, (re)starting the server when there is none or it died.
+    fn connection(&self) -> Result<Arc<Connection>> {
+        let mut slot = lock(&self.conn);
+        if let Some(c) = slot.as_ref() {
+            if c.alive.load(Ordering::Acquire) {
+                return Ok(c.clone());
+            }
+        }
+        *slot = None;
+        let conn = Arc::new(self.start()?);
+        *slot = Some(conn.clone());
+        Ok(conn)
+    }
+
+    fn server_err(&self, message: impl std::fmt::Display) -> Error {
+        Error::Tool {
+            tool: format!("mcp:{}", self.config.command.display()),
+            message: message.to_string(),
+        }
+    }
+
+    fn start(&self) -> Result<Connection> {
+        let cfg = &self.config;
+        let mut cmd = Command::new(&cfg.command);
+        cmd.args(&cfg.args)
+            .envs(&cfg.env)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        if let Some(dir) = &cfg.cwd {
+            cmd.current_dir(dir);
+        }
+        let mut child = cmd.spawn().map_err(|e| {
+            self.server_err(format!("cannot start `{}`: {e}", cfg.command.display()))
+        })?;
+        self.starts.fetch_add(1, Ordering::Relaxed);
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err(self.server_err("server pipes missing"));
+        };
+        let stdin = Arc::new(Mutex::new(stdin));
+        let pending: Pending = Arc::default();
+        let alive = Arc::new(AtomicBool::new(true));
+        let stderr_tail: Arc<Mutex<VecDeque<String>>> = Arc::default();
+        spawn_stderr_reader(stderr, stderr_tail.clone());
+        spawn_reader(
+            stdout,
+            stdin.clone(),
+            pending.clone(),
+            alive.clone(),
+            stderr_tail.clone(),
+        );
+        let mut conn = Connection {
+            child,
+            stdin,
+            pending,
+            alive,
+            stderr_tail,
+            server_info: Value::Null,
+        };
+        let init_limit = Duration::from_secs_f64(cfg.init_timeout_secs.max(0.1));
+        let params = json!({
+            "protocolVersion": PROTOCOL_VERSION,
+            "capabilities": {},
+            "clientInfo": {"name": "agent-r1", "version": env!("CARGO_PKG_VERSION")},
+        });
+        let rx = self.send(&conn, "initialize", params)?;
+        let result = wait_blocking(rx, init_limit)
+            .map_err(|e| self.server_err(format!("initialize: {e}{}", tail_text(&conn.stderr_tail))))?;
+        let version = result
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if !SUPPORTED_VERSIONS.contains(&version) {
+            return Err(self.server_err(format!(
+                "server speaks protocol `{version}` (supported: {})",
+                SUPPORTED_VERSIONS.join(", ")
+            )));
+        }
+        conn.server_info = result.get("serverInfo").cloned().unwrap_or(Value::Null);
+        write_line(
+            &conn.stdin,
+            &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        )
+        .map_err(|e| self.server_err(format!("notifications/initialized: {e}")))?;
+        Ok(conn)
+    }
+
+    /// Registers a request id and writes the request.
+    fn send(&self, conn: &Connection, method: &str, params: Value) -> Result<(u64, oneshot::Receiver<Reply>)> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        lock(&conn.pending).insert(id, tx);
+        let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        if let Err(e) = write_line(&conn.stdin, &msg) {
+            lock(&conn.pending).remove(&id);
+            conn.alive.store(false, Ordering::Release);
+            return Err(self.server_err(format!(
+                "{method}: cannot write to the server: {e}{}",
+                tail_text(&conn.stderr_tail)
+            )));
+        }
+        Ok((id, rx))
+    }
+
+    /// Sends `method` and waits (blocking the thread) up to `limit`.
+    pub fn request_blocking(&self, method: &str, params: Value, limit: Duration) -> Result<Value> {
+        let conn = self.connection()?;
+        let rx = self.send(&conn, method, params)?;
+        let id = rx.0;
+        wait_blocking(rx, limit).map_err(|e| {
+            lock(&conn.pending).remove(&id);
+            self.cancel(&conn, id, &e);
+            self.server_err(format!("{method}: {e}{}", tail_text(&conn.stderr_tail)))
+        })
+    }
+
+    /// Sends `method` and awaits the answer up to `limit`. A server that died is restarted
+    /// first (on a blocking thread).
+    pub async fn request(self: &Arc<Self>, method: &str, params: Value, limit: Duration) -> Result<Value> {
+        let this = self.clone();
+        let conn = tokio::task::spawn_blocking(move || this.connection())
+            .await
+            .map_err(|e| self.server_err(format!("start task failed: {e}")))??;
+        let (id, rx) = self.send(&conn, method, params)?;
+        let outcome = match tokio::time::timeout(limit, rx).await {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(_)) => Err("the server closed the connection".to_string()),
+            Err(_) => Err(format!("no answer within {limit:?}")),
+        };
+        outcome.map_err(|e| {
+            lock(&conn.pending).remove(&id);
+            self.cancel(&conn, id, &e);
+            self.server_err(format!("{method}: {e}{}", tail_text(&conn.stderr_tail)))
+        })
+    }
+
+    /// Tells a live server we stopped waiting for request `id`.
+    fn cancel(&self, conn: &Connection, id: u64, reason: &str) {
+        if conn.alive.load(Ordering::Acquire) {
+            let _ = write_line(
+                &conn.stdin,
+                &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                        "params": {"requestId": id, "reason": reason}}),
+            );
+        }
+    }
+
+    /// All tools of the server (following `nextCursor` pages).
+    pub fn list_tools(&self) -> Result<Vec<McpToolInfo>> {
+        let limit = Duration::from_secs_f64(self.config.init_timeout_secs.max(0.1));
+        let mut tools = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..1000 {
+            let params = match &cursor {
+                Some(c) => json!({"cursor": c}),
+                None => json!({}),
+            };
+            let page = self.request_blocking("tools/list", params, limit)?;
+            let listed: Vec<McpToolInfo> =
+                serde_json::from_value(page.get("tools").cloned().unwrap_or(json!([])))
+                    .map_err(|e| self.server_err(format!("tools/list: unexpected answer: {e}")))?;
+            tools.extend(listed);
+            cursor = page.get("nextCursor").and_then(Value::as_str).map(String::from);
+            if cursor.is_none() {
+                break;
+            }
+        }
+        Ok(tools)
+    }
+}
+
+fn wait_blocking((_, mut rx): (u64, oneshot::Receiver<Reply>), limit: Duration) -> std::result::Result<Value, String> {
+    let deadline = Instant::now() + limit;
+    loop {
+        match rx.try_recv() {
+            Ok(reply) => return reply,
+            Err(oneshot::error::TryRecvError::Closed) => {
+                return Err("the server closed the connection".into())
+            }
+            Err(oneshot::error::TryRecvError::Empty) => {
+                if Instant::now() >= deadline {
+                    return Err(format!("no answer within {limit:?}"));
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+    }
+}
+
+fn write_line(stdin: &Mutex<ChildStdin>, msg: &Value) -> std::io::Result<()> {
+    let mut line = msg.to_string();
+    line.push('\n');
+    let mut w = lock(stdin);
+    w.write_all(line.as_bytes())?;
+    w.flush()
+}
+
+fn spawn_reader(
+    stdout: impl Read + Send + 'static,
+    stdin: Arc<Mutex<ChildStdin>>,
+    pending: Pending,
+    alive: Arc<AtomicBool>,
+    stderr_tail: Arc<Mutex<VecDeque<String>>>,
+) {
+    std::thread::spawn(move || {
+        let reader = BufReader::new(stdout);
+        for line in reader.lines() {
+            let Ok(line) = line else { break };
+            let Ok(msg) = serde_json::from_str::<Value>(&line) else {
+                tracing::debug!("mcp: ignoring non-JSON line from the server: {line}");
+                continue;
+            };
+            let id = msg.get("id").and_then(Value::as_u64);
+            match (msg.get("method").and_then(Value::as_str), id) {
+                // A request from the server: answer pings, refuse the rest.
+                (Some(method), Some(_)) => {
+                    let reply = if method == "ping" {
+                        json!({"jsonrpc": "2.0", "id": msg["id"], "result": {}})
+                    } else {
+                        json!({"jsonrpc": "2.0", "id": msg["id"],
+                               "error": {"code": -32601, "message": "method not found"}})
+                    };
+                    let _ = write_line(&stdin, &reply);
+                }
+                (Some(_), None) => {} // a notification (log, progress): ignored
+                (None, Some(id)) => {
+                    let reply = match (msg.get("result"), msg.get("error")) {
+                        (Some(result), _) => Ok(result.clone()),
+                        (None, Some(err)) => Err(format!(
+                            "server error {}: {}",
+                            err.get("code").cloned().unwrap_or(Value::Null),
+                            err.get("message").and_then(Value::as_str).unwrap_or("?")
+                        )),
+                        (None, None) => Err("response without result or error".into()),
+                    };
+                    if let Some(tx) = lock(&pending).remove(&id) {
+                        let _ = tx.send(reply);
+                    }
+                }
+                (None, None) => {}
+            }
+        }
+        alive.store(false, Ordering::Release);
+        let tail = tail_text(&stderr_tail);
+        for (_, tx) in lock(&pending).drain() {
+            let _ = tx.send(Err(format!("the server exited{tail}")));
+        }
+    });
+}
+
+fn spawn_stderr_reader(stderr: impl Read + Send + 'static, tail: Arc<Mutex<VecDeque<String>>>) {
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            let mut t = lock(&tail);
+            if t.len() == 5 {
+                t.pop_front();
+            }
+            t.push_back(line.chars().take(300).collect());
+        }
+    });
+}
