@@ -103,7 +103,8 @@ impl Tool for CalculatorTool {
             message: e.to_string(),
         })?;
         let mut out = ToolOutput::text(format_value(&value));
-        out.metadata.insert("exact".into(), Value::from(value.to_string()));
+        out.metadata
+            .insert("exact".into(), Value::from(value.to_string()));
         Ok(out)
     }
 }
@@ -134,7 +135,10 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(out.text, "22/3 (≈ 7.3333333333)");
-        let e = CalculatorTool.call(json!({"expression": "1/0"})).await.unwrap_err();
+        let e = CalculatorTool
+            .call(json!({"expression": "1/0"}))
+            .await
+            .unwrap_err();
         assert_eq!(e.to_string(), "tool `calculator` failed: division by zero");
     }
 }

@@ -50,12 +50,19 @@ pub fn connect_tools(config: McpServerConfig) -> Result<Vec<Arc<dyn Tool>>> {
     let client = McpClient::connect(config)?;
     let listed = client.list_tools()?;
     if let Some(wanted) = &wanted {
-        if let Some(missing) = wanted.iter().find(|w| !listed.iter().any(|t| &t.name == *w)) {
+        if let Some(missing) = wanted
+            .iter()
+            .find(|w| !listed.iter().any(|t| &t.name == *w))
+        {
             return Err(Error::Config {
                 key: "tools.mcp.tools".into(),
                 message: format!(
                     "the server has no tool `{missing}` (it has: {})",
-                    listed.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
+                    listed
+                        .iter()
+                        .map(|t| t.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             });
         }
@@ -70,7 +77,10 @@ pub fn connect_tools(config: McpServerConfig) -> Result<Vec<Arc<dyn Tool>>> {
 /// The observation of a `tools/call` result: its text parts, one per line (other content
 /// types are named, not shown), and whether the server flagged it as an error.
 pub fn format_call_result(result: &Value) -> (String, bool) {
-    let is_error = result.get("isError").and_then(Value::as_bool).unwrap_or(false);
+    let is_error = result
+        .get("isError")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     let parts: Vec<String> = result
         .get("content")
         .and_then(Value::as_array)
@@ -78,7 +88,11 @@ pub fn format_call_result(result: &Value) -> (String, bool) {
             items
                 .iter()
                 .map(|c| match c.get("type").and_then(Value::as_str) {
-                    Some("text") => c.get("text").and_then(Value::as_str).unwrap_or("").to_string(),
+                    Some("text") => c
+                        .get("text")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string(),
                     Some(other) => format!("[{other} content]"),
                     None => "[unknown content]".to_string(),
                 })
@@ -149,8 +163,9 @@ mod tests {
             "isError": false
         }));
         assert_eq!((text.as_str(), err), ("a\n[image content]\nb", false));
-        let (text, err) =
-            format_call_result(&json!({"content": [{"type": "text", "text": "bad tz"}], "isError": true}));
+        let (text, err) = format_call_result(
+            &json!({"content": [{"type": "text", "text": "bad tz"}], "isError": true}),
+        );
         assert_eq!((text.as_str(), err), ("bad tz", true));
         let (text, _) = format_call_result(&json!({"content": [], "structuredContent": {"a": 1}}));
         assert_eq!(text, "{\"a\":1}");
@@ -158,19 +173,26 @@ mod tests {
 
     #[test]
     fn a_missing_server_is_a_clear_error() {
-        let e = connect_tools(McpServerConfig::new("/nonexistent/mcp-server", &[])).unwrap_err();
-        assert!(e.to_string().contains("cannot start `/nonexistent/mcp-server`"), "{e}");
+        let e = connect_tools(McpServerConfig::new("/nonexistent/mcp-server", &[]))
+            .map(|_| ())
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("cannot start `/nonexistent/mcp-server`"),
+            "{e}"
+        );
     }
 
     #[test]
     fn a_server_that_is_not_mcp_fails_the_handshake() {
-        let mut cfg = McpServerConfig::new("/bin/sh", &["-c", "echo not json; echo oops >&2; sleep 5"]);
+        let mut cfg =
+            McpServerConfig::new("/bin/sh", &["-c", "echo not json; echo oops >&2; sleep 5"]);
         cfg.init_timeout_secs = 0.5;
-        let e = connect_tools(cfg).unwrap_err().to_string();
+        let e = connect_tools(cfg).map(|_| ()).unwrap_err().to_string();
         assert!(e.contains("initialize") && e.contains("no answer"), "{e}");
         let mut cfg = McpServerConfig::new("/bin/sh", &["-c", "echo died >&2; exit 3"]);
         cfg.init_timeout_secs = 5.0;
-        let e = connect_tools(cfg).unwrap_err().to_string();
+        let e = connect_tools(cfg).map(|_| ()).unwrap_err().to_string();
         assert!(e.contains("initialize"), "{e}");
     }
 }

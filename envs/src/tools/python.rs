@@ -139,7 +139,10 @@ impl PythonTool {
         let limits = [
             (libc::RLIMIT_AS, cfg.memory_mib.saturating_mul(1 << 20)),
             (libc::RLIMIT_CPU, cfg.cpu_secs.max(1)),
-            (libc::RLIMIT_FSIZE, cfg.file_size_mib.saturating_mul(1 << 20)),
+            (
+                libc::RLIMIT_FSIZE,
+                cfg.file_size_mib.saturating_mul(1 << 20),
+            ),
             (libc::RLIMIT_NOFILE, 256),
             (libc::RLIMIT_CORE, 0),
         ];
@@ -179,7 +182,10 @@ impl PythonTool {
         let err_task = tokio::spawn(read_capped(stderr, limit));
         let wall = Duration::from_secs_f64(cfg.timeout_secs);
         let (status, timed_out) = match tokio::time::timeout(wall, child.wait()).await {
-            Ok(status) => (Some(status.map_err(|e| Error::Other(format!("python: {e}")))?), false),
+            Ok(status) => (
+                Some(status.map_err(|e| Error::Other(format!("python: {e}")))?),
+                false,
+            ),
             Err(_) => {
                 if let Some(g) = &group {
                     g.kill();
@@ -258,7 +264,9 @@ pub fn format_run(r: &RunResult, timeout_secs: f64) -> String {
         text.push_str(&r.stderr);
     }
     let status = if r.timed_out {
-        Some(format!("killed: wall-clock limit of {timeout_secs}s exceeded"))
+        Some(format!(
+            "killed: wall-clock limit of {timeout_secs}s exceeded"
+        ))
     } else if let Some(sig) = r.signal {
         let why = match sig {
             libc::SIGXCPU => " (CPU time limit exceeded)",
@@ -310,7 +318,10 @@ impl Tool for PythonTool {
         self.config.max_concurrency
     }
     async fn call(&self, arguments: Value) -> Result<ToolOutput> {
-        let code = arguments.get("code").and_then(Value::as_str).unwrap_or_default();
+        let code = arguments
+            .get("code")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         let run = self.run(code).await?;
         let mut out = ToolOutput::text(format_run(&run, self.config.timeout_secs));
         let meta = &mut out.metadata;

@@ -187,10 +187,17 @@ impl Parser {
 
     fn digits(&mut self) -> String {
         let start = self.pos;
-        while self.chars.get(self.pos).is_some_and(|c| c.is_ascii_digit() || *c == '_') {
+        while self
+            .chars
+            .get(self.pos)
+            .is_some_and(|c| c.is_ascii_digit() || *c == '_')
+        {
             self.pos += 1;
         }
-        self.chars[start..self.pos].iter().filter(|c| **c != '_').collect()
+        self.chars[start..self.pos]
+            .iter()
+            .filter(|c| **c != '_')
+            .collect()
     }
 
     fn number(&mut self) -> Result<BigRational, CalcError> {
@@ -269,7 +276,11 @@ fn pow(base: BigRational, exp: &BigRational) -> Result<BigRational, CalcError> {
     // Exact for |base| = 1; otherwise the result's size bounds the exponent.
     if base.numer().abs().is_one() && base.denom().is_one() {
         let odd = magnitude.bit(0);
-        return Ok(if base.is_negative() && odd { -BigRational::one() } else { BigRational::one() });
+        return Ok(if base.is_negative() && odd {
+            -BigRational::one()
+        } else {
+            BigRational::one()
+        });
     }
     let e = magnitude
         .to_u64()
@@ -280,7 +291,11 @@ fn pow(base: BigRational, exp: &BigRational) -> Result<BigRational, CalcError> {
         .ok_or_else(|| CalcError::TooLarge(format!("exponent {exp} is too large")))?;
     let e = usize::try_from(e).map_err(|_| CalcError::TooLarge("exponent".into()))?;
     let raised = num_traits::pow(base, e);
-    let value = if exp.is_negative() { raised.recip() } else { raised };
+    let value = if exp.is_negative() {
+        raised.recip()
+    } else {
+        raised
+    };
     check_size(&value)?;
     Ok(value)
 }
@@ -290,7 +305,9 @@ mod tests {
     use super::*;
 
     fn eval(s: &str) -> String {
-        evaluate(s).map(|v| v.to_string()).unwrap_or_else(|e| e.to_string())
+        evaluate(s)
+            .map(|v| v.to_string())
+            .unwrap_or_else(|e| e.to_string())
     }
 
     #[test]

@@ -263,8 +263,9 @@ impl McpClient {
             "clientInfo": {"name": "agent-r1", "version": env!("CARGO_PKG_VERSION")},
         });
         let rx = self.send(&conn, "initialize", params)?;
-        let result = wait_blocking(rx, init_limit)
-            .map_err(|e| self.server_err(format!("initialize: {e}{}", tail_text(&conn.stderr_tail))))?;
+        let result = wait_blocking(rx, init_limit).map_err(|e| {
+            self.server_err(format!("initialize: {e}{}", tail_text(&conn.stderr_tail)))
+        })?;
         let version = result
             .get("protocolVersion")
             .and_then(Value::as_str)
@@ -285,7 +286,12 @@ impl McpClient {
     }
 
     /// Registers a request id and writes the request.
-    fn send(&self, conn: &Connection, method: &str, params: Value) -> Result<(u64, oneshot::Receiver<Reply>)> {
+    fn send(
+        &self,
+        conn: &Connection,
+        method: &str,
+        params: Value,
+    ) -> Result<(u64, oneshot::Receiver<Reply>)> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         lock(&conn.pending).insert(id, tx);
@@ -315,7 +321,12 @@ impl McpClient {
 
     /// Sends `method` and awaits the answer up to `limit`. A server that died is restarted
     /// first (on a blocking thread).
-    pub async fn request(self: &Arc<Self>, method: &str, params: Value, limit: Duration) -> Result<Value> {
+    pub async fn request(
+        self: &Arc<Self>,
+        method: &str,
+        params: Value,
+        limit: Duration,
+    ) -> Result<Value> {
         let this = self.clone();
         let conn = tokio::task::spawn_blocking(move || this.connection())
             .await
@@ -359,7 +370,10 @@ impl McpClient {
                 serde_json::from_value(page.get("tools").cloned().unwrap_or(json!([])))
                     .map_err(|e| self.server_err(format!("tools/list: unexpected answer: {e}")))?;
             tools.extend(listed);
-            cursor = page.get("nextCursor").and_then(Value::as_str).map(String::from);
+            cursor = page
+                .get("nextCursor")
+                .and_then(Value::as_str)
+                .map(String::from);
             if cursor.is_none() {
                 break;
             }
@@ -368,7 +382,10 @@ impl McpClient {
     }
 }
 
-fn wait_blocking((_, mut rx): (u64, oneshot::Receiver<Reply>), limit: Duration) -> std::result::Result<Value, String> {
+fn wait_blocking(
+    (_, mut rx): (u64, oneshot::Receiver<Reply>),
+    limit: Duration,
+) -> std::result::Result<Value, String> {
     let deadline = Instant::now() + limit;
     loop {
         match rx.try_recv() {

@@ -45,12 +45,17 @@ impl NetIsolation {
 pub fn net_isolation() -> NetIsolation {
     static DETECTED: OnceLock<NetIsolation> = OnceLock::new();
     *DETECTED.get_or_init(|| {
-        for candidate in [NetIsolation::NetNamespace, NetIsolation::UserAndNetNamespace] {
+        for candidate in [
+            NetIsolation::NetNamespace,
+            NetIsolation::UserAndNetNamespace,
+        ] {
             if probe(candidate) {
                 return candidate;
             }
         }
-        tracing::warn!("python tool: no network namespace available; snippets can reach the network");
+        tracing::warn!(
+            "python tool: no network namespace available; snippets can reach the network"
+        );
         NetIsolation::None
     })
 }
