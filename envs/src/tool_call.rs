@@ -103,4 +103,89 @@ mod tests {
         };
         assert_eq!(parse_tool_calls(&render_tool_call(&call)), vec![Ok(call)]);
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Pieces a model's output is made of: tags (whole and broken), JSON fragments,
+        /// text and awkward characters.
+        fn fragment() -> impl Strategy<Value = String> {
+            prop_oneof![
+                Just(CALL_OPEN.to_string()),
+                Just(CALL_CLOSE.to_string()),
+                Just("<tool_".to_string()),
+                Just("</tool_call".to_string()),
+                Just("{".to_string()),
+                Just("}".to_string()),
+                Just("\"name\": ".to_string()),
+                Just("\"arguments\": ".to_string()),
+                Just("{\"name\": \"search\", \"arguments\": {\"query\": \"x\"}}".to_string()),
+                Just("\"{\\\"a\\\": 1}\"".to_string()),
+                Just("[1, 2]".to_string()),
+                Just("null".to_string()),
+                Just(",".to_string()),
+                Just("\u{1F600}é\u{0}".to_string()),
+                "[a-z ]{0,8}",
+                any::<String>(),
+            ]
+        }
+
+        fn json_value() -> impl Strategy<Value = Value> {
+            let leaf = prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::from),
+                any::<i64>().prop_map(Value::from),
+                any::<String>().prop_map(Value::from),
+            ];
+            leaf.prop_recursive(3, 16, 4, |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+                    prop::collection::btree_map("[a-z_]{1,6}", inner, 0..4)
+                        .prop_map(|m| Value::Object(m.into_iter().collect())),
+                ]
+            })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(512))]
+
+            #[test]
+            fn arbitrary_text_never_panics(text in any::<String>()) {
+                let calls = parse_tool_calls(&text);
+                prop_assert!(calls.len() <= text.matches(CALL_OPEN).count());
+            }
+
+            #[test]
+            fn fragment_soup_never_panics(parts in prop::collection::vec(fragment(), 0..24)) {
+                let text = parts.concat();
+                let calls = parse_tool_calls(&text);
+                // Exactly one outcome per opening tag not swallowed by an earlier span.
+                prop_assert!(calls.len() <= text.matches(CALL_OPEN).count());
+                prop_assert_eq!(calls.is_empty(), !text.contains(CALL_OPEN));
+                for call in calls.iter().flatten() {
+                    prop_assert!(!call.name.trim().is_empty());
+                }
+            }
+
+            #[test]
+            fn rendered_calls_round_trip(
+                name in "[A-Za-z_][A-Za-z0-9_.-]{0,20}",
+                args in prop::collection::btree_map("[a-z_]{1,8}", json_value(), 0..5),
+                before in "[^<]{0,20}",
+                between in "[^<]{0,20}",
+            ) {
+                let call = ToolCall {
+                    name,
+                    arguments: Value::Object(args.into_iter().collect()),
+                };
+                let text = format!(
+                    "{before}{}{between}{}",
+                    render_tool_call(&call),
+                    render_tool_call(&call)
+                );
+                prop_assert_eq!(parse_tool_calls(&text), vec![Ok(call.clone()), Ok(call)]);
+            }
+        }
+    }
 }

@@ -152,9 +152,16 @@ impl PythonTool {
         unsafe {
             cmd.pre_exec(move || {
                 for (resource, value) in limits {
+                    // For CPU time the hard limit is one second later, so the process gets
+                    // SIGXCPU (reported as such) rather than a bare SIGKILL.
+                    let hard = if resource == libc::RLIMIT_CPU {
+                        value + 1
+                    } else {
+                        value
+                    };
                     let lim = libc::rlimit {
                         rlim_cur: value as libc::rlim_t,
-                        rlim_max: value as libc::rlim_t,
+                        rlim_max: hard as libc::rlim_t,
                     };
                     if libc::setrlimit(resource, &lim) != 0 {
                         return Err(std::io::Error::last_os_error());
