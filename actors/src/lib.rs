@@ -9,6 +9,7 @@ pub mod chat_template;
 pub mod device;
 pub mod engine;
 pub mod error;
+pub mod learner;
 pub mod model;
 pub mod runtime;
 pub mod sft;

@@ -1,0 +1,26 @@
+//! The learner: turns batches of trajectories into policy (and critic) updates.
+//!
+//! It owns the trainable policy, an optional critic (a value head on the policy's trunk or a
+//! separate model), an optional frozen reference for the KL term, and their AdamW
+//! optimizers, on a dedicated OS thread behind an async [`LearnerHandle`]. One update:
+//! trajectories become right-padded tensors (`batch`), stale tokens are dropped in async
+//! mode (`staleness`), advantages come from the configured estimator (`advantages`),
+//! then `ppo_epochs` passes over shuffled mini-batches with gradient accumulation
+//! ([`trainer`]). Log-probabilities are recomputed under the current policy; the importance
+//! ratio is taken against the log-probabilities the engine sampled with. A step whose loss or
+//! gradient is not finite is skipped, counted and logged, never applied. After an update the
+//! caller publishes the new weights to the engine ([`LearnerHandle::publish`]).
+
+mod advantages;
+mod batch;
+pub mod config;
+mod handle;
+mod optim;
+mod staleness;
+pub mod stats;
+pub mod trainer;
+
+pub use config::{Estimator, KlConfig, KlPlacement, LearnerConfig};
+pub use handle::{spawn_learner, LearnerHandle, PolicyWeights};
+pub use stats::UpdateStats;
+pub use trainer::{Learner, LearnerModels};

@@ -1,0 +1,311 @@
+//! Trajectories to right-padded training tensors.
+//!
+//! Everything per token is laid out over *target* positions: column `j` of a `[B, L]` tensor
+//! (`L = T - 1`) is about token `j + 1` of the stream, the one the model predicts from the
+//! hidden state at position `j`. This is where a log-probability, a value and a reward of the
+//! token naturally live, and it lets the learner run one forward pass over `[B, T]` and read
+//! everything from `hidden[:, :-1]` without shifting again.
+
+use tch::{Device, Kind, Tensor};
+
+use crate::trajectory::Trajectory;
+use crate::{Error, Result};
+
+/// A batch ready for the forward pass; see the module documentation for the layout.
+#[derive(Debug)]
+pub(crate) struct TrainBatch {
+    /// `[B, T]` Int64 token ids, right-padded with 0.
+    pub(crate) ids: Tensor,
+    /// `[B, T]` Bool: real tokens (false = padding).
+    pub(crate) input_mask: Tensor,
+    /// `[B, L]` Float: 1 where the target token is an action the policy sampled.
+    pub(crate) action_mask: Tensor,
+    /// `[B, L]` Float: sampling log-probabilities of action tokens (0 elsewhere).
+    pub(crate) old_logprobs: Tensor,
+    /// `[B, L]` Float: process rewards at each step's last action token, the outcome reward
+    /// at the trajectory's last action token.
+    pub(crate) token_rewards: Tensor,
+    /// `[B, L]` Int64: the weights version that sampled each action token (0 elsewhere).
+    pub(crate) token_version: Tensor,
+    /// Per trajectory: outcome plus process rewards (the score group estimators compare).
+    pub(crate) scores: Vec<f64>,
+    /// Per trajectory: its group.
+    pub(crate) group_ids: Vec<i64>,
+    /// Per trajectory: its episode id (for logs).
+    pub(crate) episode_ids: Vec<u64>,
+    /// Trajectories cut at `max_len`.
+    pub(crate) truncated: usize,
+}
+
+impl TrainBatch {
+    /// Rows.
+    pub(crate) fn rows(&self) -> i64 {
+        self.ids.size()[0]
+    }
+
+    /// Rows `index` (Int64 on the batch's device) of every tensor, for mini- and micro-batches.
+    pub(crate) fn select(&self, index: &[i64]) -> TrainBatch {
+        let idx = Tensor::from_slice(index).to_device(self.ids.device());
+        let pick = |v: &[f64]| index.iter().map(|&i| v[i as usize]).collect::<Vec<_>>();
+        TrainBatch {
+            ids: self.ids.index_select(0, &idx),
+            input_mask: self.input_mask.index_select(0, &idx),
+            action_mask: self.action_mask.index_select(0, &idx),
+            old_logprobs: self.old_logprobs.index_select(0, &idx),
+            token_rewards: self.token_rewards.index_select(0, &idx),
+            token_version: self.token_version.index_select(0, &idx),
+            scores: pick(&self.scores),
+            group_ids: index.iter().map(|&i| self.group_ids[i as usize]).collect(),
+            episode_ids: index
+                .iter()
+                .map(|&i| self.episode_ids[i as usize])
+                .collect(),
+            truncated: 0,
+        }
+    }
+}
+
+/// Builds the batch. Token streams longer than `max_len` keep their head; a reward whose
+/// token was cut goes to the last action token that survived, so truncation loses tokens,
+/// not credit. Rejects (rather than panics on) trajectories whose log-probabilities do not
+/// match their actions, and empty batches.
+pub(crate) fn build_batch(
+    trajectories: &[Trajectory],
+    max_len: usize,
+    device: Device,
+) -> Result<TrainBatch> {
+    if trajectories.is_empty() {
+        return Err(Error::invalid("batch", "has no trajectories"));
+    }
+    let streams: Vec<Vec<u32>> = trajectories.iter().map(Trajectory::token_stream).collect();
+    let t = streams
+        .iter()
+        .map(|s| s.len().min(max_len))
+        .max()
+        .unwrap_or(0)
+        .max(2);
+    let l = t - 1;
+    let b = trajectories.len();
+    let mut ids = vec![0i64; b * t];
+    let mut input = vec![false; b * t];
+    let mut mask = vec![0f32; b * l];
+    let mut old = vec![0f32; b * l];
+    let mut rewards = vec![0f32; b * l];
+    let mut versions = vec![0i64; b * l];
+    let mut scores = Vec::with_capacity(b);
+    let mut truncated = 0;
+    for (r, (traj, stream)) in trajectories.iter().zip(&streams).enumerate() {
+        let len = stream.len().min(max_len);
+        if stream.len() > max_len {
+            truncated += 1;
+        }
+        for (j, &id) in stream[..len].iter().enumerate() {
+            ids[r * t + j] = id as i64;
+            input[r * t + j] = true;
+        }
+        // Rewards by stream position, moved to the last kept action token below.
+        let mut placed: Vec<(usize, f64)> = Vec::with_capacity(traj.steps.len() + 1);
+        let mut pos = traj.prompt_ids.len();
+        let mut last_action: Option<usize> = None;
+        for (k, step) in traj.steps.iter().enumerate() {
+            if step.logprobs.len() != step.action_ids.len() {
+                return Err(Error::invalid(
+                    format!("trajectory {} step {k}", traj.episode_id),
+                    format!(
+                        "has {} log-probabilities for {} action tokens",
+                        step.logprobs.len(),
+                        step.action_ids.len()
+                    ),
+                ));
+            }
+            for (i, &lp) in step.logprobs.iter().enumerate() {
+                let p = pos + i;
+                if p >= 1 && p < len {
+                    let c = r * l + p - 1;
+                    mask[c] = 1.0;
+                    old[c] = lp;
+                    versions[c] = step.policy_version.min(i64::MAX as u64) as i64;
+                }
+            }
+            if !step.action_ids.is_empty() {
+                last_action = Some(pos + step.action_ids.len() - 1);
+            }
+            if step.reward != 0.0 {
+                if let Some(p) = last_action {
+                    placed.push((p, step.reward));
+                }
+            }
+            pos += step.action_ids.len() + step.observation_ids.len();
+        }
+        if let Some(p) = last_action {
+            placed.push((p, traj.reward));
+        }
+        let last_kept = (1..len).rev().find(|&p| mask[r * l + p - 1] == 1.0);
+        if let Some(kept) = last_kept {
+            for (p, reward) in placed {
+                rewards[r * l + p.min(kept) - 1] += reward as f32;
+            }
+        }
+        scores.push(traj.reward + traj.steps.iter().map(|s| s.reward).sum::<f64>());
+    }
+    let shape_t = [b as i64, t as i64];
+    let shape_l = [b as i64, l as i64];
+    Ok(TrainBatch {
+        ids: Tensor::from_slice(&ids).view(shape_t).to_device(device),
+        input_mask: Tensor::from_slice(&input).view(shape_t).to_device(device),
+        action_mask: Tensor::from_slice(&mask).view(shape_l).to_device(device),
+        old_logprobs: Tensor::from_slice(&old).view(shape_l).to_device(device),
+        token_rewards: Tensor::from_slice(&rewards)
+            .view(shape_l)
+            .to_kind(Kind::Float)
+            .to_device(device),
+        token_version: Tensor::from_slice(&versions)
+            .view(shape_l)
+            .to_device(device),
+        scores,
+        group_ids: trajectories.iter().map(|t| t.group_id as i64).collect(),
+        episode_ids: trajectories.iter().map(|t| t.episode_id).collect(),
+        truncated,
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::collections::BTreeMap;
+
+    use agent_r1_envs::task::Task;
+
+    use super::*;
+    use crate::model::generate::FinishReason;
+    use crate::trajectory::{EpisodeEnd, Step};
+
+    /// One test step: `(action ids, logprobs, observation ids, process reward, version)`.
+    pub(crate) type TestStep<'a> = (&'a [u32], &'a [f32], &'a [u32], f64, u64);
+
+    /// A trajectory from test steps.
+    pub(crate) fn traj(
+        episode_id: u64,
+        group_id: u64,
+        prompt: &[u32],
+        steps: &[TestStep<'_>],
+        reward: f64,
+    ) -> Trajectory {
+        let mut context_len = prompt.len();
+        let steps = steps
+            .iter()
+            .map(|(a, lp, o, r, v)| {
+                let s = Step {
+                    context_len,
+                    action_ids: a.to_vec(),
+                    logprobs: lp.to_vec(),
+                    policy_version: *v,
+                    finish_reason: FinishReason::Stop,
+                    tool_calls: vec![],
+                    observation_ids: o.to_vec(),
+                    reward: *r,
+                    generate_seconds: 0.0,
+                    tool_seconds: 0.0,
+                    prefill_tokens: 0,
+                };
+                context_len += a.len() + o.len();
+                s
+            })
+            .collect();
+        Trajectory {
+            episode_id,
+            group_id,
+            task: Task {
+                id: format!("t{episode_id}"),
+                data_source: "test".into(),
+                question: String::new(),
+                answers: vec![],
+                prompt: None,
+                extra: serde_json::Value::Null,
+            },
+            prompt_ids: prompt.to_vec(),
+            steps,
+            reward,
+            metrics: BTreeMap::new(),
+            end: EpisodeEnd::Completed {
+                reason: "done".into(),
+            },
+            attempts: 1,
+            wall_seconds: 0.0,
+        }
+    }
+
+    fn rows(t: &Tensor) -> Vec<Vec<f64>> {
+        let t = t.to_kind(Kind::Double);
+        (0..t.size()[0])
+            .map(|i| Vec::<f64>::try_from(t.get(i)).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn aligns_actions_logprobs_and_rewards_to_target_positions() {
+        // stream: [p p | a a | o | a] ; step rewards 0.5 on step 0, outcome 1.0.
+        let a = traj(
+            7,
+            1,
+            &[1, 2],
+            &[
+                (&[3, 4], &[-0.1, -0.2], &[5], 0.5, 3),
+                (&[6], &[-0.3], &[], 0.0, 4),
+            ],
+            1.0,
+        );
+        let b = traj(8, 1, &[1], &[(&[9], &[-0.4], &[], 0.0, 4)], 0.0);
+        let batch = build_batch(&[a, b], 100, Device::Cpu).unwrap();
+        assert_eq!(batch.ids.size(), vec![2, 6]);
+        assert_eq!(rows(&batch.action_mask)[0], vec![0., 1., 1., 0., 1.]);
+        assert_eq!(rows(&batch.action_mask)[1], vec![1., 0., 0., 0., 0.]);
+        let old = rows(&batch.old_logprobs);
+        assert!((old[0][1] + 0.1).abs() < 1e-6 && (old[0][4] + 0.3).abs() < 1e-6);
+        assert_eq!(rows(&batch.token_rewards)[0], vec![0., 0., 0.5, 0., 1.]);
+        assert_eq!(rows(&batch.token_version)[0], vec![0., 3., 3., 0., 4.]);
+        assert_eq!(batch.scores, vec![1.5, 0.0]);
+        assert_eq!(batch.episode_ids, vec![7, 8]);
+        let input = rows(&batch.input_mask.to_kind(Kind::Float));
+        assert_eq!(input[1], vec![1., 1., 0., 0., 0., 0.]);
+    }
+
+    #[test]
+    fn truncation_keeps_the_head_and_moves_rewards_to_the_last_kept_action() {
+        let a = traj(
+            1,
+            0,
+            &[1, 2],
+            &[
+                (&[3, 4], &[-0.1, -0.2], &[5, 5], 0.25, 0),
+                (&[6, 7], &[-0.3, -0.4], &[], 0.0, 0),
+            ],
+            2.0,
+        );
+        let batch = build_batch(&[a], 4, Device::Cpu).unwrap();
+        assert_eq!(batch.truncated, 1);
+        assert_eq!(rows(&batch.action_mask)[0], vec![0., 1., 1.]);
+        assert_eq!(rows(&batch.token_rewards)[0], vec![0., 0., 2.25]);
+        assert_eq!(batch.scores, vec![2.25]);
+    }
+
+    #[test]
+    fn rejects_mismatched_logprobs_and_empty_batches() {
+        let bad = traj(3, 0, &[1], &[(&[2, 3], &[-0.1], &[], 0.0, 0)], 1.0);
+        let err = build_batch(&[bad], 10, Device::Cpu)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("trajectory 3"), "{err}");
+        assert!(build_batch(&[], 10, Device::Cpu).is_err());
+    }
+
+    #[test]
+    fn select_picks_rows() {
+        let a = traj(1, 0, &[1], &[(&[2], &[-0.1], &[], 0.0, 0)], 1.0);
+        let b = traj(2, 5, &[1], &[(&[3, 4], &[-0.2, -0.3], &[], 0.0, 0)], 0.0);
+        let batch = build_batch(&[a, b], 10, Device::Cpu).unwrap();
+        let sub = batch.select(&[1]);
+        assert_eq!(sub.episode_ids, vec![2]);
+        assert_eq!(sub.group_ids, vec![5]);
+        assert_eq!(rows(&sub.action_mask)[0], vec![1., 1.]);
+    }
+}

@@ -1,0 +1,249 @@
+//! The learner's OS thread and the async handle that talks to it.
+//!
+//! Tensors are not `Sync` and grad mode is thread-local, so the learner lives on one thread
+//! and receives commands over a bounded crossbeam channel; replies come back on tokio
+//! oneshots, so async callers (the daemon, the rollout loop) never block a runtime thread.
+//! A semaphore bounds the queue: callers wait (up to the request timeout) for room instead
+//! of piling batches up in memory.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tch::Tensor;
+use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
+
+use super::config::LearnerConfig;
+use super::stats::UpdateStats;
+use super::trainer::{Learner, LearnerModels};
+use crate::engine::EngineHandle;
+use crate::trajectory::Trajectory;
+use crate::{Error, Result};
+
+/// A snapshot of the policy's weights and the version they are.
+#[derive(Debug)]
+pub struct PolicyWeights {
+    /// The learner's policy version.
+    pub version: u64,
+    /// `(name, tensor)` copies in the engine's naming, value head excluded.
+    pub tensors: Vec<(String, Tensor)>,
+}
+
+enum Command {
+    Update {
+        batch: Vec<Trajectory>,
+        reply: oneshot::Sender<Result<UpdateStats>>,
+        _permit: OwnedSemaphorePermit,
+    },
+    Weights(oneshot::Sender<Result<PolicyWeights>>),
+    Version(oneshot::Sender<u64>),
+    Save {
+        dir: PathBuf,
+        tokenizer_from: Option<PathBuf>,
+        reply: oneshot::Sender<Result<()>>,
+    },
+    Shutdown,
+}
+
+/// A cheap, cloneable way to talk to the learner thread.
+#[derive(Clone)]
+pub struct LearnerHandle {
+    tx: crossbeam::channel::Sender<Command>,
+    permits: Arc<Semaphore>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for LearnerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LearnerHandle")
+            .field("available_permits", &self.permits.available_permits())
+            .finish()
+    }
+}
+
+/// Starts the learner thread; `load` builds the models on that thread.
+///
+/// Returns once the learner is ready, or with the loading or configuration error.
+pub fn spawn_learner(
+    load: impl FnOnce() -> Result<LearnerModels> + Send + 'static,
+    config: LearnerConfig,
+) -> Result<(LearnerHandle, std::thread::JoinHandle<()>)> {
+    config.validate()?;
+    let capacity = config.queue_capacity;
+    let timeout = config.request_timeout;
+    let (tx, rx) = crossbeam::channel::bounded::<Command>(capacity + 16);
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<()>>();
+    let join = std::thread::Builder::new()
+        .name("agent-r1-learner".into())
+        .spawn(move || {
+            let learner = match catch_unwind(AssertUnwindSafe(|| {
+                load().and_then(|models| Learner::new(models, config))
+            })) {
+                Ok(Ok(l)) => l,
+                Ok(Err(e)) => {
+                    let _ = ready_tx.send(Err(e));
+                    return;
+                }
+                Err(panic) => {
+                    let _ = ready_tx.send(Err(Error::Other(format!(
+                        "learner panicked while loading: {}",
+                        panic_message(&panic)
+                    ))));
+                    return;
+                }
+            };
+            let _ = ready_tx.send(Ok(()));
+            serve(learner, rx);
+        })
+        .map_err(|e| Error::Other(format!("cannot start the learner thread: {e}")))?;
+    match ready_rx.recv() {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(e),
+        Err(_) => return Err(Error::Other("the learner thread died while loading".into())),
+    }
+    Ok((
+        LearnerHandle {
+            tx,
+            permits: Arc::new(Semaphore::new(capacity)),
+            timeout,
+        },
+        join,
+    ))
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
+/// The thread's loop. A panic inside a command (libtorch raises through tch as panics)
+/// becomes that command's error; the learner keeps serving.
+fn serve(mut learner: Learner, rx: crossbeam::channel::Receiver<Command>) {
+    while let Ok(command) = rx.recv() {
+        match command {
+            Command::Update { batch, reply, .. } => {
+                let result = catch_unwind(AssertUnwindSafe(|| learner.update(batch)))
+                    .unwrap_or_else(|p| {
+                        Err(Error::Other(format!(
+                            "learner update panicked: {}",
+                            panic_message(&p)
+                        )))
+                    });
+                let _ = reply.send(result);
+            }
+            Command::Weights(reply) => {
+                let result = catch_unwind(AssertUnwindSafe(|| PolicyWeights {
+                    version: learner.version(),
+                    tensors: learner.policy_weights(),
+                }))
+                .map_err(|p| {
+                    Error::Other(format!("copying weights panicked: {}", panic_message(&p)))
+                });
+                let _ = reply.send(result);
+            }
+            Command::Version(reply) => {
+                let _ = reply.send(learner.version());
+            }
+            Command::Save {
+                dir,
+                tokenizer_from,
+                reply,
+            } => {
+                let _ = reply.send(learner.save(&dir, tokenizer_from.as_deref()));
+            }
+            Command::Shutdown => return,
+        }
+    }
+}
+
+impl LearnerHandle {
+    /// Trains on one batch; waits for room in the queue and for the result, each up to the
+    /// configured request timeout.
+    pub async fn update(&self, batch: Vec<Trajectory>) -> Result<UpdateStats> {
+        let permit = tokio::time::timeout(self.timeout, self.permits.clone().acquire_owned())
+            .await
+            .map_err(|_| Error::Timeout {
+                what: "room in the learner queue".into(),
+                after: self.timeout,
+            })?
+            .map_err(|_| Error::Other("learner closed".into()))?;
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::Update {
+            batch,
+            reply,
+            _permit: permit,
+        })?;
+        self.wait(rx, "a learner update").await?
+    }
+
+    /// Copies of the policy's weights (no value head) and their version.
+    pub async fn state_dict(&self) -> Result<PolicyWeights> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::Weights(reply))?;
+        self.wait(rx, "the learner's weights").await?
+    }
+
+    /// Sends the current policy to the engine (`update_weights(version, ..)`), so the next
+    /// turns sample from it; returns the version published.
+    pub async fn publish(&self, engine: &EngineHandle) -> Result<u64> {
+        let weights = self.state_dict().await?;
+        engine
+            .update_weights(weights.version, weights.tensors)
+            .await?;
+        Ok(weights.version)
+    }
+
+    /// The current policy version.
+    pub async fn version(&self) -> Result<u64> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::Version(reply))?;
+        self.wait(rx, "the learner's version").await
+    }
+
+    /// Saves the policy (and a separate critic under `dir/critic`) as Hugging Face
+    /// directories, copying tokenizer files from `tokenizer_from`.
+    pub async fn save(&self, dir: PathBuf, tokenizer_from: Option<PathBuf>) -> Result<()> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::Save {
+            dir,
+            tokenizer_from,
+            reply,
+        })?;
+        self.wait(rx, "a learner checkpoint").await?
+    }
+
+    /// Asks the thread to finish after the commands already queued.
+    pub fn shutdown(&self) {
+        let _ = self
+            .tx
+            .send_timeout(Command::Shutdown, Duration::from_secs(5));
+    }
+
+    fn send(&self, command: Command) -> Result<()> {
+        self.tx.try_send(command).map_err(|e| match e {
+            crossbeam::channel::TrySendError::Full(_) => {
+                Error::Overloaded("the learner queue".into())
+            }
+            crossbeam::channel::TrySendError::Disconnected(_) => {
+                Error::Other("the learner thread has exited".into())
+            }
+        })
+    }
+
+    async fn wait<T>(&self, rx: oneshot::Receiver<T>, what: &str) -> Result<T> {
+        match tokio::time::timeout(self.timeout, rx).await {
+            Err(_) => Err(Error::Timeout {
+                what: what.into(),
+                after: self.timeout,
+            }),
+            Ok(Err(_)) => Err(Error::Other(
+                "the learner dropped the request (it failed or shut down)".into(),
+            )),
+            Ok(Ok(v)) => Ok(v),
+        }
+    }
+}

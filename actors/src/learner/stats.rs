@@ -1,0 +1,125 @@
+//! What one update did, returned to the caller and exported through the `metrics` crate.
+//!
+//! The same numbers go both ways so that a run's logs (the returned struct, serialised) and
+//! its dashboards (Prometheus) never disagree.
+
+use serde::{Deserialize, Serialize};
+
+/// The numbers of one `update` call.
+///
+/// Losses and per-token statistics are token-weighted means over all micro-batches of all
+/// applied and skipped optimizer steps; they are 0 when nothing was trained.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct UpdateStats {
+    /// Policy version after the update (incremented when the policy took at least one step).
+    pub version: u64,
+    /// Whether the policy's weights changed (false during critic warm-up, when every step was
+    /// skipped, or when the batch was empty after filtering).
+    pub policy_updated: bool,
+    /// Whether this update was one of the critic warm-up updates.
+    pub critic_warmup: bool,
+    /// Trajectories received.
+    pub trajectories: usize,
+    /// Trajectories trained on after filtering.
+    pub trajectories_kept: usize,
+    /// Groups dropped by the zero-variance filter.
+    pub filtered_groups: usize,
+    /// Trajectories cut at `max_len`.
+    pub truncated: usize,
+    /// Real tokens (prompt, actions, observations) in the trained batch.
+    pub tokens: u64,
+    /// Action tokens trained on (after the staleness filter).
+    pub action_tokens: u64,
+    /// Mean outcome-plus-process reward of the received trajectories.
+    pub reward_mean: f64,
+    /// Mean advantage over trained action tokens.
+    pub advantage_mean: f64,
+    /// PPO clipped surrogate loss.
+    pub policy_loss: f64,
+    /// Critic loss, when there is a critic.
+    pub value_loss: Option<f64>,
+    /// Mean entropy of the current policy over action tokens.
+    pub entropy: f64,
+    /// Mean KL(policy || reference) estimate over action tokens, when a KL is configured.
+    pub kl: Option<f64>,
+    /// Mean of `old - new` log-probabilities (k1 KL of the sampler to the current policy).
+    pub approx_kl: f64,
+    /// Fraction of action tokens where the PPO clip was binding.
+    pub clip_fraction: f64,
+    /// Fraction where the dual clip was binding.
+    pub clip_fraction_lower: f64,
+    /// Fraction where the value clip was binding, when there is a critic.
+    pub value_clip_fraction: Option<f64>,
+    /// Mean pre-clip gradient norm of the policy over applied steps.
+    pub grad_norm: f64,
+    /// Mean pre-clip gradient norm of the critic over applied steps.
+    pub critic_grad_norm: Option<f64>,
+    /// Policy learning rate of the last step.
+    pub lr: f64,
+    /// Critic learning rate of the last step.
+    pub critic_lr: Option<f64>,
+    /// Optimizer steps applied.
+    pub optimizer_steps: usize,
+    /// Optimizer steps skipped because a loss or gradient was not finite.
+    pub skipped_steps: usize,
+    /// Episode ids blamed for skipped steps (rows with non-finite inputs or outputs; the whole
+    /// mini-batch when no row could be singled out).
+    pub skipped_episode_ids: Vec<u64>,
+    /// Mean staleness (versions) of the action tokens received.
+    pub staleness_mean: f64,
+    /// Largest staleness of any action token received.
+    pub staleness_max: u64,
+    /// Action tokens dropped for being older than `max_staleness`.
+    pub stale_tokens_dropped: u64,
+    /// Wall-clock seconds of the update.
+    pub duration_seconds: f64,
+    /// `tokens` times PPO epochs, per second of update: the learner's throughput.
+    pub tokens_per_second: f64,
+}
+
+impl UpdateStats {
+    /// Exports the numbers as `agent_r1_learner_*` series: gauges for the latest values,
+    /// counters for totals, a histogram for the duration.
+    pub fn record_metrics(&self) {
+        use metrics::{counter, gauge, histogram};
+        counter!("agent_r1_learner_updates_total").increment(1);
+        counter!("agent_r1_learner_optimizer_steps_total").increment(self.optimizer_steps as u64);
+        counter!("agent_r1_learner_skipped_updates_total").increment(self.skipped_steps as u64);
+        counter!("agent_r1_learner_trajectories_total").increment(self.trajectories as u64);
+        counter!("agent_r1_learner_filtered_groups_total").increment(self.filtered_groups as u64);
+        counter!("agent_r1_learner_truncated_trajectories_total").increment(self.truncated as u64);
+        counter!("agent_r1_learner_tokens_total").increment(self.tokens);
+        counter!("agent_r1_learner_action_tokens_total").increment(self.action_tokens);
+        counter!("agent_r1_learner_stale_tokens_dropped_total")
+            .increment(self.stale_tokens_dropped);
+        gauge!("agent_r1_learner_policy_version").set(self.version as f64);
+        gauge!("agent_r1_learner_reward_mean").set(self.reward_mean);
+        gauge!("agent_r1_learner_advantage_mean").set(self.advantage_mean);
+        gauge!("agent_r1_learner_policy_loss").set(self.policy_loss);
+        gauge!("agent_r1_learner_entropy").set(self.entropy);
+        gauge!("agent_r1_learner_approx_kl").set(self.approx_kl);
+        gauge!("agent_r1_learner_clip_fraction").set(self.clip_fraction);
+        gauge!("agent_r1_learner_clip_fraction_lower").set(self.clip_fraction_lower);
+        gauge!("agent_r1_learner_grad_norm").set(self.grad_norm);
+        gauge!("agent_r1_learner_learning_rate").set(self.lr);
+        gauge!("agent_r1_learner_staleness_mean").set(self.staleness_mean);
+        gauge!("agent_r1_learner_staleness_max").set(self.staleness_max as f64);
+        gauge!("agent_r1_learner_tokens_per_second").set(self.tokens_per_second);
+        histogram!("agent_r1_learner_update_duration_seconds").record(self.duration_seconds);
+        if let Some(v) = self.value_loss {
+            gauge!("agent_r1_learner_value_loss").set(v);
+        }
+        if let Some(v) = self.value_clip_fraction {
+            gauge!("agent_r1_learner_value_clip_fraction").set(v);
+        }
+        if let Some(v) = self.critic_grad_norm {
+            gauge!("agent_r1_learner_critic_grad_norm").set(v);
+        }
+        if let Some(v) = self.critic_lr {
+            gauge!("agent_r1_learner_critic_learning_rate").set(v);
+        }
+        if let Some(v) = self.kl {
+            gauge!("agent_r1_learner_kl").set(v);
+        }
+    }
+}

@@ -1,0 +1,662 @@
+//! The synchronous learner: models, optimizers and the PPO-style update.
+//!
+//! It holds tensors, so it lives on one OS thread (see [`super::spawn_learner`] for the
+//! thread and its async handle); it is public for callers that already own such a thread.
+
+use std::path::Path;
+use std::time::Instant;
+
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use tch::{Kind, Tensor};
+
+use super::advantages::estimate;
+use super::batch::{build_batch, TrainBatch};
+use super::config::{KlPlacement, LearnerConfig};
+use super::optim::ParamOptimizer;
+use super::staleness::filter_stale;
+use super::stats::UpdateStats;
+use crate::algo::{self, LossAgg};
+use crate::model::{PolicyModel, VALUE_HEAD};
+use crate::trajectory::Trajectory;
+use crate::{Error, Result};
+
+/// The models a learner trains and reads.
+#[derive(Debug)]
+pub struct LearnerModels {
+    /// The trainable policy. With a value head (`PolicyModel::load(.., true)`) and no separate
+    /// critic, the head shares the policy's trunk and serves as the critic.
+    pub policy: PolicyModel,
+    /// A separate critic (a `PolicyModel` with a value head), as verl's PPO uses.
+    pub critic: Option<PolicyModel>,
+    /// The frozen reference policy for the KL term (required when `kl` is configured).
+    pub reference: Option<PolicyModel>,
+}
+
+/// Where values come from.
+#[derive(Debug)]
+enum Critic {
+    /// No critic (group or REINFORCE estimators).
+    None,
+    /// The policy's own value head on its trunk.
+    Shared,
+    /// A separate model with a value head.
+    Separate(Box<PolicyModel>),
+}
+
+/// Per-token statistics summed with their mini-batch weights.
+#[derive(Debug, Default)]
+struct Sums {
+    policy_loss: f64,
+    entropy: f64,
+    kl: f64,
+    approx_kl: f64,
+    clip: f64,
+    clip_lower: f64,
+    value_loss: f64,
+    value_clip: f64,
+    grad_norm: f64,
+    critic_grad_norm: f64,
+    mini_batches: usize,
+}
+
+/// Owns the trainable policy, the optional critic and reference, and their optimizers.
+#[derive(Debug)]
+pub struct Learner {
+    config: LearnerConfig,
+    policy: PolicyModel,
+    critic: Critic,
+    reference: Option<PolicyModel>,
+    actor_opt: ParamOptimizer,
+    critic_opt: Option<ParamOptimizer>,
+    version: u64,
+    updates: usize,
+    rng: StdRng,
+}
+
+/// Trainable variables of `model`, sorted by name so that sums over them (the gradient
+/// norm) run in the same order every time and runs are reproducible; `keep` picks by name.
+fn params(model: &PolicyModel, keep: impl Fn(&str) -> bool) -> Vec<Tensor> {
+    let mut vars: Vec<(String, Tensor)> = model
+        .var_store()
+        .variables()
+        .into_iter()
+        .filter(|(name, t)| keep(name) && t.requires_grad())
+        .collect();
+    vars.sort_by(|a, b| a.0.cmp(&b.0));
+    vars.into_iter().map(|(_, t)| t).collect()
+}
+
+/// Rows `index` of a `[B, ..]` tensor.
+fn rows(t: &Tensor, index: &Tensor) -> Tensor {
+    t.index_select(0, index)
+}
+
+/// Per row: whether `t` holds a non-finite number where `mask` is non-zero.
+fn nonfinite_rows(t: &Tensor, mask: &Tensor) -> Vec<bool> {
+    let bad = t
+        .isfinite()
+        .logical_not()
+        .logical_and(&mask.ne(0))
+        .any_dims(Some(&[1i64][..]), false);
+    Vec::<bool>::try_from(bad.to_device(tch::Device::Cpu)).unwrap_or_default()
+}
+
+impl Learner {
+    /// Builds the learner: checks that the models fit the configuration (a critic for `gae`
+    /// and `step_gae`, a reference for the KL term) and creates the optimizers.
+    pub fn new(models: LearnerModels, config: LearnerConfig) -> Result<Self> {
+        config.validate()?;
+        let LearnerModels {
+            policy,
+            critic,
+            mut reference,
+        } = models;
+        let critic = if config.estimator.needs_critic() {
+            match critic {
+                Some(c) if c.has_value_head() => Critic::Separate(Box::new(c)),
+                Some(_) => {
+                    return Err(Error::invalid(
+                        "critic",
+                        "the critic model has no value head (load it with value_head = true)",
+                    ))
+                }
+                None if policy.has_value_head() => Critic::Shared,
+                None => {
+                    return Err(Error::invalid(
+                        "estimator",
+                        format!(
+                            "`{}` needs a critic: give a critic model or load the policy \
+                             with a value head",
+                            config.estimator.as_str()
+                        ),
+                    ))
+                }
+            }
+        } else {
+            if critic.is_some() {
+                tracing::warn!(
+                    estimator = config.estimator.as_str(),
+                    "a critic was given but the estimator does not use one; it is ignored"
+                );
+            }
+            Critic::None
+        };
+        if config.kl.is_some() && reference.is_none() {
+            return Err(Error::invalid(
+                "kl",
+                "a KL term is configured but no reference model was given",
+            ));
+        }
+        if let Some(r) = reference.as_mut() {
+            r.var_store_mut().freeze();
+        }
+        let shared = matches!(critic, Critic::Shared);
+        let actor_opt = ParamOptimizer::new(
+            params(&policy, |name| !name.starts_with(VALUE_HEAD)),
+            config.actor_lr,
+            config.weight_decay,
+            config.betas,
+            config.lr_warmup_steps,
+        )?;
+        let critic_params = match &critic {
+            Critic::None => None,
+            Critic::Shared => Some(params(&policy, |name| name.starts_with(VALUE_HEAD))),
+            Critic::Separate(c) => Some(params(c, |_| true)),
+        };
+        let critic_opt = critic_params
+            .map(|p| {
+                ParamOptimizer::new(
+                    p,
+                    config.critic_lr,
+                    config.weight_decay,
+                    config.betas,
+                    config.lr_warmup_steps,
+                )
+            })
+            .transpose()?;
+        tracing::debug!(
+            shared,
+            estimator = config.estimator.as_str(),
+            "learner ready"
+        );
+        Ok(Self {
+            rng: StdRng::seed_from_u64(config.seed),
+            version: config.initial_version,
+            config,
+            policy,
+            critic,
+            reference,
+            actor_opt,
+            critic_opt,
+            updates: 0,
+        })
+    }
+
+    /// The policy version of the current weights.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &LearnerConfig {
+        &self.config
+    }
+
+    /// The policy (for evaluation or saving on the learner's thread).
+    pub fn policy(&self) -> &PolicyModel {
+        &self.policy
+    }
+
+    /// Copies of the policy's weights, value head excluded (the engine has none), sorted by
+    /// name: what the engine needs to sample from the current policy. Copies, so that the
+    /// engine can read them while this learner keeps training.
+    pub fn policy_weights(&self) -> Vec<(String, Tensor)> {
+        let mut out: Vec<(String, Tensor)> = tch::no_grad(|| {
+            self.policy
+                .var_store()
+                .variables()
+                .into_iter()
+                .filter(|(name, _)| !name.starts_with(VALUE_HEAD))
+                .map(|(name, t)| (name, t.detach().copy()))
+                .collect()
+        });
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// Saves the policy as a Hugging Face directory (value head included when shared), and a
+    /// separate critic under `dir/critic`.
+    pub fn save(&self, dir: &Path, tokenizer_from: Option<&Path>) -> Result<()> {
+        self.policy.save(dir, tokenizer_from)?;
+        if let Critic::Separate(c) = &self.critic {
+            c.save(&dir.join("critic"), None)?;
+        }
+        Ok(())
+    }
+
+    /// Logits `[b, L, V]` (f32, at the sampling temperature) and hidden states `[b, L, H]`
+    /// of the positions that predict each target token.
+    fn policy_logits(&self, batch: &TrainBatch) -> (Tensor, Tensor) {
+        let t = batch.ids.size()[1];
+        let hidden = self
+            .policy
+            .forward(&batch.ids, &batch.input_mask, None)
+            .narrow(1, 0, t - 1);
+        let mut logits = self.policy.logits(&hidden).to_kind(Kind::Float);
+        if self.config.temperature != 1.0 {
+            logits /= self.config.temperature;
+        }
+        (logits, hidden)
+    }
+
+    /// Log-probabilities `[b, L]` of the target tokens under `logits`.
+    fn target_logprobs(logits: &Tensor, batch: &TrainBatch) -> Tensor {
+        let t = batch.ids.size()[1];
+        let targets = batch.ids.narrow(1, 1, t - 1);
+        logits
+            .log_softmax(-1, Kind::Float)
+            .gather(-1, &targets.unsqueeze(-1), false)
+            .squeeze_dim(-1)
+    }
+
+    /// Critic values `[b, L]` of the states before each target token.
+    fn critic_values(&self, batch: &TrainBatch, policy_hidden: Option<&Tensor>) -> Option<Tensor> {
+        match &self.critic {
+            Critic::None => None,
+            Critic::Shared => {
+                let hidden = match policy_hidden {
+                    Some(h) => h.shallow_clone(),
+                    None => {
+                        let t = batch.ids.size()[1];
+                        self.policy
+                            .forward(&batch.ids, &batch.input_mask, None)
+                            .narrow(1, 0, t - 1)
+                    }
+                };
+                self.policy.values(&hidden).map(|v| v.to_kind(Kind::Float))
+            }
+            Critic::Separate(c) => {
+                let t = batch.ids.size()[1];
+                let hidden = c
+                    .forward(&batch.ids, &batch.input_mask, None)
+                    .narrow(1, 0, t - 1);
+                c.values(&hidden).map(|v| v.to_kind(Kind::Float))
+            }
+        }
+    }
+
+    /// Rollout-time values and reference log-probabilities, without grad, in micro-batches.
+    fn prepass(&self, batch: &TrainBatch) -> (Option<Tensor>, Option<Tensor>) {
+        let n = batch.rows();
+        let micro = self.config.micro_batch_size as i64;
+        let want_ref = self.config.kl.is_some();
+        tch::no_grad(|| {
+            let mut values = Vec::new();
+            let mut refs = Vec::new();
+            let mut start = 0;
+            while start < n {
+                let index: Vec<i64> = (start..(start + micro).min(n)).collect();
+                let mb = batch.select(&index);
+                if let Some(v) = self.critic_values(&mb, None) {
+                    values.push(v);
+                }
+                if let (true, Some(reference)) = (want_ref, &self.reference) {
+                    let t = mb.ids.size()[1];
+                    let hidden =
+                        reference
+                            .forward(&mb.ids, &mb.input_mask, None)
+                            .narrow(1, 0, t - 1);
+                    let mut logits = reference.logits(&hidden).to_kind(Kind::Float);
+                    if self.config.temperature != 1.0 {
+                        logits /= self.config.temperature;
+                    }
+                    refs.push(Self::target_logprobs(&logits, &mb));
+                }
+                start += micro;
+            }
+            let cat = |v: Vec<Tensor>| (!v.is_empty()).then(|| Tensor::cat(&v, 0));
+            (cat(values), cat(refs))
+        })
+    }
+
+    /// The weight of a micro-batch's aggregated loss within its mini-batch, so that
+    /// accumulated gradients equal those of the whole mini-batch: by action tokens for
+    /// token-mean, by sequences with at least one action token otherwise.
+    fn agg_weight(&self, mask: &Tensor) -> f64 {
+        match self.config.loss_agg {
+            LossAgg::TokenMean => mask.sum(Kind::Double).double_value(&[]),
+            _ => mask
+                .ne(0)
+                .any_dims(Some(&[1i64][..]), false)
+                .sum(Kind::Double)
+                .double_value(&[]),
+        }
+    }
+
+    /// One update on a batch: advantages, then `ppo_epochs` passes over shuffled mini-batches
+    /// with gradient accumulation over micro-batches. A mini-batch whose loss or gradient is
+    /// not finite is skipped (gradients dropped, no step), counted and logged with the
+    /// episodes to blame. Exports metrics and returns the same numbers.
+    pub fn update(&mut self, trajectories: Vec<Trajectory>) -> Result<UpdateStats> {
+        let start = Instant::now();
+        if trajectories.is_empty() {
+            return Err(Error::invalid("batch", "has no trajectories"));
+        }
+        for t in &trajectories {
+            self.policy.check_ids(&t.token_stream()).map_err(|e| {
+                Error::invalid(format!("trajectory {}", t.episode_id), e.to_string())
+            })?;
+        }
+        let critic_warmup =
+            self.critic_opt.is_some() && self.updates < self.config.critic_warmup_updates;
+        let mut stats = UpdateStats {
+            version: self.version,
+            critic_warmup,
+            trajectories: trajectories.len(),
+            ..Default::default()
+        };
+        let outcome: Vec<f64> = trajectories
+            .iter()
+            .map(|t| t.reward + t.steps.iter().map(|s| s.reward).sum::<f64>())
+            .collect();
+        stats.reward_mean = outcome.iter().sum::<f64>() / outcome.len() as f64;
+        let trajectories = if self.config.filter_zero_variance_groups {
+            let gids: Vec<i64> = trajectories.iter().map(|t| t.group_id as i64).collect();
+            let (keep, dropped) =
+                algo::filter_zero_variance_groups(&Tensor::from_slice(&outcome), &gids)?;
+            stats.filtered_groups = dropped;
+            let mut all: Vec<Option<Trajectory>> = trajectories.into_iter().map(Some).collect();
+            keep.into_iter().filter_map(|i| all[i].take()).collect()
+        } else {
+            trajectories
+        };
+        stats.trajectories_kept = trajectories.len();
+        self.updates += 1;
+        if trajectories.is_empty() {
+            return Ok(self.finish(stats, start));
+        }
+        let device = self.policy.placement().device;
+        let batch = build_batch(&trajectories, self.config.max_len, device)?;
+        drop(trajectories);
+        stats.truncated = batch.truncated;
+        stats.tokens = batch.input_mask.sum(Kind::Int64).int64_value(&[]) as u64;
+        let (train_mask, staleness) = filter_stale(
+            &batch.token_version,
+            &batch.action_mask,
+            self.version,
+            self.config.max_staleness,
+        )?;
+        stats.staleness_mean = staleness.mean;
+        stats.staleness_max = staleness.max;
+        stats.stale_tokens_dropped = staleness.dropped_tokens;
+        stats.action_tokens = train_mask.sum(Kind::Int64).int64_value(&[]) as u64;
+
+        let (old_values, ref_logprobs) = self.prepass(&batch);
+        let mut rewards = batch.token_rewards.shallow_clone();
+        let mut scores = Tensor::from_slice(&batch.scores)
+            .to_kind(Kind::Float)
+            .to_device(device);
+        if let (Some(kl), Some(reference)) = (self.config.kl, &ref_logprobs) {
+            if kl.placement == KlPlacement::InReward {
+                let k = algo::kl_estimate(&batch.old_logprobs, reference, kl.kind)?;
+                let k = k.where_self(&batch.action_mask.ne(0), &k.zeros_like());
+                rewards -= &k * kl.coef;
+                scores -= k.sum_dim_intlist(1, false, Kind::Float) * kl.coef;
+                stats.kl = Some(algo::masked_mean(&k, &batch.action_mask)?.double_value(&[]));
+            }
+        }
+        let (advantages, returns) = estimate(
+            &self.config,
+            &rewards,
+            &batch.action_mask,
+            &scores,
+            &batch.group_ids,
+            old_values.as_ref(),
+        )?;
+        stats.advantage_mean = algo::masked_mean(&advantages, &train_mask)?.double_value(&[]);
+        // Rows whose inputs are already not finite: the usual culprits of a skipped step.
+        let mut suspect = nonfinite_rows(&rewards, &batch.action_mask);
+        for other in [
+            nonfinite_rows(&batch.old_logprobs, &batch.action_mask),
+            nonfinite_rows(&advantages, &batch.action_mask),
+        ] {
+            for (s, o) in suspect.iter_mut().zip(other) {
+                *s |= o;
+            }
+        }
+        for (s, score) in suspect.iter_mut().zip(&batch.scores) {
+            *s |= !score.is_finite();
+        }
+
+        let ctx = Prepared {
+            batch: &batch,
+            train_mask: &train_mask,
+            advantages: &advantages,
+            returns: returns.as_ref(),
+            old_values: old_values.as_ref(),
+            ref_logprobs: ref_logprobs.as_ref(),
+            suspect: &suspect,
+            train_policy: !critic_warmup,
+        };
+        let n = batch.rows() as usize;
+        let mini = match self.config.mini_batch_size {
+            0 => n,
+            m => m.min(n),
+        };
+        let mut sums = Sums::default();
+        let mut policy_steps = 0;
+        for _ in 0..self.config.ppo_epochs {
+            let mut order: Vec<i64> = (0..n as i64).collect();
+            order.shuffle(&mut self.rng);
+            for chunk in order.chunks(mini) {
+                if self.train_mini_batch(&ctx, chunk, &mut sums, &mut stats)? {
+                    policy_steps += usize::from(ctx.train_policy);
+                }
+            }
+        }
+        let m = sums.mini_batches.max(1) as f64;
+        stats.policy_loss = sums.policy_loss / m;
+        stats.entropy = sums.entropy / m;
+        if let Some(kl) = self.config.kl {
+            if kl.placement == KlPlacement::Loss && ctx.train_policy {
+                stats.kl = Some(sums.kl / m);
+            }
+        }
+        stats.approx_kl = sums.approx_kl / m;
+        stats.clip_fraction = sums.clip / m;
+        stats.clip_fraction_lower = sums.clip_lower / m;
+        let applied = stats.optimizer_steps.max(1) as f64;
+        stats.grad_norm = sums.grad_norm / applied;
+        if let Some(opt) = &self.critic_opt {
+            stats.value_loss = Some(sums.value_loss / m);
+            stats.value_clip_fraction = Some(sums.value_clip / m);
+            stats.critic_grad_norm = Some(sums.critic_grad_norm / applied);
+            stats.critic_lr = Some(opt.lr_at(opt.steps().saturating_sub(1)));
+        }
+        stats.lr = self
+            .actor_opt
+            .lr_at(self.actor_opt.steps().saturating_sub(1));
+        if policy_steps > 0 {
+            self.version += 1;
+            stats.policy_updated = true;
+        }
+        stats.version = self.version;
+        Ok(self.finish(stats, start))
+    }
+
+    fn finish(&self, mut stats: UpdateStats, start: Instant) -> UpdateStats {
+        stats.duration_seconds = start.elapsed().as_secs_f64();
+        stats.tokens_per_second = (stats.tokens as f64 * self.config.ppo_epochs as f64)
+            / stats.duration_seconds.max(1e-9);
+        stats.record_metrics();
+        stats
+    }
+
+    /// Accumulates gradients over the micro-batches of `chunk` and steps; returns whether
+    /// the step was applied.
+    fn train_mini_batch(
+        &mut self,
+        ctx: &Prepared<'_>,
+        chunk: &[i64],
+        sums: &mut Sums,
+        stats: &mut UpdateStats,
+    ) -> Result<bool> {
+        let device = ctx.batch.ids.device();
+        let index = Tensor::from_slice(chunk).to_device(device);
+        let total = self.agg_weight(&rows(ctx.train_mask, &index));
+        if total <= 0.0 {
+            return Ok(false);
+        }
+        self.actor_opt.zero_grad()?;
+        if let Some(opt) = self.critic_opt.as_mut() {
+            opt.zero_grad()?;
+        }
+        let mut finite = true;
+        for micro in chunk.chunks(self.config.micro_batch_size) {
+            let idx = Tensor::from_slice(micro).to_device(device);
+            let mb = ctx.batch.select(micro);
+            let mask = rows(ctx.train_mask, &idx);
+            let w = self.agg_weight(&mask) / total;
+            if w == 0.0 {
+                continue;
+            }
+            let mut loss: Option<Tensor> = None;
+            let mut hidden = None;
+            if ctx.train_policy {
+                let (logits, h) = self.policy_logits(&mb);
+                let logp = Self::target_logprobs(&logits, &mb);
+                let pl = algo::ppo_policy_loss(
+                    &logp,
+                    &mb.old_logprobs,
+                    &rows(ctx.advantages, &idx),
+                    &mask,
+                    &self.config.clip,
+                    self.config.loss_agg,
+                )?;
+                let mut actor = pl.loss.shallow_clone();
+                if self.config.entropy_coef != 0.0 {
+                    let ent = algo::agg_loss(
+                        &algo::entropy_from_logits(&logits)?,
+                        &mask,
+                        self.config.loss_agg,
+                    )?;
+                    sums.entropy += w * ent.double_value(&[]);
+                    actor -= ent * self.config.entropy_coef;
+                } else {
+                    let ent = tch::no_grad(|| {
+                        algo::entropy_from_logits(&logits.detach())
+                            .and_then(|e| algo::masked_mean(&e, &mask))
+                    })?;
+                    sums.entropy += w * ent.double_value(&[]);
+                }
+                if let (Some(kl), Some(reference)) = (self.config.kl, ctx.ref_logprobs) {
+                    if kl.placement == KlPlacement::Loss {
+                        let k = algo::kl_estimate(&logp, &rows(reference, &idx), kl.kind)?;
+                        let k = algo::agg_loss(&k, &mask, self.config.loss_agg)?;
+                        sums.kl += w * k.double_value(&[]);
+                        actor += k * kl.coef;
+                    }
+                }
+                sums.policy_loss += w * pl.loss.double_value(&[]);
+                sums.clip += w * pl.clip_frac.double_value(&[]);
+                sums.clip_lower += w * pl.clip_frac_lower.double_value(&[]);
+                sums.approx_kl += w * pl.approx_kl.double_value(&[]);
+                loss = Some(actor);
+                hidden = Some(h);
+            }
+            if let (Some(returns), Some(old_values)) = (ctx.returns, ctx.old_values) {
+                if let Some(vpreds) = self.critic_values(&mb, hidden.as_ref()) {
+                    let vl = algo::value_loss(
+                        &vpreds,
+                        &rows(returns, &idx),
+                        &rows(old_values, &idx),
+                        &mask,
+                        self.config.cliprange_value,
+                        self.config.loss_agg,
+                    )?;
+                    sums.value_loss += w * vl.loss.double_value(&[]);
+                    sums.value_clip += w * vl.clip_frac.double_value(&[]);
+                    let critic = vl.loss * self.config.value_loss_coef;
+                    loss = Some(match loss {
+                        Some(l) => l + critic,
+                        None => critic,
+                    });
+                }
+            }
+            let Some(loss) = loss else { continue };
+            if !loss.double_value(&[]).is_finite() {
+                finite = false;
+                continue;
+            }
+            (loss * w).backward();
+        }
+        sums.mini_batches += 1;
+        let actor_norm = if ctx.train_policy {
+            self.actor_opt.grad_norm()
+        } else {
+            0.0
+        };
+        let critic_norm = self
+            .critic_opt
+            .as_ref()
+            .map_or(0.0, ParamOptimizer::grad_norm);
+        if !(finite && actor_norm.is_finite() && critic_norm.is_finite()) {
+            self.actor_opt.zero_grad()?;
+            if let Some(opt) = self.critic_opt.as_mut() {
+                opt.zero_grad()?;
+            }
+            let mut blamed: Vec<u64> = chunk
+                .iter()
+                .filter(|&&i| ctx.suspect[i as usize])
+                .map(|&i| ctx.batch.episode_ids[i as usize])
+                .collect();
+            if blamed.is_empty() {
+                blamed = chunk
+                    .iter()
+                    .map(|&i| ctx.batch.episode_ids[i as usize])
+                    .collect();
+            }
+            tracing::warn!(
+                version = self.version,
+                loss_finite = finite,
+                grad_norm = actor_norm,
+                critic_grad_norm = critic_norm,
+                episodes = ?blamed,
+                "non-finite loss or gradient: optimizer step skipped"
+            );
+            stats.skipped_steps += 1;
+            for id in blamed {
+                if !stats.skipped_episode_ids.contains(&id) {
+                    stats.skipped_episode_ids.push(id);
+                }
+            }
+            return Ok(false);
+        }
+        if ctx.train_policy {
+            self.actor_opt.clip(actor_norm, self.config.grad_clip);
+            self.actor_opt.step()?;
+        }
+        if let Some(opt) = self.critic_opt.as_mut() {
+            opt.clip(critic_norm, self.config.grad_clip);
+            opt.step()?;
+        }
+        sums.grad_norm += actor_norm;
+        sums.critic_grad_norm += critic_norm;
+        stats.optimizer_steps += 1;
+        Ok(true)
+    }
+}
+
+/// What every mini-batch of one update reads.
+struct Prepared<'a> {
+    batch: &'a TrainBatch,
+    train_mask: &'a Tensor,
+    advantages: &'a Tensor,
+    returns: Option<&'a Tensor>,
+    old_values: Option<&'a Tensor>,
+    ref_logprobs: Option<&'a Tensor>,
+    suspect: &'a [bool],
+    train_policy: bool,
+}
