@@ -1,5 +1,8 @@
 //! One module per subcommand.
 
 pub(crate) mod bench;
+pub(crate) mod demo;
+pub(crate) mod eval_answers;
 pub(crate) mod generate;
 pub(crate) mod init_model;
+pub(crate) mod rollout;

@@ -6,6 +6,7 @@
 use clap::{Parser, Subcommand};
 
 mod cmd;
+mod setup;
 
 /// End-to-end reinforcement learning of tool-using LLM agents.
 #[derive(Debug, Parser)]
@@ -17,8 +18,15 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Warm-start the tiny model on synthetic demonstrations and answer held-out multi-hop
+    /// questions with the search tool (what `make demo` runs).
+    Demo(cmd::demo::DemoArgs),
+    /// Score predictions with the official HotpotQA answer metrics (em, f1, precision, recall).
+    EvalAnswers(cmd::eval_answers::EvalAnswersArgs),
     /// Generate a continuation of a prompt with a model directory.
     Generate(cmd::generate::GenerateArgs),
+    /// Run episodes through the actor runtime and write their trajectories.
+    Rollout(cmd::rollout::RolloutCmd),
     /// Create a model directory from a built-in preset (tokenizer, config, weights).
     InitModel(cmd::init_model::InitModelArgs),
     /// Benchmarks that print figures.
@@ -36,8 +44,11 @@ fn main() {
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
+        Command::Demo(args) => cmd::demo::run(args),
+        Command::EvalAnswers(args) => cmd::eval_answers::run(args),
         Command::Generate(args) => cmd::generate::run(args),
         Command::InitModel(args) => cmd::init_model::run(args),
+        Command::Rollout(args) => cmd::rollout::run_rollout_cmd(args),
         Command::Bench(cmd) => cmd::bench::run(cmd),
     };
     if let Err(e) = result {

@@ -12,6 +12,8 @@ use agent_r1_actors::model::{PolicyModel, SamplingParams};
 pub(crate) enum BenchCmd {
     /// Generation throughput of the policy model at several batch sizes.
     Generate(GenerateBench),
+    /// Concurrent multi-turn episodes through the actor runtime.
+    Rollout(crate::cmd::rollout::BenchRolloutCmd),
 }
 
 /// Flags of `agent-r1 bench generate`.
@@ -52,6 +54,7 @@ pub(crate) struct GenerateBench {
 pub(crate) fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     match cmd {
         BenchCmd::Generate(args) => generate(args),
+        BenchCmd::Rollout(args) => crate::cmd::rollout::run_bench(args),
     }
 }
 

@@ -1,0 +1,312 @@
+//! `agent-r1 rollout` and `agent-r1 bench rollout`: many concurrent episodes through the
+//! actor runtime, writing trajectories or printing throughput figures.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agent_r1_actors::engine::{EngineConfig, EngineStats};
+use agent_r1_actors::runtime::fault::FaultyTool;
+use agent_r1_actors::runtime::{run_rollout, RolloutReport};
+use agent_r1_actors::tokenizer::HfTokenizer;
+use agent_r1_actors::trajectory::{Trajectory, TrajectoryWriter};
+use agent_r1_envs::env::Env;
+use agent_r1_envs::synthetic::SyntheticConfig;
+use agent_r1_envs::task::Task;
+use agent_r1_envs::tool::Tool;
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
+
+use crate::setup::{self, RolloutKnobs};
+
+/// Environments these commands can build on their own.
+const ENVS: &[&str] = &["synthetic_multihop"];
+
+/// Flags shared by `rollout` and `bench rollout`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct RolloutArgs {
+    /// Model directory.
+    #[arg(long)]
+    model: PathBuf,
+    /// Environment.
+    #[arg(long, default_value = "synthetic_multihop")]
+    env: String,
+    /// Episodes to run (tasks are cycled when there are fewer).
+    #[arg(long, default_value_t = 64)]
+    episodes: usize,
+    /// Episodes in flight at once.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    /// Task split: train or test.
+    #[arg(long, default_value = "train")]
+    split: String,
+    /// Most assistant turns per episode.
+    #[arg(long, default_value_t = 5)]
+    max_turns: usize,
+    /// Longest generated turn, in tokens.
+    #[arg(long, default_value_t = 128)]
+    max_new_tokens: usize,
+    /// Longest episode context, in tokens.
+    #[arg(long, default_value_t = 2048)]
+    max_context: usize,
+    /// Sampling temperature (0 = greedy).
+    #[arg(long, default_value_t = 1.0)]
+    temperature: f64,
+    /// Rows decoded together by the engine.
+    #[arg(long, default_value_t = 64)]
+    max_batch: usize,
+    /// Bytes of KV parked for episodes waiting on tools (MiB).
+    #[arg(long, default_value_t = 1024)]
+    parked_kv_mib: usize,
+    /// Seed of the world and of sampling.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Fraction of tool calls that panic, hang past their timeout, or fail (fault injection).
+    #[arg(long, default_value_t = 0.0)]
+    tool_fault_rate: f64,
+    /// Extra latency of every tool call, in milliseconds.
+    #[arg(long, default_value_t = 0)]
+    tool_latency_ms: u64,
+    /// Where the world's corpus and search index are cached.
+    #[arg(long, default_value = "runs/cache")]
+    cache: PathBuf,
+    /// cpu, cuda, cuda:N or auto.
+    #[arg(long, default_value = "auto")]
+    device: String,
+}
+
+/// Flags of `rollout`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct RolloutCmd {
+    #[command(flatten)]
+    common: RolloutArgs,
+    /// Trajectories JSONL (ids and decoded text).
+    #[arg(long, default_value = "rollouts.jsonl")]
+    out: PathBuf,
+}
+
+/// Flags of `bench rollout`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct BenchRolloutCmd {
+    #[command(flatten)]
+    common: RolloutArgs,
+    /// Print one JSON object (always on; kept for scripts that pass it).
+    #[arg(long)]
+    json: bool,
+}
+
+struct Outcome {
+    report: RolloutReport,
+    engine: EngineStats,
+    wall: Duration,
+    steps: Vec<f64>,
+    tokens: u64,
+    step_count: u64,
+    prefill_with_reuse: u64,
+    context_tokens: u64,
+}
+
+fn validate(a: &RolloutArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        ENVS.contains(&a.env.as_str()),
+        "--env: `{}` is not supported here (allowed: {})",
+        a.env,
+        ENVS.join(", ")
+    );
+    anyhow::ensure!(a.episodes > 0, "--episodes must be at least 1");
+    anyhow::ensure!(a.concurrency > 0, "--concurrency must be at least 1");
+    anyhow::ensure!(a.max_turns > 0, "--max-turns must be at least 1");
+    anyhow::ensure!(
+        (0.0..=1.0).contains(&a.tool_fault_rate),
+        "--tool-fault-rate must be in [0, 1], got {}",
+        a.tool_fault_rate
+    );
+    anyhow::ensure!(
+        a.split == "train" || a.split == "test",
+        "--split: `{}` (allowed: train, test)",
+        a.split
+    );
+    Ok(())
+}
+
+fn execute(
+    a: &RolloutArgs,
+    mut on_trajectory: impl FnMut(&Trajectory) -> anyhow::Result<()>,
+) -> anyhow::Result<Outcome> {
+    validate(a)?;
+    let placement = agent_r1_actors::device::parse_placement(&a.device, "auto")?;
+    let tokenizer = Arc::new(HfTokenizer::from_dir(&a.model)?);
+    let scenario = setup::synthetic(
+        &a.cache.join(format!("synthetic-{}", a.seed)),
+        SyntheticConfig {
+            seed: a.seed,
+            ..Default::default()
+        },
+        3,
+    )?;
+    let pool: &[Task] = if a.split == "train" {
+        &scenario.train
+    } else {
+        &scenario.test
+    };
+    anyhow::ensure!(!pool.is_empty(), "the {} split has no tasks", a.split);
+    let tasks: Vec<(Task, u64)> = (0..a.episodes)
+        .map(|i| (pool[i % pool.len()].clone(), i as u64))
+        .collect();
+    let mut search: Arc<dyn Tool> = scenario.search.clone();
+    if a.tool_fault_rate > 0.0 || a.tool_latency_ms > 0 {
+        search = Arc::new(FaultyTool::new(
+            search,
+            a.tool_fault_rate,
+            Duration::from_millis(a.tool_latency_ms),
+            a.seed,
+        ));
+    }
+    let engine = setup::engine(
+        &a.model,
+        placement,
+        EngineConfig {
+            max_batch_rows: a.max_batch,
+            max_batch_tokens: a.max_batch * a.max_context,
+            max_context: a.max_context,
+            parked_kv_bytes: a.parked_kv_mib << 20,
+            seed: a.seed as i64,
+            ..Default::default()
+        },
+    )?;
+    let knobs = RolloutKnobs {
+        concurrency: a.concurrency,
+        max_turns: a.max_turns,
+        max_context: a.max_context,
+        max_new_tokens: a.max_new_tokens,
+        temperature: a.temperature,
+    };
+    let env: Arc<dyn Env> = scenario.env.clone();
+    let setup = setup::rollout_setup(engine.clone(), tokenizer, env, vec![search], &knobs)?;
+    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let bar = ProgressBar::new(a.episodes as u64);
+    if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        bar.set_style(
+            ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} episodes {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+    } else {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let started = Instant::now();
+    let mut steps = Vec::new();
+    let (mut tokens, mut step_count, mut prefill, mut context) = (0u64, 0u64, 0u64, 0u64);
+    let result: anyhow::Result<(RolloutReport, EngineStats)> = rt.block_on(async {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(256);
+        let run = tokio::spawn(run_rollout(setup, tasks, tx));
+        while let Some(t) = rx.recv().await {
+            for s in &t.steps {
+                steps.push((s.generate_seconds + s.tool_seconds) * 1000.0);
+                prefill += s.prefill_tokens as u64;
+                context += s.context_len as u64;
+            }
+            step_count += t.steps.len() as u64;
+            tokens += t.generated_tokens() as u64;
+            on_trajectory(&t)?;
+            bar.inc(1);
+        }
+        let report = run.await.context("the rollout task panicked")??;
+        let stats = engine.stats().await?;
+        engine.shutdown();
+        Ok((report, stats))
+    });
+    bar.finish_and_clear();
+    let (report, stats) = result?;
+    if let Some(fatal) = &report.summary.fatal {
+        anyhow::bail!("the rollout stopped: {fatal}");
+    }
+    Ok(Outcome {
+        report,
+        engine: stats,
+        wall: started.elapsed(),
+        steps,
+        tokens,
+        step_count,
+        prefill_with_reuse: prefill,
+        context_tokens: context,
+    })
+}
+
+pub(crate) fn run_rollout_cmd(cmd: RolloutCmd) -> anyhow::Result<()> {
+    let tokenizer = Arc::new(HfTokenizer::from_dir(&cmd.common.model)?);
+    let mut writer = TrajectoryWriter::create(&cmd.out, Some(tokenizer))?;
+    let outcome = execute(&cmd.common, |t| Ok(writer.write(t)?))?;
+    writer.flush()?;
+    let s = &outcome.report.summary;
+    eprintln!(
+        "{} completed, {} failed, {} re-queued in {:.1}s; trajectories in {}",
+        s.completed,
+        s.failed,
+        s.requeued,
+        outcome.wall.as_secs_f64(),
+        cmd.out.display()
+    );
+    Ok(())
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let idx = ((sorted.len() - 1) as f64 * q).round() as usize;
+    sorted[idx]
+}
+
+fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(0.0)
+}
+
+pub(crate) fn run_bench(cmd: BenchRolloutCmd) -> anyhow::Result<()> {
+    let mut outcome = execute(&cmd.common, |_| Ok(()))?;
+    outcome.steps.sort_by(f64::total_cmp);
+    let wall = outcome.wall.as_secs_f64();
+    let s = &outcome.report.summary;
+    let e = &outcome.engine;
+    let out = json!({
+        "episodes": cmd.common.episodes,
+        "concurrency": cmd.common.concurrency,
+        "max_batch": cmd.common.max_batch,
+        "tool_fault_rate": cmd.common.tool_fault_rate,
+        "tool_latency_ms": cmd.common.tool_latency_ms,
+        "episodes_completed": s.completed,
+        "episodes_failed": s.failed,
+        "episodes_requeued": s.requeued,
+        "episodes_lost": cmd.common.episodes as u64 - s.completed - s.failed,
+        "tool_restarts": outcome.report.tool_restarts.values().sum::<u64>(),
+        "tool_calls_shed": outcome.report.tool_shed.values().sum::<u64>(),
+        "steps": outcome.step_count,
+        "tokens_generated": outcome.tokens,
+        "wall_s": wall,
+        "tokens_per_s": outcome.tokens as f64 / wall,
+        "episodes_per_s": s.completed as f64 / wall,
+        "mean_batch_size": e.mean_batch_size(),
+        "p50_step_latency_ms": percentile(&outcome.steps, 0.5),
+        "p99_step_latency_ms": percentile(&outcome.steps, 0.99),
+        "peak_rss_mb": peak_rss_mb(),
+        "overhead_fraction": (1.0 - e.forward_seconds / wall).max(0.0),
+        "forward_s": e.forward_seconds,
+        "context_tokens": outcome.context_tokens,
+        "prefill_tokens": outcome.prefill_with_reuse,
+        "reused_tokens": e.reused_tokens,
+        "kv_evictions": e.evictions,
+        "kv_evicted_tokens": e.evicted_tokens,
+        "kv_slot_mb": e.slot_bytes as f64 / 1048576.0,
+    });
+    println!("{out}");
+    Ok(())
+}
