@@ -42,7 +42,8 @@ pub struct EngineConfig {
     pub admission_timeout: Duration,
     /// Longest a caller waits for its turn to finish once queued.
     pub request_timeout: Duration,
-    /// Seed of the sampling RNG.
+    /// Seed of sampling: each token is drawn from (seed, episode, position), so results do
+    /// not depend on batch composition.
     pub seed: i64,
 }
 

@@ -117,6 +117,63 @@ fn batched_turns_equal_standalone_generation() {
     assert!(stats.mean_batch_size() <= 5.0);
 }
 
+/// With a fixed seed, what an episode samples is a function of the episode alone: the same
+/// tokens whether it runs by itself or among many others joining and leaving the batch.
+#[test]
+fn sampled_turns_do_not_depend_on_batch_composition() {
+    let tmp = tempfile::tempdir().unwrap();
+    make_model(tmp.path());
+    let config = EngineConfig {
+        max_batch_rows: 6,
+        max_context: 256,
+        seed: 42,
+        ..Default::default()
+    };
+    let sampled = |n: usize| SamplingParams {
+        temperature: 1.0,
+        max_new_tokens: n,
+        ..Default::default()
+    };
+    let request = |i: u32| TurnRequest {
+        episode: 1000 + i as u64,
+        context: prompt(i, 4 + i as usize % 9),
+        params: sampled(12 + i as usize % 7),
+        stop_strings: vec![],
+    };
+    let rt = runtime();
+    let alone_engine = start(tmp.path(), config.clone());
+    let alone: Vec<Vec<u32>> = rt.block_on(async {
+        let mut out = Vec::new();
+        for i in [3u32, 7] {
+            out.push(alone_engine.generate(request(i)).await.unwrap().token_ids);
+        }
+        out
+    });
+    let crowd_engine = start(tmp.path(), config);
+    let crowd = rt.block_on(async {
+        let tasks: Vec<_> = (0..16u32)
+            .map(|i| {
+                let engine = crowd_engine.clone();
+                let req = request(i);
+                tokio::spawn(async move {
+                    tokio::time::sleep(std::time::Duration::from_millis(2 * (i % 5) as u64)).await;
+                    engine.generate(req).await.unwrap().token_ids
+                })
+            })
+            .collect();
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await.unwrap());
+        }
+        out
+    });
+    assert_eq!(crowd[3], alone[0]);
+    assert_eq!(crowd[7], alone[1]);
+    // Different episodes draw differently.
+    let distinct: std::collections::HashSet<_> = crowd.iter().collect();
+    assert!(distinct.len() > 12, "{distinct:?}");
+}
+
 #[test]
 fn next_turn_reuses_kv_and_matches_recompute_and_eviction() {
     let tmp = tempfile::tempdir().unwrap();

@@ -12,7 +12,7 @@ use super::parked::ParkedStore;
 use super::slots::SlotCache;
 use super::{Command, EngineConfig, EngineStats, TurnOutput, TurnRequest};
 use crate::model::generate::FinishReason;
-use crate::model::sampling::sample;
+use crate::model::sampling::{sample_with_draws, token_draw};
 use crate::model::{PolicyModel, SamplingParams};
 use crate::tokenizer::HfTokenizer;
 use crate::{Error, Result};
@@ -429,8 +429,16 @@ impl Worker {
                 })
                 .collect();
             let index: Vec<i64> = group.iter().map(|&o| o as i64).collect();
+            let draws: Vec<f64> = group
+                .iter()
+                .map(|&o| {
+                    let r = &self.running[start + o];
+                    let position = (r.request.context.len() + r.generated.len()) as u64;
+                    token_draw(self.config.seed as u64, r.request.episode, position)
+                })
+                .collect();
             let index = Tensor::from_slice(&index).to_device(logits.device());
-            let (tok, lp) = sample(&logits.index_select(0, &index), params);
+            let (tok, lp) = sample_with_draws(&logits.index_select(0, &index), params, &draws);
             let tok = Vec::<i64>::try_from(tok.to_device(tch::Device::Cpu))?;
             let lp = Vec::<f32>::try_from(lp.to_device(tch::Device::Cpu))?;
             for (k, &o) in group.iter().enumerate() {

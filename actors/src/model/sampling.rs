@@ -64,24 +64,73 @@ impl SamplingParams {
     }
 }
 
-/// Picks one token per row from `logits` [B, V]; returns (tokens [B] int64, logprobs [B] f32).
+/// Picks one token per row from `logits` [B, V] with libtorch's global RNG; returns
+/// (tokens [B] int64, logprobs [B] f32).
 pub fn sample(logits: &Tensor, params: &SamplingParams) -> (Tensor, Tensor) {
+    let draws = if params.greedy() {
+        None
+    } else {
+        let rows = logits.size()[0];
+        Some(Tensor::rand([rows], (Kind::Double, tch::Device::Cpu)))
+    };
+    pick(logits, params, draws)
+}
+
+/// Like [`sample`], but row `i` is decided by the uniform draw `draws[i]` in [0, 1) alone
+/// (inverse-CDF sampling). The engine derives each draw from (seed, episode, position), so
+/// what an episode samples does not depend on which other sequences shared its batch: a
+/// run with a fixed seed is reproducible under continuous batching.
+pub fn sample_with_draws(
+    logits: &Tensor,
+    params: &SamplingParams,
+    draws: &[f64],
+) -> (Tensor, Tensor) {
+    let draws = (!params.greedy()).then(|| Tensor::from_slice(draws));
+    pick(logits, params, draws)
+}
+
+/// The uniform draw in [0, 1) for one token of one episode: a pure function of its inputs
+/// (splitmix64), so no RNG state is shared between rows.
+pub fn token_draw(seed: u64, episode: u64, position: u64) -> f64 {
+    let mut x = seed ^ mix(episode ^ mix(position.wrapping_add(0x5851_f42d_4c95_7f2d)));
+    x = mix(x);
+    (x >> 11) as f64 / (1u64 << 53) as f64
+}
+
+fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+fn pick(logits: &Tensor, params: &SamplingParams, draws: Option<Tensor>) -> (Tensor, Tensor) {
     let logits = logits.to_kind(Kind::Float);
-    if params.greedy() {
+    let Some(draws) = draws else {
         let tokens = logits.argmax(-1, false);
         let logprobs = logits
             .log_softmax(-1, Kind::Float)
             .gather(-1, &tokens.unsqueeze(-1), false)
             .squeeze_dim(-1);
         return (tokens, logprobs);
-    }
+    };
     let scaled = logits / params.temperature;
     let logprobs_all = scaled.log_softmax(-1, Kind::Float);
     let filtered = truncate(&scaled, params.top_k, params.top_p);
-    let tokens = filtered
-        .softmax(-1, Kind::Float)
-        .multinomial(1, false)
-        .squeeze_dim(-1);
+    // Inverse CDF in float64: the first token whose cumulative probability exceeds the draw.
+    // Tokens cut by top-k/top-p add nothing to the sum, so they are never picked.
+    let cdf = filtered.softmax(-1, Kind::Double).cumsum(-1, Kind::Double);
+    let vocab = cdf.size()[1];
+    let total = cdf.select(1, vocab - 1).unsqueeze(-1);
+    let threshold = draws
+        .to_device(cdf.device())
+        .to_kind(Kind::Double)
+        .unsqueeze(-1)
+        * &total;
+    let tokens = cdf
+        .le_tensor(&threshold)
+        .sum_dim_intlist(-1, false, Kind::Int64)
+        .clamp_max(vocab - 1);
     let logprobs = logprobs_all
         .gather(-1, &tokens.unsqueeze(-1), false)
         .squeeze_dim(-1);
@@ -147,6 +196,33 @@ mod tests {
             .log_softmax(-1, Kind::Float)
             .double_value(&[0, 1]);
         assert!((lp.double_value(&[0]) - expected).abs() < 1e-6);
+    }
+
+    #[test]
+    fn draws_follow_the_distribution_and_respect_truncation() {
+        let logits = Tensor::from_slice(&[0.0f32, 3.0, 1.0, 2.0]).view([1, 4]);
+        let params = SamplingParams::default();
+        let probs: Vec<f64> = Vec::try_from(logits.softmax(-1, Kind::Double).view([-1])).unwrap();
+        let n = 20_000;
+        let draws: Vec<f64> = (0..n).map(|i| token_draw(5, 1, i)).collect();
+        let wide = logits.expand([n as i64, 4], false);
+        let (tok, _) = sample_with_draws(&wide, &params, &draws);
+        let tok: Vec<i64> = Vec::try_from(tok).unwrap();
+        for (t, p) in probs.iter().enumerate() {
+            let freq = tok.iter().filter(|&&x| x == t as i64).count() as f64 / n as f64;
+            assert!((freq - p).abs() < 0.015, "token {t}: {freq} vs {p}");
+        }
+        // Same draw, same token; a draw of 0 takes the first token with mass.
+        let (again, _) = sample_with_draws(&wide, &params, &draws);
+        assert_eq!(Vec::<i64>::try_from(again).unwrap(), tok);
+        let top2 = SamplingParams {
+            top_k: 2,
+            ..Default::default()
+        };
+        let (t, _) = sample_with_draws(&logits, &top2, &[0.0]);
+        assert_eq!(t.int64_value(&[0]), 1);
+        let (t, _) = sample_with_draws(&logits, &top2, &[0.999_999]);
+        assert_eq!(t.int64_value(&[0]), 3);
     }
 
     #[test]
