@@ -6,3 +6,4 @@ pub(crate) mod eval_answers;
 pub(crate) mod generate;
 pub(crate) mod init_model;
 pub(crate) mod rollout;
+pub(crate) mod tool;

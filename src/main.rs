@@ -29,6 +29,9 @@ enum Command {
     Rollout(cmd::rollout::RolloutCmd),
     /// Create a model directory from a built-in preset (tokenizer, config, weights).
     InitModel(cmd::init_model::InitModelArgs),
+    /// Call a tool by hand, as the model would.
+    #[command(subcommand)]
+    Tool(cmd::tool::ToolCmd),
     /// Benchmarks that print figures.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCmd),
@@ -50,6 +53,7 @@ fn main() {
         Command::InitModel(args) => cmd::init_model::run(args),
         Command::Rollout(args) => cmd::rollout::run_rollout_cmd(args),
         Command::Bench(cmd) => cmd::bench::run(cmd),
+        Command::Tool(cmd) => cmd::tool::run_cmd(cmd),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
