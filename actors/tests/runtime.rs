@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle};
@@ -26,6 +26,7 @@ use agent_r1_envs::message::Message;
 use agent_r1_envs::task::Task;
 use agent_r1_envs::tool::{CallError, Tool, ToolCall, ToolOutput};
 use async_trait::async_trait;
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use serde_json::{json, Value};
 use tch::Kind;
 
@@ -223,8 +224,37 @@ fn run(
     })
 }
 
+/// The process-wide recorder the actors report to (tests of this binary share it).
+fn snapshotter() -> &'static Snapshotter {
+    static SNAPSHOTTER: OnceLock<Snapshotter> = OnceLock::new();
+    SNAPSHOTTER.get_or_init(|| {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        recorder
+            .install()
+            .expect("no other recorder in this test binary");
+        snapshotter
+    })
+}
+
+/// Per series name: counters as their value, gauges as their value, histograms as their
+/// sample count; labelled series are summed.
+fn metric_values() -> HashMap<String, f64> {
+    let mut out: HashMap<String, f64> = HashMap::new();
+    for (key, _, _, value) in snapshotter().snapshot().into_vec() {
+        let v = match value {
+            DebugValue::Counter(c) => c as f64,
+            DebugValue::Gauge(g) => g.into_inner(),
+            DebugValue::Histogram(h) => h.len() as f64,
+        };
+        *out.entry(key.key().name().to_string()).or_default() += v;
+    }
+    out
+}
+
 #[test]
 fn every_episode_ends_under_tool_faults_and_actions_match_their_contexts() {
+    snapshotter();
     let f = fixture();
     let faulty = FaultyTool::new(Arc::new(Echo), 0.35, Duration::from_millis(2), 7);
     let counts = faulty.counts();
@@ -257,6 +287,55 @@ fn every_episode_ends_under_tool_faults_and_actions_match_their_contexts() {
     assert_eq!(
         report.tool_restarts["echo"], panics,
         "each panicked worker restarted once"
+    );
+
+    // The actors report through the `metrics` crate: episodes, queues, batches, tokens, tool
+    // latency and errors, restarts.
+    let m = metric_values();
+    let at_least = |name: &str, min: f64| {
+        let v = m.get(name).copied().unwrap_or(f64::NAN);
+        assert!(v >= min, "{name} = {v}, expected >= {min}; recorded: {m:?}");
+    };
+    for gauge in [
+        "agent_r1_episodes_in_flight",
+        "agent_r1_episodes_queued",
+        "agent_r1_engine_waiting_requests",
+        "agent_r1_engine_running_sequences",
+        "agent_r1_tool_queue_depth",
+        "agent_r1_engine_kv_parked_bytes",
+    ] {
+        at_least(gauge, 0.0);
+    }
+    at_least("agent_r1_episodes_total", 40.0);
+    at_least("agent_r1_engine_batch_size", 1.0);
+    at_least("agent_r1_engine_step_seconds", 1.0);
+    at_least("agent_r1_engine_tokens_generated_total", 40.0);
+    at_least("agent_r1_engine_prefill_tokens_total", 40.0);
+    at_least("agent_r1_tool_call_duration_seconds", 40.0);
+    at_least("agent_r1_tool_queue_wait_seconds", 40.0);
+    at_least("agent_r1_tool_errors_total", 1.0);
+    at_least("agent_r1_tool_restarts_total", panics as f64);
+    let echo_errors: Vec<String> = snapshotter()
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(k, ..)| k.key().name() == "agent_r1_tool_errors_total")
+        .filter(|(k, ..)| {
+            k.key()
+                .labels()
+                .any(|l| l.key() == "tool" && l.value() == "echo")
+        })
+        .flat_map(|(k, ..)| {
+            k.key()
+                .labels()
+                .filter(|l| l.key() == "kind")
+                .map(|l| l.value().to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(
+        echo_errors.iter().any(|k| k == "timeout") && echo_errors.iter().any(|k| k == "failed"),
+        "errors per tool and kind: {echo_errors:?}"
     );
 
     let mut kinds = HashMap::new();
