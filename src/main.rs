@@ -32,6 +32,8 @@ enum Command {
     /// Call a tool by hand, as the model would.
     #[command(subcommand)]
     Tool(cmd::tool::ToolCmd),
+    /// Validate a training config (as `train` will) and print it with defaults filled in.
+    CheckConfig(cmd::check_config::CheckConfigArgs),
     /// Benchmarks that print figures.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCmd),
@@ -53,6 +55,7 @@ fn main() {
         Command::InitModel(args) => cmd::init_model::run(args),
         Command::Rollout(args) => cmd::rollout::run_rollout_cmd(args),
         Command::Bench(cmd) => cmd::bench::run(cmd),
+        Command::CheckConfig(args) => cmd::check_config::run(args),
         Command::Tool(cmd) => cmd::tool::run_cmd(cmd),
     };
     if let Err(e) = result {

@@ -1,0 +1,387 @@
+//! The Prometheus endpoint of `agent-r1 train`: `/metrics` and `/healthz`.
+//!
+//! The `metrics` facade's recorder is process-global, so [`start`] installs the
+//! `metrics-exporter-prometheus` recorder once and serves it from a small hyper server. The
+//! exporter's own listener answers `/health` (not the `/healthz` probes expect) and hides
+//! the port it bound, which makes `127.0.0.1:0` untestable; ours binds first (so a busy or
+//! bad address is an error before anything else starts, naming `metrics.address`), then
+//! serves on its own thread with its own single-threaded tokio runtime, so scrapes are
+//! answered even while the training loop's runtime is saturated.
+//!
+//! Histograms are exported as Prometheus histograms (`_bucket`, `_sum`, `_count`) so that
+//! the dashboard can aggregate them with `histogram_quantile`; `*_seconds` series get
+//! latency buckets and `agent_r1_engine_batch_size` powers of two.
+
+use std::net::{SocketAddr, TcpListener};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::config::{ConfigError, MetricsSection};
+
+/// Latency buckets (seconds) for every `*_seconds` histogram: tool calls, queue waits,
+/// engine steps, learner updates span sub-millisecond to minutes.
+const SECONDS_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0, 120.0, 300.0, 600.0,
+];
+/// Rows per engine decode step.
+const BATCH_BUCKETS: &[f64] = &[
+    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0,
+];
+/// How often idle histogram buckets are rolled.
+const UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// Errors of [`start`].
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    /// `metrics.address` does not parse or resolve.
+    #[error(transparent)]
+    Address(#[from] ConfigError),
+    /// The address parsed but cannot be listened on (in use, not local, no permission).
+    #[error("`metrics.address`: cannot listen on {addr}: {source} (choose another HOST:PORT or set metrics.enabled = false)")]
+    Bind {
+        /// The address tried.
+        addr: SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A recorder was installed before (the recorder is per process).
+    #[error(
+        "a metrics recorder is already installed in this process; start the metrics server once"
+    )]
+    AlreadyInstalled,
+    /// The exporter refused its settings, or the server thread could not start.
+    #[error("metrics server: {0}")]
+    Setup(String),
+}
+
+/// The running endpoint. Dropping it stops the HTTP server; the recorder stays installed
+/// (the `metrics` facade cannot uninstall one), so metrics keep being collected.
+#[derive(Debug)]
+pub struct MetricsServer {
+    addr: SocketAddr,
+    handle: PrometheusHandle,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl MetricsServer {
+    /// The address actually bound (the real port when the config said port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The text `/metrics` serves right now (for logs and tests).
+    pub fn render(&self) -> String {
+        self.handle.render()
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Installs the global recorder, describes the `agent_r1_*` series, and serves `/metrics`
+/// and `/healthz` at `section.address`.
+pub fn start(section: &MetricsSection) -> Result<MetricsServer, MetricsError> {
+    let addr = section.socket_addr()?;
+    let listener = TcpListener::bind(addr).map_err(|source| MetricsError::Bind { addr, source })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|source| MetricsError::Bind { addr, source })?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| MetricsError::Setup(format!("non-blocking listener: {e}")))?;
+
+    let recorder = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)
+        .and_then(|b| {
+            b.set_buckets_for_metric(
+                Matcher::Full("agent_r1_engine_batch_size".into()),
+                BATCH_BUCKETS,
+            )
+        })
+        .map_err(|e| MetricsError::Setup(e.to_string()))?
+        .build_recorder();
+    let handle = recorder.handle();
+    metrics::set_global_recorder(recorder).map_err(|_| MetricsError::AlreadyInstalled)?;
+    describe_series();
+
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let serve_handle = handle.clone();
+    let thread = std::thread::Builder::new()
+        .name("metrics-http".into())
+        .spawn(move || serve(listener, serve_handle, rx))
+        .map_err(|e| MetricsError::Setup(format!("cannot start the server thread: {e}")))?;
+    tracing::info!(%addr, "serving /metrics and /healthz");
+    Ok(MetricsServer {
+        addr,
+        handle,
+        shutdown: Some(tx),
+        thread: Some(thread),
+    })
+}
+
+/// The server thread: accepts until shut down, runs the recorder's upkeep.
+fn serve(
+    listener: TcpListener,
+    handle: PrometheusHandle,
+    mut shutdown: tokio::sync::oneshot::Receiver<()>,
+) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!("metrics server: cannot build its runtime: {e}");
+            return;
+        }
+    };
+    runtime.block_on(async move {
+        let listener = match tokio::net::TcpListener::from_std(listener) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!("metrics server: {e}");
+                return;
+            }
+        };
+        let mut upkeep = tokio::time::interval(UPKEEP_EVERY);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                _ = upkeep.tick() => handle.run_upkeep(),
+                accepted = listener.accept() => {
+                    let stream = match accepted {
+                        Ok((stream, _)) => stream,
+                        Err(e) => {
+                            tracing::warn!("metrics server: accept failed: {e}");
+                            continue;
+                        }
+                    };
+                    let handle = handle.clone();
+                    tokio::spawn(async move {
+                        let service = hyper::service::service_fn(move |req| {
+                            let handle = handle.clone();
+                            async move { Ok::<_, std::convert::Infallible>(respond(&req, &handle)) }
+                        });
+                        if let Err(e) = hyper::server::conn::http1::Builder::new()
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await
+                        {
+                            tracing::debug!("metrics server: connection: {e}");
+                        }
+                    });
+                }
+            }
+        }
+    });
+}
+
+/// Routes one request.
+fn respond(req: &Request<Incoming>, handle: &PrometheusHandle) -> Response<Full<Bytes>> {
+    let reply = |status: StatusCode, content_type: &'static str, body: String| {
+        let mut r = Response::new(Full::new(Bytes::from(body)));
+        *r.status_mut() = status;
+        r.headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+        r
+    };
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            "use GET\n".into(),
+        );
+    }
+    match req.uri().path() {
+        "/metrics" => reply(
+            StatusCode::OK,
+            "text/plain; version=0.0.4; charset=utf-8",
+            handle.render(),
+        ),
+        "/healthz" => reply(StatusCode::OK, "text/plain", "ok\n".into()),
+        _ => reply(
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "not found; try /metrics or /healthz\n".into(),
+        ),
+    }
+}
+
+/// `# HELP` texts of the series the runtime, engine and learner record.
+fn describe_series() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+
+    describe_counter!(
+        "agent_r1_episodes_total",
+        "Episodes finished, by status (completed, requeued, failed)."
+    );
+    describe_gauge!(
+        "agent_r1_episodes_in_flight",
+        "Episodes running in the actor runtime now."
+    );
+    describe_gauge!(
+        "agent_r1_episodes_queued",
+        "Episodes waiting for a concurrency slot."
+    );
+    describe_counter!(
+        "agent_r1_env_restarts_total",
+        "Env actors restarted by the supervisor after a crash."
+    );
+    describe_counter!(
+        "agent_r1_tool_errors_total",
+        "Failed tool calls, by tool and error kind."
+    );
+    describe_counter!(
+        "agent_r1_tool_restarts_total",
+        "Tool workers restarted, by tool."
+    );
+    describe_gauge!(
+        "agent_r1_tool_queue_depth",
+        "Calls waiting for a tool worker, by tool."
+    );
+    describe_histogram!(
+        "agent_r1_tool_call_duration_seconds",
+        Unit::Seconds,
+        "Tool call latency, by tool."
+    );
+    describe_histogram!(
+        "agent_r1_tool_queue_wait_seconds",
+        Unit::Seconds,
+        "Time a call waited for a tool worker, by tool."
+    );
+    describe_gauge!(
+        "agent_r1_engine_policy_version",
+        "Policy version of the weights the engine samples with."
+    );
+    describe_counter!(
+        "agent_r1_engine_tokens_generated_total",
+        "Tokens sampled by the inference engine."
+    );
+    describe_counter!(
+        "agent_r1_engine_prefill_tokens_total",
+        "Context tokens run through prefill."
+    );
+    describe_counter!(
+        "agent_r1_engine_reused_tokens_total",
+        "Context tokens served from a parked KV cache instead of prefill."
+    );
+    describe_histogram!(
+        "agent_r1_engine_batch_size",
+        "Sequences per engine decode step."
+    );
+    describe_histogram!(
+        "agent_r1_engine_step_seconds",
+        Unit::Seconds,
+        "Duration of one engine step."
+    );
+    describe_gauge!(
+        "agent_r1_engine_kv_parked_bytes",
+        "Bytes of KV cache parked between an episode's turns."
+    );
+    describe_gauge!(
+        "agent_r1_engine_running_sequences",
+        "Sequences in the engine's running batch."
+    );
+    describe_gauge!(
+        "agent_r1_engine_waiting_requests",
+        "Generation requests waiting for a batch slot."
+    );
+    describe_counter!("agent_r1_learner_updates_total", "Learner updates done.");
+    describe_counter!(
+        "agent_r1_learner_skipped_updates_total",
+        "Optimizer steps skipped (non-finite loss or gradient)."
+    );
+    describe_counter!(
+        "agent_r1_learner_trajectories_total",
+        "Trajectories trained on."
+    );
+    describe_counter!(
+        "agent_r1_learner_stale_tokens_dropped_total",
+        "Tokens masked out for exceeding max_staleness (async mode)."
+    );
+    describe_gauge!(
+        "agent_r1_learner_policy_version",
+        "Policy version the learner has produced."
+    );
+    describe_gauge!(
+        "agent_r1_learner_reward_mean",
+        "Mean episode reward of the last batch."
+    );
+    describe_gauge!(
+        "agent_r1_learner_policy_loss",
+        "PPO policy loss of the last update."
+    );
+    describe_gauge!(
+        "agent_r1_learner_value_loss",
+        "Critic loss of the last update."
+    );
+    describe_gauge!(
+        "agent_r1_learner_kl",
+        "KL to the reference policy in the last update."
+    );
+    describe_gauge!(
+        "agent_r1_learner_entropy",
+        "Mean policy entropy over action tokens."
+    );
+    describe_gauge!(
+        "agent_r1_learner_staleness_mean",
+        "Mean policy-version lag of the tokens trained on."
+    );
+    describe_gauge!(
+        "agent_r1_learner_staleness_max",
+        "Largest policy-version lag of the tokens trained on."
+    );
+    describe_histogram!(
+        "agent_r1_learner_update_duration_seconds",
+        Unit::Seconds,
+        "Duration of one learner update."
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_or_busy_address_names_the_key_and_installs_nothing() {
+        let e = start(&MetricsSection {
+            enabled: true,
+            address: "not an address".into(),
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("metrics.address") && e.contains("HOST:PORT"),
+            "{e}"
+        );
+        let busy = TcpListener::bind("127.0.0.1:0").unwrap();
+        let e = start(&MetricsSection {
+            enabled: true,
+            address: busy.local_addr().unwrap().to_string(),
+        })
+        .unwrap_err();
+        assert!(matches!(e, MetricsError::Bind { .. }), "{e}");
+        assert!(
+            e.to_string().contains("`metrics.address`: cannot listen"),
+            "{e}"
+        );
+        // Nothing was installed, so the global recorder is still the no-op one.
+        assert!(metrics::set_global_recorder(metrics::NoopRecorder).is_ok());
+    }
+}

@@ -1,0 +1,78 @@
+//! The metrics endpoint over real TCP: `/metrics` shows what was recorded, `/healthz` is 200.
+//! Its own test binary, because the recorder is global to the process.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use agent_r1::config::MetricsSection;
+use agent_r1::metrics_server::{start, MetricsError};
+
+/// GET `path`, returning the status code and body.
+fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    s.read_to_string(&mut response).unwrap();
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+#[test]
+fn serves_metrics_and_healthz_on_a_free_port() {
+    let server = start(&MetricsSection {
+        enabled: true,
+        address: "127.0.0.1:0".into(),
+    })
+    .unwrap();
+    let addr = server.local_addr();
+    assert_ne!(addr.port(), 0, "the real port is reported");
+
+    metrics::counter!("agent_r1_test_total").increment(3);
+    metrics::gauge!("agent_r1_episodes_in_flight").set(5.0);
+    metrics::histogram!("agent_r1_tool_call_duration_seconds", "tool" => "search").record(0.02);
+
+    let (status, body) = get(addr, "/metrics");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("agent_r1_test_total 3"), "{body}");
+    assert!(body.contains("agent_r1_episodes_in_flight 5"), "{body}");
+    assert!(
+        body.contains("# HELP agent_r1_episodes_in_flight Episodes running"),
+        "described series carry help text: {body}"
+    );
+    assert!(
+        body.contains("agent_r1_tool_call_duration_seconds_bucket{tool=\"search\",le=\"0.025\"} 1"),
+        "histograms are exported with buckets: {body}"
+    );
+
+    let (status, body) = get(addr, "/healthz");
+    assert_eq!((status, body.as_str()), (200, "ok\n"));
+    assert_eq!(get(addr, "/nope").0, 404);
+
+    // The recorder is per process: a second start says so.
+    let again = start(&MetricsSection {
+        enabled: true,
+        address: "127.0.0.1:0".into(),
+    });
+    assert!(
+        matches!(again, Err(MetricsError::AlreadyInstalled)),
+        "{again:?}"
+    );
+
+    // Dropping the server stops the listener.
+    drop(server);
+    assert!(TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_err());
+}
