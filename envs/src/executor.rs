@@ -143,7 +143,7 @@ impl ToolExecutor {
                 tokio::spawn(async move {
                     match prepared {
                         Ok((slot, call)) => run_in_slot(slot, call, &config).await,
-                        Err(outcome) => outcome,
+                        Err(outcome) => *outcome,
                     }
                 })
             })
@@ -165,19 +165,22 @@ impl ToolExecutor {
     pub async fn run_one(&self, call: Result<ToolCall, CallError>) -> CallOutcome {
         match self.prepare(call) {
             Ok((slot, call)) => run_in_slot(slot, call, &self.config).await,
-            Err(outcome) => outcome,
+            Err(outcome) => *outcome,
         }
     }
 
-    /// Resolves the tool and validates the arguments; an `Err` is the finished outcome.
+    /// Resolves the tool and validates the arguments; an `Err` is the finished outcome
+    /// (boxed: it is the rare path and much larger than the `Ok`).
     fn prepare(
         &self,
         call: Result<ToolCall, CallError>,
-    ) -> Result<(Arc<Slot>, ToolCall), CallOutcome> {
-        let failed = |name: Option<String>, e: CallError| CallOutcome {
-            name,
-            result: Err(e),
-            latency: Duration::ZERO,
+    ) -> Result<(Arc<Slot>, ToolCall), Box<CallOutcome>> {
+        let failed = |name: Option<String>, e: CallError| {
+            Box::new(CallOutcome {
+                name,
+                result: Err(e),
+                latency: Duration::ZERO,
+            })
         };
         let call = call.map_err(|e| failed(None, e))?;
         let Some(slot) = self.slots.get(&call.name) else {

@@ -110,7 +110,7 @@ async fn ask<T: Send + 'static, M: ractor::Message>(
     timeout: Duration,
     build: impl Fn(ractor::RpcReplyPort<T>) -> M,
 ) -> Result<T, ActorProcessingErr> {
-    match actor.call(|r| build(r), Some(timeout)).await {
+    match actor.call(build, Some(timeout)).await {
         Ok(CallResult::Success(v)) => Ok(v),
         Ok(CallResult::Timeout) => Err(format!("{what}: no answer within {timeout:?}").into()),
         Ok(CallResult::SenderError) => Err(format!("{what}: the actor dropped the request").into()),

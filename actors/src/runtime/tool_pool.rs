@@ -78,8 +78,7 @@ pub struct ToolPool;
 /// The pool's state.
 pub struct ToolPoolState {
     tool: Arc<dyn Tool>,
-    args_validate:
-        Arc<dyn Fn(&dyn Tool, &serde_json::Value) -> Result<(), CallError> + Send + Sync>,
+    args_validate: super::ArgValidator,
     idle: Vec<ActorRef<WorkerMsg>>,
     busy: HashMap<ActorId, ActorRef<WorkerMsg>>,
     queue: VecDeque<(ToolCall, RpcReplyPort<CallOutcome>, Instant)>,
