@@ -6,8 +6,10 @@
 //! limit and a token budget. A finished turn's KV is parked under the episode's id, so the
 //! next turn of that episode prefills only its new tokens (the tool observation and template);
 //! parked KV has a byte budget with least-recently-parked eviction, and an evicted prefix is
-//! recomputed. Weight updates are applied between steps, so no sequence sees half-updated
-//! weights, and every turn reports the policy version that produced it.
+//! recomputed. Weight updates are applied between decode steps, so no forward pass sees
+//! half-updated weights and running turns pick the new weights up at their next token; every
+//! turn reports the version it was admitted under (the oldest that produced any of its
+//! tokens) and the version it finished under.
 
 mod parked;
 mod slots;
@@ -85,8 +87,15 @@ pub struct TurnOutput {
     pub logprobs: Vec<f32>,
     /// Why the turn ended.
     pub finish_reason: FinishReason,
-    /// The weights version that produced every token of the turn.
+    /// The weights version when the turn was admitted. Weights are swapped between decode
+    /// steps, not between turns, so a turn in flight during an update samples its first
+    /// tokens with this version and the rest with later ones (on KV computed by the earlier
+    /// weights). Reporting the oldest version keeps staleness an upper bound: a learner that
+    /// drops tokens older than `max_staleness` versions never keeps one that is older.
     pub policy_version: u64,
+    /// The weights version when the turn finished; equal to `policy_version` unless the
+    /// weights were swapped while the turn was decoding.
+    pub final_policy_version: u64,
     /// Context tokens.
     pub prompt_tokens: usize,
     /// Context tokens run through the model for this turn.
@@ -126,6 +135,9 @@ pub struct EngineStats {
     pub forward_seconds: f64,
     /// Turns completed.
     pub turns: u64,
+    /// Completed turns during which the weights were swapped (their KV is not parked).
+    #[serde(default)]
+    pub turns_spanning_updates: u64,
     /// Current policy version.
     pub policy_version: u64,
 }
@@ -257,7 +269,9 @@ impl EngineHandle {
     }
 
     /// Swaps the engine's weights between decode steps and sets the policy version.
-    /// Parked KV computed with the old weights is dropped.
+    /// Parked KV computed with the old weights is dropped; turns already decoding continue
+    /// with the new weights and keep the version they were admitted under
+    /// ([`TurnOutput::policy_version`]).
     pub async fn update_weights(&self, version: u64, tensors: Vec<(String, Tensor)>) -> Result<()> {
         let (reply, rx) = oneshot::channel();
         self.send_control(Command::UpdateWeights {

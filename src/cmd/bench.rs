@@ -14,6 +14,8 @@ pub(crate) enum BenchCmd {
     Generate(GenerateBench),
     /// Concurrent multi-turn episodes through the actor runtime.
     Rollout(crate::cmd::rollout::BenchRolloutCmd),
+    /// Learner update throughput (PPO-GAE, GRPO) on synthetic multi-turn trajectories.
+    Learner(crate::cmd::bench_learner::LearnerBench),
 }
 
 /// Flags of `agent-r1 bench generate`.
@@ -55,6 +57,7 @@ pub(crate) fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     match cmd {
         BenchCmd::Generate(args) => generate(args),
         BenchCmd::Rollout(args) => crate::cmd::rollout::run_bench(args),
+        BenchCmd::Learner(args) => crate::cmd::bench_learner::run(args),
     }
 }
 

@@ -35,6 +35,10 @@ struct Running {
     prefill: usize,
     reused: usize,
     finish: Option<FinishReason>,
+    /// The engine's policy version when the turn was admitted. Weights may be swapped while
+    /// the turn decodes (between steps), so this is the oldest version that produced any of
+    /// its tokens, and the one reported: staleness is then never under-estimated.
+    version: u64,
 }
 
 impl Running {
@@ -286,6 +290,7 @@ impl Worker {
                 generated: Vec::new(),
                 logprobs: Vec::new(),
                 finish: None,
+                version: self.version,
             });
         }
         if self.running.len() > first_new {
@@ -485,8 +490,18 @@ impl Worker {
             let mut tokens = r.request.context.clone();
             tokens.extend(&r.generated[..r.generated.len() - 1]);
             debug_assert_eq!(tokens.len() as i64, self.slots.len(row));
-            self.parked
-                .insert(r.request.episode, tokens, self.slots.park(row));
+            // A turn that spanned a weight update holds KV computed partly with the old
+            // weights: parking it would let the episode's next turn, tagged with the new
+            // version, build on the old policy's KV (the update already dropped the rest).
+            let spanned_update = r.version != self.version;
+            if spanned_update {
+                self.stats.turns_spanning_updates += 1;
+                metrics::counter!("agent_r1_engine_turns_spanning_weight_update_total")
+                    .increment(1);
+            } else {
+                self.parked
+                    .insert(r.request.episode, tokens, self.slots.park(row));
+            }
             self.slots.move_row(last, row);
             self.stats.turns += 1;
             let now = Instant::now();
@@ -497,7 +512,8 @@ impl Worker {
                 queue_seconds: (r.admitted - r.submitted).as_secs_f64(),
                 total_seconds: (now - r.submitted).as_secs_f64(),
                 finish_reason: r.finish.expect("finished rows have a reason"),
-                policy_version: self.version,
+                policy_version: r.version,
+                final_policy_version: self.version,
                 token_ids: r.generated,
                 logprobs: r.logprobs,
             };

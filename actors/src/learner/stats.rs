@@ -7,8 +7,10 @@ use serde::{Deserialize, Serialize};
 
 /// The numbers of one `update` call.
 ///
-/// Losses and per-token statistics are token-weighted means over all micro-batches of all
-/// applied and skipped optimizer steps; they are 0 when nothing was trained.
+/// Losses and per-token statistics are token-weighted means over the micro-batches of the
+/// applied optimizer steps; they are 0 when nothing was trained. Skipped steps (whose loss is
+/// usually NaN) are left out so that one bad mini-batch does not turn the update's numbers
+/// and the exported gauges into NaN; they are counted in `skipped_steps` instead.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct UpdateStats {
     /// Policy version after the update (incremented when the policy took at least one step).

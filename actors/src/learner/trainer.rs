@@ -45,7 +45,7 @@ enum Critic {
     Separate(Box<PolicyModel>),
 }
 
-/// Per-token statistics summed with their mini-batch weights.
+/// Per-token statistics summed with their mini-batch weights, over applied steps.
 #[derive(Debug, Default)]
 struct Sums {
     policy_loss: f64,
@@ -59,6 +59,23 @@ struct Sums {
     grad_norm: f64,
     critic_grad_norm: f64,
     mini_batches: usize,
+}
+
+impl Sums {
+    /// Adds one applied step's numbers.
+    fn add(&mut self, step: &Sums) {
+        self.policy_loss += step.policy_loss;
+        self.entropy += step.entropy;
+        self.kl += step.kl;
+        self.approx_kl += step.approx_kl;
+        self.clip += step.clip;
+        self.clip_lower += step.clip_lower;
+        self.value_loss += step.value_loss;
+        self.value_clip += step.value_clip;
+        self.grad_norm += step.grad_norm;
+        self.critic_grad_norm += step.critic_grad_norm;
+        self.mini_batches += 1;
+    }
 }
 
 /// Owns the trainable policy, the optional critic and reference, and their optimizers.
@@ -101,6 +118,35 @@ fn nonfinite_rows(t: &Tensor, mask: &Tensor) -> Vec<bool> {
         .logical_and(&mask.ne(0))
         .any_dims(Some(&[1i64][..]), false);
     Vec::<bool>::try_from(bad.to_device(tch::Device::Cpu)).unwrap_or_default()
+}
+
+/// Rejects a trajectory whose outcome or process reward is not finite.
+///
+/// Unlike a non-finite loss (numerical trouble the step guard absorbs), a NaN or infinite
+/// reward is a bug in the env or reward function, and it cannot be contained to its own
+/// episode: group estimators would spread it to the group's baseline and whitening
+/// estimators to the whole batch, so skipping steps would blame innocent episodes and
+/// dropping it silently would hide the bug. The error names the episode and the step, and
+/// comes before any state (version, optimizer, shuffle RNG) changes.
+fn check_rewards(t: &Trajectory) -> Result<()> {
+    if !t.reward.is_finite() {
+        return Err(Error::invalid(
+            format!("trajectory {}", t.episode_id),
+            format!("outcome reward is {} (rewards must be finite)", t.reward),
+        ));
+    }
+    if let Some((k, s)) = t
+        .steps
+        .iter()
+        .enumerate()
+        .find(|(_, s)| !s.reward.is_finite())
+    {
+        return Err(Error::invalid(
+            format!("trajectory {} step {k}", t.episode_id),
+            format!("process reward is {} (rewards must be finite)", s.reward),
+        ));
+    }
+    Ok(())
 }
 
 impl Learner {
@@ -338,7 +384,8 @@ impl Learner {
     /// One update on a batch: advantages, then `ppo_epochs` passes over shuffled mini-batches
     /// with gradient accumulation over micro-batches. A mini-batch whose loss or gradient is
     /// not finite is skipped (gradients dropped, no step), counted and logged with the
-    /// episodes to blame. Exports metrics and returns the same numbers.
+    /// episodes to blame. A batch with a non-finite reward is rejected before anything is
+    /// trained (see `check_rewards`). Exports metrics and returns the same numbers.
     pub fn update(&mut self, trajectories: Vec<Trajectory>) -> Result<UpdateStats> {
         let start = Instant::now();
         if trajectories.is_empty() {
@@ -348,6 +395,7 @@ impl Learner {
             self.policy.check_ids(&t.token_stream()).map_err(|e| {
                 Error::invalid(format!("trajectory {}", t.episode_id), e.to_string())
             })?;
+            check_rewards(t)?;
         }
         let critic_warmup =
             self.critic_opt.is_some() && self.updates < self.config.critic_warmup_updates;
@@ -513,6 +561,10 @@ impl Learner {
         if let Some(opt) = self.critic_opt.as_mut() {
             opt.zero_grad()?;
         }
+        // This step's numbers join the update's only if it is applied: a skipped step's
+        // loss is usually NaN and would make the whole update's statistics (and the
+        // dashboards' gauges) NaN although the other steps trained normally.
+        let mut step = Sums::default();
         let mut finite = true;
         for micro in chunk.chunks(self.config.micro_batch_size) {
             let idx = Tensor::from_slice(micro).to_device(device);
@@ -542,27 +594,27 @@ impl Learner {
                         &mask,
                         self.config.loss_agg,
                     )?;
-                    sums.entropy += w * ent.double_value(&[]);
+                    step.entropy += w * ent.double_value(&[]);
                     actor -= ent * self.config.entropy_coef;
                 } else {
                     let ent = tch::no_grad(|| {
                         algo::entropy_from_logits(&logits.detach())
                             .and_then(|e| algo::masked_mean(&e, &mask))
                     })?;
-                    sums.entropy += w * ent.double_value(&[]);
+                    step.entropy += w * ent.double_value(&[]);
                 }
                 if let (Some(kl), Some(reference)) = (self.config.kl, ctx.ref_logprobs) {
                     if kl.placement == KlPlacement::Loss {
                         let k = algo::kl_estimate(&logp, &rows(reference, &idx), kl.kind)?;
                         let k = algo::agg_loss(&k, &mask, self.config.loss_agg)?;
-                        sums.kl += w * k.double_value(&[]);
+                        step.kl += w * k.double_value(&[]);
                         actor += k * kl.coef;
                     }
                 }
-                sums.policy_loss += w * pl.loss.double_value(&[]);
-                sums.clip += w * pl.clip_frac.double_value(&[]);
-                sums.clip_lower += w * pl.clip_frac_lower.double_value(&[]);
-                sums.approx_kl += w * pl.approx_kl.double_value(&[]);
+                step.policy_loss += w * pl.loss.double_value(&[]);
+                step.clip += w * pl.clip_frac.double_value(&[]);
+                step.clip_lower += w * pl.clip_frac_lower.double_value(&[]);
+                step.approx_kl += w * pl.approx_kl.double_value(&[]);
                 loss = Some(actor);
                 hidden = Some(h);
             }
@@ -576,8 +628,8 @@ impl Learner {
                         self.config.cliprange_value,
                         self.config.loss_agg,
                     )?;
-                    sums.value_loss += w * vl.loss.double_value(&[]);
-                    sums.value_clip += w * vl.clip_frac.double_value(&[]);
+                    step.value_loss += w * vl.loss.double_value(&[]);
+                    step.value_clip += w * vl.clip_frac.double_value(&[]);
                     let critic = vl.loss * self.config.value_loss_coef;
                     loss = Some(match loss {
                         Some(l) => l + critic,
@@ -592,7 +644,6 @@ impl Learner {
             }
             (loss * w).backward();
         }
-        sums.mini_batches += 1;
         let actor_norm = if ctx.train_policy {
             self.actor_opt.grad_norm()
         } else {
@@ -642,8 +693,9 @@ impl Learner {
             opt.clip(critic_norm, self.config.grad_clip);
             opt.step()?;
         }
-        sums.grad_norm += actor_norm;
-        sums.critic_grad_norm += critic_norm;
+        step.grad_norm = actor_norm;
+        step.critic_grad_norm = critic_norm;
+        sums.add(&step);
         stats.optimizer_steps += 1;
         Ok(true)
     }

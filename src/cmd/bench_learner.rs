@@ -1,0 +1,305 @@
+//! `agent-r1 bench learner`: training throughput of the learner on synthetic trajectories.
+//!
+//! The batch has the shape of a multi-turn tool-use rollout (a long prompt, then turns of
+//! sampled tokens each followed by a tool observation that is masked out of the loss), so the
+//! figures say how many rollout tokens per second one learner can absorb, which is what
+//! decides whether the learner or the engine bounds an async run. The model is a randomly
+//! initialised preset: throughput does not depend on what the weights are.
+
+use agent_r1_actors::device::parse_placement;
+use agent_r1_actors::learner::{Estimator, Learner, LearnerConfig, LearnerModels};
+use agent_r1_actors::model::generate::FinishReason;
+use agent_r1_actors::model::presets::preset;
+use agent_r1_actors::model::PolicyModel;
+use agent_r1_actors::trajectory::{EpisodeEnd, Step, Trajectory};
+use agent_r1_envs::task::Task;
+use serde_json::json;
+
+/// Flags of `agent-r1 bench learner`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct LearnerBench {
+    /// Preset model (randomly initialised).
+    #[arg(long, default_value = "tiny")]
+    preset: String,
+    /// Vocabulary size of the preset model.
+    #[arg(long, default_value_t = 4096)]
+    vocab_size: usize,
+    /// Comma-separated estimators: `gae` (PPO, value head sharing the policy's trunk) and
+    /// the critic-free ones (`grpo`, `rloo`, `reinforce_pp`, ...).
+    #[arg(long, default_value = "gae,grpo", value_delimiter = ',')]
+    estimators: Vec<String>,
+    /// Trajectories per batch.
+    #[arg(long, default_value_t = 64)]
+    trajectories: usize,
+    /// Trajectories per group (for the group estimators).
+    #[arg(long, default_value_t = 8)]
+    group_size: usize,
+    /// Prompt tokens per trajectory.
+    #[arg(long, default_value_t = 200)]
+    prompt_tokens: usize,
+    /// Model turns per trajectory.
+    #[arg(long, default_value_t = 3)]
+    steps: usize,
+    /// Sampled (trained) tokens per turn.
+    #[arg(long, default_value_t = 48)]
+    action_tokens: usize,
+    /// Tool-observation tokens after each turn (masked out of the loss).
+    #[arg(long, default_value_t = 32)]
+    observation_tokens: usize,
+    /// Timed updates per estimator (after one untimed warm-up on a small batch).
+    #[arg(long, default_value_t = 2)]
+    updates: usize,
+    /// PPO epochs per update.
+    #[arg(long, default_value_t = 1)]
+    ppo_epochs: usize,
+    /// Trajectories per optimizer step (0 = the whole batch).
+    #[arg(long, default_value_t = 0)]
+    mini_batch_size: usize,
+    /// Trajectories per forward/backward pass.
+    #[arg(long, default_value_t = 8)]
+    micro_batch_size: usize,
+    /// cpu, cuda, cuda:N or auto.
+    #[arg(long, default_value = "auto")]
+    device: String,
+    /// float32, bf16 (CUDA) or auto.
+    #[arg(long, default_value = "auto")]
+    dtype: String,
+    /// Seed of the weights and the synthetic batch.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
+    anyhow::ensure!(args.updates > 0, "--updates must be at least 1");
+    anyhow::ensure!(args.trajectories > 0, "--trajectories must be at least 1");
+    anyhow::ensure!(args.group_size > 0, "--group-size must be at least 1");
+    anyhow::ensure!(
+        args.steps > 0 && args.action_tokens > 0,
+        "--steps and --action-tokens must be at least 1"
+    );
+    let estimators = args
+        .estimators
+        .iter()
+        .map(|name| {
+            serde_json::from_value::<Estimator>(json!(name))
+                .map_err(|_| anyhow::anyhow!("--estimators: unknown estimator `{name}`"))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let placement = parse_placement(&args.device, &args.dtype)?;
+    let model_config = preset(&args.preset, args.vocab_size, vec![])?;
+    let vocab = model_config.vocab_size as u64;
+    let batch = synthetic_batch(&args, vocab);
+    let tokens_per_trajectory =
+        args.prompt_tokens + args.steps * (args.action_tokens + args.observation_tokens);
+    let mut results = Vec::new();
+    for estimator in estimators {
+        // Per-estimator peak: the models and optimizer state of the previous one are gone.
+        reset_peak_rss();
+        tch::manual_seed(args.seed as i64);
+        let critic = estimator.needs_critic();
+        let policy = PolicyModel::new(model_config.clone(), placement, critic)?;
+        let config = LearnerConfig {
+            estimator,
+            ppo_epochs: args.ppo_epochs,
+            mini_batch_size: args.mini_batch_size,
+            micro_batch_size: args.micro_batch_size,
+            actor_lr: 1e-6,
+            max_len: tokens_per_trajectory,
+            seed: args.seed,
+            ..Default::default()
+        };
+        let mut learner = Learner::new(
+            LearnerModels {
+                policy,
+                critic: None,
+                reference: None,
+            },
+            config,
+        )?;
+        // Warm-up on one micro-batch-sized slice: allocator growth and kernel selection.
+        let warm = args.micro_batch_size.min(batch.len()).max(1);
+        learner.update(batch[..warm].to_vec())?;
+        let mut runs = Vec::with_capacity(args.updates);
+        for u in 0..args.updates {
+            let stats = learner.update(batch.clone())?;
+            anyhow::ensure!(
+                stats.skipped_steps == 0,
+                "update {u} skipped {} steps",
+                stats.skipped_steps
+            );
+            let epochs = args.ppo_epochs as f64;
+            runs.push(json!({
+                "seconds": stats.duration_seconds,
+                "tokens": stats.tokens,
+                "action_tokens": stats.action_tokens,
+                "tokens_per_s": stats.tokens as f64 * epochs / stats.duration_seconds,
+                "action_tokens_per_s": stats.action_tokens as f64 * epochs / stats.duration_seconds,
+                "optimizer_steps": stats.optimizer_steps,
+                "policy_loss": stats.policy_loss,
+            }));
+            if !args.json {
+                eprintln!(
+                    "{} update {u}: {:.2} s, {:.0} tokens/s",
+                    estimator.as_str(),
+                    stats.duration_seconds,
+                    stats.tokens as f64 * epochs / stats.duration_seconds
+                );
+            }
+        }
+        let seconds: Vec<f64> = runs
+            .iter()
+            .map(|r| r["seconds"].as_f64().unwrap_or(0.0))
+            .collect();
+        let mean = seconds.iter().sum::<f64>() / seconds.len() as f64;
+        let best = seconds.iter().cloned().fold(f64::INFINITY, f64::min);
+        let tokens = runs[0]["tokens"].as_f64().unwrap_or(0.0) * args.ppo_epochs as f64;
+        let actions = runs[0]["action_tokens"].as_f64().unwrap_or(0.0) * args.ppo_epochs as f64;
+        results.push(json!({
+            "estimator": estimator.as_str(),
+            "value_head": critic,
+            "mean_update_s": mean,
+            "best_update_s": best,
+            "tokens_per_s": tokens / mean,
+            "action_tokens_per_s": actions / mean,
+            "best_tokens_per_s": tokens / best,
+            "peak_rss_mb": peak_rss_mb(),
+            "updates": runs,
+        }));
+    }
+    let out = json!({
+        "bench": "learner",
+        "preset": args.preset,
+        "parameters": model_config.num_parameters(),
+        "vocab_size": vocab,
+        "device": format!("{:?}", placement.device),
+        "dtype": format!("{:?}", placement.kind),
+        "torch_threads": tch::get_num_threads(),
+        "trajectories": args.trajectories,
+        "tokens_per_trajectory": tokens_per_trajectory,
+        "action_tokens_per_trajectory": args.steps * args.action_tokens,
+        "ppo_epochs": args.ppo_epochs,
+        "mini_batch_size": args.mini_batch_size,
+        "micro_batch_size": args.micro_batch_size,
+        "results": results,
+    });
+    if args.json {
+        println!("{out}");
+    } else {
+        println!(
+            "learner throughput: {} ({} parameters), {} trajectories x {} tokens ({} sampled), \
+             {:?} {:?}, {} torch threads",
+            args.preset,
+            model_config.num_parameters(),
+            args.trajectories,
+            tokens_per_trajectory,
+            args.steps * args.action_tokens,
+            placement.device,
+            placement.kind,
+            tch::get_num_threads()
+        );
+        println!(
+            "{:<14} {:>12} {:>12} {:>14} {:>14} {:>12}",
+            "estimator", "mean s/upd", "best s/upd", "tokens/s", "action tok/s", "peak RSS MB"
+        );
+        for r in &results {
+            println!(
+                "{:<14} {:>12.2} {:>12.2} {:>14.0} {:>14.0} {:>12.0}",
+                r["estimator"].as_str().unwrap_or("?"),
+                r["mean_update_s"].as_f64().unwrap_or(0.0),
+                r["best_update_s"].as_f64().unwrap_or(0.0),
+                r["tokens_per_s"].as_f64().unwrap_or(0.0),
+                r["action_tokens_per_s"].as_f64().unwrap_or(0.0),
+                r["peak_rss_mb"].as_f64().unwrap_or(0.0),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Trajectories of the configured shape: pseudo-random ids from a fixed LCG (no RNG state
+/// shared with libtorch), sampling log-probabilities near a uniform policy's, groups of
+/// `group_size` with rewards that differ within each group so group estimators have signal.
+fn synthetic_batch(args: &LearnerBench, vocab: u64) -> Vec<Trajectory> {
+    let mut state = args.seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+    let mut next = move || {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        state >> 33
+    };
+    let uniform = -(vocab as f32).ln();
+    (0..args.trajectories as u64)
+        .map(|e| {
+            let mut token =
+                |n: usize| -> Vec<u32> { (0..n).map(|_| (next() % vocab) as u32).collect() };
+            let prompt_ids = token(args.prompt_tokens);
+            let mut context_len = prompt_ids.len();
+            let steps = (0..args.steps)
+                .map(|_| {
+                    let action_ids = token(args.action_tokens);
+                    let observation_ids = token(args.observation_tokens);
+                    let step = Step {
+                        context_len,
+                        logprobs: (0..action_ids.len())
+                            .map(|i| uniform - 0.01 * (i % 7) as f32)
+                            .collect(),
+                        action_ids,
+                        policy_version: 0,
+                        finish_reason: FinishReason::Stop,
+                        tool_calls: vec![],
+                        observation_ids,
+                        reward: 0.0,
+                        generate_seconds: 0.0,
+                        tool_seconds: 0.0,
+                        prefill_tokens: 0,
+                    };
+                    context_len += step.action_ids.len() + step.observation_ids.len();
+                    step
+                })
+                .collect();
+            Trajectory {
+                episode_id: e,
+                group_id: e / args.group_size as u64,
+                task: Task {
+                    id: format!("synthetic-{e}"),
+                    data_source: "bench".into(),
+                    question: String::new(),
+                    answers: vec![],
+                    prompt: None,
+                    extra: serde_json::Value::Null,
+                },
+                prompt_ids,
+                steps,
+                reward: (e % 3 == 0) as u8 as f64,
+                metrics: Default::default(),
+                end: EpisodeEnd::Completed {
+                    reason: "done".into(),
+                },
+                attempts: 1,
+                wall_seconds: 0.0,
+            }
+        })
+        .collect()
+}
+
+/// Resets the kernel's peak-RSS mark (`VmHWM`) so the next reading is this phase's own;
+/// best effort (Linux only).
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(0.0)
+}
