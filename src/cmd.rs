@@ -9,3 +9,4 @@ pub(crate) mod generate;
 pub(crate) mod init_model;
 pub(crate) mod rollout;
 pub(crate) mod tool;
+pub(crate) mod train;

@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use agent_r1_actors::algo::{KlKind, LossAgg, PpoClip};
 use agent_r1_actors::learner::{Estimator, KlConfig, KlPlacement, LearnerConfig};
 use agent_r1_actors::model::Placement;
+use agent_r1_actors::sft::SftConfig;
 use agent_r1_envs::dataset::LoadOptions;
 use agent_r1_envs::envs::registry::EnvRegistry;
 use agent_r1_envs::synthetic::SyntheticConfig;
@@ -125,6 +126,37 @@ pub struct TrainConfig {
     /// Prometheus endpoint.
     #[serde(default)]
     pub metrics: MetricsSection,
+    /// Supervised warm start before RL (synthetic env only).
+    #[serde(default)]
+    pub warm_start: WarmStartSection,
+}
+
+/// `[warm_start]`: a short supervised warm start on generated demonstrations before RL, so
+/// that a fresh model knows the tool-call format (RL alone rarely discovers it). Only
+/// `synthetic_multihop` can generate demonstrations; `steps = 0` (the default) skips it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WarmStartSection {
+    /// Optimizer steps (0 = no warm start).
+    pub steps: usize,
+    /// Demonstrations per step (>= 1).
+    pub batch_size: usize,
+    /// Peak learning rate (> 0).
+    pub learning_rate: f64,
+    /// Share of demonstrations that answer after the first hop with a wrong guess, in
+    /// [0, 1]: imperfect on purpose, so RL has something to fix.
+    pub early_wrong_answer_prob: f64,
+}
+
+impl Default for WarmStartSection {
+    fn default() -> Self {
+        Self {
+            steps: 0,
+            batch_size: 8,
+            learning_rate: SftConfig::default().learning_rate,
+            early_wrong_answer_prob: 0.2,
+        }
+    }
 }
 
 /// `[model]`: a model directory or a built-in preset, and where it runs.
@@ -493,6 +525,7 @@ impl TrainConfig {
         self.validate_algorithm()?;
         self.validate_rollout()?;
         self.validate_training()?;
+        self.validate_warm_start()?;
         self.metrics.socket_addr()?;
         // The learner's own checks, as a backstop for rules added there later.
         self.learner_config()
@@ -779,6 +812,32 @@ impl TrainConfig {
         }
         if !(r.top_p > 0.0 && r.top_p <= 1.0) {
             return Err(ConfigError::range("rollout.top_p", r.top_p, "(0, 1]"));
+        }
+        Ok(())
+    }
+
+    fn validate_warm_start(&self) -> Result<(), ConfigError> {
+        let w = &self.warm_start;
+        if w.steps == 0 {
+            return Ok(());
+        }
+        if self.env.name != agent_r1_envs::envs::synthetic_multihop::NAME {
+            return Err(ConfigError::new(
+                "warm_start.steps",
+                format!(
+                    "only synthetic_multihop generates demonstrations, not {:?}; set steps = 0",
+                    self.env.name
+                ),
+            ));
+        }
+        at_least("warm_start.batch_size", w.batch_size, 1)?;
+        positive("warm_start.learning_rate", w.learning_rate)?;
+        if !(0.0..=1.0).contains(&w.early_wrong_answer_prob) {
+            return Err(ConfigError::range(
+                "warm_start.early_wrong_answer_prob",
+                w.early_wrong_answer_prob,
+                "[0, 1]",
+            ));
         }
         Ok(())
     }
@@ -1264,6 +1323,24 @@ seed = 7
             parse("").unwrap().placement().unwrap().device,
             tch::Device::Cpu
         );
+    }
+
+    #[test]
+    fn warm_start_rules() {
+        let c = parse("").unwrap();
+        assert_eq!(c.warm_start.steps, 0, "no warm start unless asked");
+        let c = parse("[warm_start]\nsteps = 50\n").unwrap();
+        c.validate(FileCheck::Skip).unwrap();
+        assert_eq!(c.warm_start.batch_size, 8);
+        let e = invalid("[warm_start]\nsteps = 5\nbatch_size = 0\n");
+        assert_eq!(e.key, "warm_start.batch_size", "{e}");
+        let e = invalid("[warm_start]\nsteps = 5\nearly_wrong_answer_prob = 1.5\n");
+        assert!(
+            e.key == "warm_start.early_wrong_answer_prob" && e.message.contains("[0, 1]"),
+            "{e}"
+        );
+        let e = invalid("[warm_start]\nstep = 5\n");
+        assert!(e.key.contains("warm_start"), "{e}");
     }
 
     #[test]

@@ -1,6 +1,6 @@
-//! Building blocks of `agent-r1 train`, the training daemon: its TOML config
-//! ([`config`]), atomic checkpoints ([`checkpoint`]) and the Prometheus endpoint
-//! ([`metrics_server`]).
+//! `agent-r1 train`, the training daemon ([`train`]), and its building blocks: the TOML
+//! config ([`config`]), atomic checkpoints ([`checkpoint`]), the Prometheus endpoint
+//! ([`metrics_server`]) and what commands build their runs from ([`setup`]).
 //!
 //! They live in a library target (the binary's commands are in `src/cmd/`) so that the
 //! training loop and the integration tests under `tests/` use one public API.
@@ -8,3 +8,5 @@
 pub mod checkpoint;
 pub mod config;
 pub mod metrics_server;
+pub mod setup;
+pub mod train;

@@ -6,7 +6,7 @@
 use clap::{Parser, Subcommand};
 
 mod cmd;
-mod setup;
+use agent_r1::setup;
 
 /// End-to-end reinforcement learning of tool-using LLM agents.
 #[derive(Debug, Parser)]
@@ -34,6 +34,9 @@ enum Command {
     Tool(cmd::tool::ToolCmd),
     /// Validate a training config (as `train` will) and print it with defaults filled in.
     CheckConfig(cmd::check_config::CheckConfigArgs),
+    /// Train a policy with RL as a config file describes (checkpoints, resume, evaluation,
+    /// metrics, curves).
+    Train(cmd::train::TrainCmdArgs),
     /// Benchmarks that print figures.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCmd),
@@ -57,6 +60,7 @@ fn main() {
         Command::Bench(cmd) => cmd::bench::run(cmd),
         Command::CheckConfig(args) => cmd::check_config::run(args),
         Command::Tool(cmd) => cmd::tool::run_cmd(cmd),
+        Command::Train(args) => cmd::train::run(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -1,34 +1,40 @@
 //! Building what a command runs on: env, tools, tasks, engine and rollout settings.
 //!
-//! The commands share this so that `demo`, `rollout` and `bench rollout` run the very same
-//! episode path (engine, actors, tools, env scoring).
+//! The commands share this so that `demo`, `rollout`, `bench rollout` and `train` run the
+//! very same episode path (engine, actors, tools, env scoring). It lives in the library so
+//! that the training loop ([`crate::train`]) builds its run from the same pieces.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle};
+use agent_r1_actors::model::presets::{preset, PRESETS};
 use agent_r1_actors::model::{Placement, PolicyModel, SamplingParams};
 use agent_r1_actors::runtime::{ArgValidator, EpisodeConfig, RolloutSetup, TurnRenderer};
+use agent_r1_actors::sft::{
+    tokenize_demonstration, train_sft, Demonstration, SftConfig, SftReport,
+};
+use agent_r1_actors::tiny_tokenizer::write_tiny_tokenizer;
 use agent_r1_actors::tokenizer::HfTokenizer;
 use agent_r1_envs::env::Env;
 use agent_r1_envs::envs::synthetic_multihop::{SyntheticMultihopEnv, SyntheticMultihopOptions};
-use agent_r1_envs::synthetic::{Split, SyntheticConfig};
+use agent_r1_envs::synthetic::{demos, DemoConfig, Split, SyntheticConfig};
 use agent_r1_envs::task::Task;
 use agent_r1_envs::tool::Tool;
 use agent_r1_envs::tools::search::{CorpusSource, SearchConfig, SearchTool};
 use anyhow::Context;
 
 /// The synthetic multi-hop world with its BM25 search tool over the world's corpus.
-pub(crate) struct SyntheticScenario {
-    pub(crate) env: Arc<SyntheticMultihopEnv>,
-    pub(crate) search: Arc<SearchTool>,
-    pub(crate) train: Vec<Task>,
-    pub(crate) test: Vec<Task>,
+pub struct SyntheticScenario {
+    pub env: Arc<SyntheticMultihopEnv>,
+    pub search: Arc<SearchTool>,
+    pub train: Vec<Task>,
+    pub test: Vec<Task>,
 }
 
 /// Generates the world (writing its corpus and search index under `dir`).
-pub(crate) fn synthetic(
+pub fn synthetic(
     dir: &Path,
     world: SyntheticConfig,
     top_k: usize,
@@ -55,7 +61,7 @@ pub(crate) fn synthetic(
 }
 
 /// Starts the engine on a model directory.
-pub(crate) fn engine(
+pub fn engine(
     model: &Path,
     placement: Placement,
     config: EngineConfig,
@@ -71,16 +77,16 @@ pub(crate) fn engine(
 }
 
 /// Rollout settings shared by the commands.
-pub(crate) struct RolloutKnobs {
-    pub(crate) concurrency: usize,
-    pub(crate) max_turns: usize,
-    pub(crate) max_context: usize,
-    pub(crate) max_new_tokens: usize,
-    pub(crate) temperature: f64,
+pub struct RolloutKnobs {
+    pub concurrency: usize,
+    pub max_turns: usize,
+    pub max_context: usize,
+    pub max_new_tokens: usize,
+    pub temperature: f64,
 }
 
 /// A rollout setup over `env` and `tools` with the model's chat template.
-pub(crate) fn rollout_setup(
+pub fn rollout_setup(
     engine: EngineHandle,
     tokenizer: Arc<HfTokenizer>,
     env: Arc<dyn Env>,
@@ -119,5 +125,115 @@ pub(crate) fn rollout_setup(
         tool_queue_capacity: 4 * knobs.concurrency.max(16),
         restart: Default::default(),
         validate,
+    })
+}
+
+/// Writes the model directory and returns a one-line JSON summary.
+pub fn init_model(
+    preset_name: &str,
+    out: &Path,
+    corpus: Option<&str>,
+    vocab_size: usize,
+    seed: i64,
+    force: bool,
+) -> anyhow::Result<serde_json::Value> {
+    anyhow::ensure!(
+        PRESETS.contains(&preset_name),
+        "--preset: unknown preset `{preset_name}` (allowed: {})",
+        PRESETS.join(", ")
+    );
+    if out.exists() && !force {
+        let non_empty = std::fs::read_dir(out)
+            .with_context(|| format!("--out {}: not a readable directory", out.display()))?
+            .next()
+            .is_some();
+        anyhow::ensure!(
+            !non_empty,
+            "--out {}: directory is not empty (pass --force to overwrite)",
+            out.display()
+        );
+    }
+    let ids = write_tiny_tokenizer(out, corpus, vocab_size)?;
+    let config = preset(preset_name, ids.vocab_size, ids.eos_token_ids.clone())?;
+    tch::manual_seed(seed);
+    let model = PolicyModel::new(config, Placement::default(), false)?;
+    model.save(out, None)?;
+    let gen_path = out.join("generation_config.json");
+    std::fs::write(
+        &gen_path,
+        serde_json::to_string_pretty(&ids.generation_config())? + "\n",
+    )
+    .with_context(|| format!("{}: cannot write", gen_path.display()))?;
+    Ok(serde_json::json!({
+        "out": out.display().to_string(),
+        "preset": preset_name,
+        "parameters": model.config().num_parameters(),
+        "vocab_size": model.config().vocab_size,
+        "tokenizer_vocab_size": ids.vocab_size,
+    }))
+}
+
+/// A finished supervised warm start.
+pub struct WarmStart {
+    /// The warm-started model directory (tokenizer files copied from the base).
+    pub dir: PathBuf,
+    /// What the SFT loop reports (steps, first and last loss).
+    pub report: SftReport,
+    /// Demonstrations trained on.
+    pub demonstrations: usize,
+}
+
+/// Supervised warm start of the model in `base` on the synthetic world's demonstrations
+/// (the search results in them come from the real `search` tool), saved to `out`.
+///
+/// RL from a fresh model almost never samples a well-formed tool call, so nothing gets
+/// rewarded; a short warm start teaches the format. Demonstrations answer early with a wrong
+/// guess at `early_wrong_answer_prob`, so the warm-started policy is imperfect on purpose and
+/// RL has something to fix. Blocking; call it outside async code.
+#[allow(clippy::too_many_arguments)]
+pub fn warm_start(
+    env: &SyntheticMultihopEnv,
+    train: &[Task],
+    search: &dyn Tool,
+    base: &Path,
+    out: &Path,
+    placement: Placement,
+    sft: &SftConfig,
+    early_wrong_answer_prob: f64,
+    mut on_step: impl FnMut(usize, f64),
+) -> anyhow::Result<WarmStart> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the warm start's async runtime")?;
+    let tokenizer = HfTokenizer::from_dir(base)?;
+    let world = env.world();
+    let questions: Vec<_> = world.questions(Split::Train).into_iter().cloned().collect();
+    let config = DemoConfig {
+        early_wrong_answer_prob,
+        seed: sft.seed,
+    };
+    let tools = vec![search.spec()];
+    let mut sequences = Vec::new();
+    for (demo, task) in demos(&world.world, &questions, &config).iter().zip(train) {
+        let prefix = env.reset(task)?;
+        let messages = demo.messages(prefix, |query| {
+            rt.block_on(search.call(serde_json::json!({ "query": query })))
+                .map(|o| o.text)
+                .unwrap_or_else(|e| format!("Error: {e}"))
+        });
+        let d = Demonstration {
+            messages,
+            tools: Some(tools.clone()),
+        };
+        sequences.push(tokenize_demonstration(&tokenizer, &d)?);
+    }
+    let mut model = PolicyModel::load(base, placement, false)?;
+    let report = train_sft(&mut model, &sequences, sft, &mut on_step)?;
+    model.save(out, Some(base))?;
+    Ok(WarmStart {
+        dir: out.to_path_buf(),
+        report,
+        demonstrations: sequences.len(),
     })
 }

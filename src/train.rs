@@ -1,0 +1,801 @@
+//! `agent-r1 train`: the training daemon.
+//!
+//! One config file ([`TrainConfig`]) describes the run. The loop is synchronous RL:
+//! sample `batch_size` tasks × `group_size` episodes with the current policy through the
+//! actor runtime, train the learner on them, publish the new weights to the engine, repeat.
+//! Around it:
+//!
+//! - the run directory holds everything: the fresh preset model (`model-init/`), the warm
+//!   start (`model-sft/`), the world (`world/`), `metrics.jsonl` (one line per update),
+//!   `eval.jsonl` (one line per held-out evaluation, greedy), `rollouts/` (a sample of
+//!   training episodes and every evaluation episode), `checkpoints/step-K/`, and the curves
+//!   `curves.png` / `curves.svg`;
+//! - episodes are sampled in chunks of about `concurrency` episodes, and the stop flag is
+//!   checked between chunks: a SIGINT/SIGTERM stops admitting episodes, and the trajectories
+//!   already collected for the unfinished batch are saved in the checkpoint
+//!   (`pending_trajectories.jsonl`), so a resume loses no samples and trains on exactly the
+//!   batch an uninterrupted run would have;
+//! - the task stream is a pure function of (seed, position) ([`tasks::TaskStream`]), so the
+//!   checkpoint's `data_position` is all a resume needs to draw the same tasks;
+//! - a resume (`--resume`, or `checkpoint.resume = true`, the default) starts from the newest
+//!   checkpoint that verifies; damaged or partial ones are skipped with a warning.
+//!
+//! Not yet: asynchronous sampling (`mode = "async"` runs synchronously, with a warning),
+//! optimizer state in checkpoints (AdamW moments restart from zero after a resume; libtorch's
+//! C++ optimizer behind tch exposes no state to save), skipping prompts longer than
+//! `max_prompt_length`.
+
+pub mod plot;
+pub mod records;
+pub mod tasks;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use agent_r1_actors::engine::{EngineConfig, EngineHandle};
+use agent_r1_actors::learner::{spawn_learner, LearnerHandle, LearnerModels, UpdateStats};
+use agent_r1_actors::model::PolicyModel;
+use agent_r1_actors::runtime::{run_rollout, RolloutSetup};
+use agent_r1_actors::sft::SftConfig;
+use agent_r1_actors::tokenizer::HfTokenizer;
+use agent_r1_actors::trajectory::{Trajectory, TrajectoryWriter};
+use agent_r1_envs::dataset::load_many;
+use agent_r1_envs::env::Env;
+use agent_r1_envs::envs::registry::EnvRegistry;
+use agent_r1_envs::envs::synthetic_multihop::{self, SyntheticMultihopEnv};
+use agent_r1_envs::synthetic::Split;
+use agent_r1_envs::task::Task;
+use agent_r1_envs::tool::Tool;
+use agent_r1_envs::tools::ToolRegistry;
+use anyhow::Context;
+use serde_json::{json, Value};
+
+use crate::checkpoint::{self, TrainingState, PENDING_TRAJECTORIES};
+use crate::config::{FileCheck, TrainConfig, TrainMode};
+use crate::metrics_server;
+use crate::setup::{self, RolloutKnobs};
+use records::{append_jsonl, read_jsonl, truncate_after, BatchSummary};
+use tasks::TaskStream;
+
+/// What `agent-r1 train` was asked to do.
+#[derive(Debug, Clone)]
+pub struct TrainArgs {
+    /// The TOML config.
+    pub config: PathBuf,
+    /// Run directory (default: the config's `training.run_dir`).
+    pub out: Option<PathBuf>,
+    /// Continue from the newest complete checkpoint even when the config says not to.
+    pub resume: bool,
+}
+
+/// Training episodes of each update written to `rollouts/` (a sample, not the batch).
+const ROLLOUT_SAMPLE: usize = 8;
+/// Tokenizer vocabulary of a preset model trained on the world's text.
+const PRESET_VOCAB: usize = 2048;
+
+/// The env, its tools and its tasks.
+struct Scenario {
+    env: Arc<dyn Env>,
+    synthetic: Option<Arc<SyntheticMultihopEnv>>,
+    tools: Vec<Arc<dyn Tool>>,
+    train: Vec<Task>,
+    test: Vec<Task>,
+}
+
+/// Builds the env named by the config, its tools and its task splits. The synthetic world's
+/// corpus is written under `RUN/world/`, and the `search` tool is pointed at it (and its
+/// index kept there) unless the config names a corpus itself.
+fn scenario(cfg: &TrainConfig, run_dir: &Path) -> anyhow::Result<Scenario> {
+    let world_dir = run_dir.join("world");
+    std::fs::create_dir_all(&world_dir)
+        .with_context(|| format!("{}: cannot create", world_dir.display()))?;
+    let corpus = world_dir.join("corpus.jsonl");
+    let mut options = cfg.env_options();
+    let synthetic_env = cfg.env.name == synthetic_multihop::NAME;
+    let (env, synthetic, train, test): (Arc<dyn Env>, _, _, _) = if synthetic_env {
+        if let Value::Object(map) = &mut options {
+            map.insert("corpus_path".into(), json!(corpus));
+        }
+        let env = Arc::new(
+            SyntheticMultihopEnv::from_options(&options).context("building the env `[env]`")?,
+        );
+        let (train, test) = (env.tasks(Split::Train), env.tasks(Split::Test));
+        (env.clone(), Some(env), train, test)
+    } else {
+        let env: Arc<dyn Env> = Arc::from(
+            EnvRegistry::with_builtins()
+                .create(&cfg.env.name, &options)
+                .context("building the env `[env]`")?,
+        );
+        let train =
+            load_many(&cfg.env.train_files, &cfg.env.dataset).context("reading env.train_files")?;
+        let test =
+            load_many(&cfg.env.test_files, &cfg.env.dataset).context("reading env.test_files")?;
+        (env, None, train, test)
+    };
+    anyhow::ensure!(
+        !train.is_empty(),
+        "the env has no training tasks (env.train_files / env.world)"
+    );
+    let registry = ToolRegistry::with_builtins();
+    let mut tools = Vec::new();
+    for (name, table) in &cfg.tools {
+        let mut opts = serde_json::to_value(table).unwrap_or(Value::Null);
+        if name == "search" && synthetic_env {
+            if let Value::Object(map) = &mut opts {
+                map.entry("corpus").or_insert_with(|| json!(corpus));
+                map.entry("index_dir")
+                    .or_insert_with(|| json!(world_dir.join("search-index")));
+            }
+        }
+        tools.extend(
+            registry
+                .create_all(name, &opts)
+                .with_context(|| format!("building the tool `[tools.{name}]`"))?,
+        );
+    }
+    Ok(Scenario {
+        env,
+        synthetic,
+        tools,
+        train,
+        test,
+    })
+}
+
+/// Another rollout setup over the same engine, env, tools and renderer (`run_rollout`
+/// consumes its setup; the pieces are shared handles, so this is cheap).
+fn clone_setup(s: &RolloutSetup) -> RolloutSetup {
+    RolloutSetup {
+        engine: s.engine.clone(),
+        env: s.env.clone(),
+        tools: s.tools.clone(),
+        renderer: s.renderer.clone(),
+        episode: s.episode.clone(),
+        concurrency: s.concurrency,
+        tool_queue_capacity: s.tool_queue_capacity,
+        restart: s.restart.clone(),
+        validate: s.validate.clone(),
+    }
+}
+
+/// Runs `tasks` through the runtime and returns their trajectories sorted by (group,
+/// episode), so that the batch handed to the learner does not depend on finishing order.
+async fn rollout(setup: &RolloutSetup, tasks: Vec<(Task, u64)>) -> anyhow::Result<Vec<Trajectory>> {
+    let (tx, mut rx) = tokio::sync::mpsc::channel(256);
+    let collect = tokio::spawn(async move {
+        let mut all = Vec::new();
+        while let Some(t) = rx.recv().await {
+            all.push(t);
+        }
+        all
+    });
+    let report = run_rollout(clone_setup(setup), tasks, tx).await?;
+    let mut all = collect.await.context("collecting trajectories")?;
+    if let Some(fatal) = &report.summary.fatal {
+        anyhow::bail!("the rollout stopped: {fatal}");
+    }
+    all.sort_by_key(|t| (t.group_id, t.episode_id));
+    Ok(all)
+}
+
+fn write_trajectories(
+    path: &Path,
+    tokenizer: &Arc<HfTokenizer>,
+    trajectories: &[Trajectory],
+) -> anyhow::Result<()> {
+    let mut w = TrajectoryWriter::create(path, Some(tokenizer.clone()))?;
+    for t in trajectories {
+        w.write(t)?;
+    }
+    w.flush()?;
+    Ok(())
+}
+
+/// Sets the stop flag on SIGINT or SIGTERM; a second signal exits at once (code 130).
+fn install_signal_handler(rt: &tokio::runtime::Runtime, stop: Arc<AtomicBool>) {
+    rt.spawn(async move {
+        #[cfg(unix)]
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    tracing::warn!("cannot listen for SIGTERM: {e}");
+                    None
+                }
+            };
+        loop {
+            #[cfg(unix)]
+            let got = tokio::select! {
+                r = tokio::signal::ctrl_c() => r.is_ok(),
+                r = async {
+                    match term.as_mut() {
+                        Some(t) => t.recv().await,
+                        None => std::future::pending().await,
+                    }
+                } => r.is_some(),
+            };
+            #[cfg(not(unix))]
+            let got = tokio::signal::ctrl_c().await.is_ok();
+            if !got {
+                return;
+            }
+            if stop.swap(true, Ordering::SeqCst) {
+                eprintln!("second signal: exiting now without a checkpoint");
+                std::process::exit(130);
+            }
+            eprintln!(
+                "signal received: no new episodes; finishing the current work, then a checkpoint"
+            );
+        }
+    });
+}
+
+/// Everything the loop needs after setup.
+struct Run {
+    cfg: TrainConfig,
+    run_dir: PathBuf,
+    /// Where the policy's tokenizer files come from when saving: the base model, which
+    /// outlives the checkpoints that retention deletes.
+    tokenizer_dir: PathBuf,
+    tokenizer: Arc<HfTokenizer>,
+    engine: EngineHandle,
+    learner: LearnerHandle,
+    train_setup: RolloutSetup,
+    eval_setup: RolloutSetup,
+    test: Vec<Task>,
+    stream: TaskStream,
+    stop: Arc<AtomicBool>,
+    step: u64,
+    version: u64,
+    position: u64,
+    pending: Vec<Trajectory>,
+    last_checkpoint: Option<u64>,
+    last_eval: Option<u64>,
+    started: Instant,
+}
+
+impl Run {
+    fn state(&self) -> TrainingState {
+        TrainingState {
+            step: self.step,
+            policy_version: self.version,
+            data_position: self.position,
+            seed: self.cfg.training.seed,
+            rng_state: json!({
+                "task_stream": "epoch shuffles seeded by training.seed; position = data_position",
+                "learner_seed": self.cfg.training.seed.wrapping_add(self.step),
+                "engine": "tokens drawn from (engine seed, episode, position)",
+            }),
+        }
+    }
+
+    /// Writes `checkpoints/step-K` (policy + critic, pending trajectories, the resolved
+    /// config) atomically, then prunes old ones.
+    async fn checkpoint(&mut self) -> anyhow::Result<PathBuf> {
+        let pending = checkpoint::begin(&self.run_dir, self.step)?;
+        self.learner
+            .save(
+                pending.dir().join("policy"),
+                Some(self.tokenizer_dir.clone()),
+            )
+            .await
+            .context("saving the policy into the checkpoint")?;
+        if !self.pending.is_empty() {
+            pending.write_jsonl(PENDING_TRAJECTORIES, &self.pending)?;
+        }
+        pending.write_file("config.toml", self.cfg.to_toml_string().as_bytes())?;
+        let done = pending.commit(self.state())?;
+        checkpoint::prune(&self.run_dir, self.cfg.checkpoint.keep_last)?;
+        self.last_checkpoint = Some(self.step);
+        eprintln!(
+            "checkpoint step {} -> {} ({} pending trajectories)",
+            self.step,
+            done.dir.display(),
+            self.pending.len()
+        );
+        Ok(done.dir)
+    }
+
+    /// Greedy (per config) episodes on the held-out tasks; appends to `eval.jsonl`.
+    async fn evaluate(&mut self) -> anyhow::Result<Option<BatchSummary>> {
+        if self.test.is_empty() {
+            return Ok(None);
+        }
+        let t0 = Instant::now();
+        let n = match self.cfg.eval.questions {
+            0 => self.test.len(),
+            q => q.min(self.test.len()),
+        };
+        let tasks: Vec<(Task, u64)> = self.test[..n]
+            .iter()
+            .cloned()
+            .enumerate()
+            .map(|(i, t)| (t, i as u64))
+            .collect();
+        let trajectories = rollout(&self.eval_setup, tasks).await?;
+        let s = BatchSummary::of(&trajectories);
+        let dir = self.run_dir.join("rollouts");
+        write_trajectories(
+            &dir.join(format!("eval-step-{:06}.jsonl", self.step)),
+            &self.tokenizer,
+            &trajectories,
+        )?;
+        let line = json!({
+            "step": self.step,
+            "policy_version": self.version,
+            "episodes": s.episodes,
+            "em": s.metric("em"),
+            "f1": s.metric("f1"),
+            "reward_mean": s.reward_mean,
+            "tool_calls_per_episode": s.tool_calls_per_episode,
+            "metrics": s.metrics,
+            "greedy": self.cfg.eval.greedy,
+            "seconds": t0.elapsed().as_secs_f64(),
+        });
+        append_jsonl(&self.run_dir.join("eval.jsonl"), &line)?;
+        for (k, v) in &s.metrics {
+            metrics::gauge!("agent_r1_train_eval_score", "metric" => k.clone()).set(*v);
+        }
+        metrics::gauge!("agent_r1_train_eval_score", "metric" => "reward").set(s.reward_mean);
+        eprintln!(
+            "eval   step {:>4}  em {:.3}  f1 {:.3}  reward {:+.3}  calls/ep {:.2}  ({} episodes, {:.1}s)",
+            self.step,
+            s.metric("em"),
+            s.metric("f1"),
+            s.reward_mean,
+            s.tool_calls_per_episode,
+            s.episodes,
+            t0.elapsed().as_secs_f64()
+        );
+        self.last_eval = Some(self.step);
+        Ok(Some(s))
+    }
+
+    /// Samples the rest of the current batch in chunks, checking the stop flag between
+    /// chunks. Returns false when stopped before the batch was complete.
+    async fn fill_batch(&mut self) -> anyhow::Result<bool> {
+        let r = &self.cfg.rollout;
+        let (batch, group) = (r.batch_size as u64, r.group_size);
+        let chunk = (r.concurrency / group.max(1)).max(1) as u64;
+        let groups_pending = self
+            .pending
+            .iter()
+            .map(|t| t.group_id)
+            .collect::<BTreeSet<_>>()
+            .len() as u64;
+        let end = self.position + batch.saturating_sub(groups_pending);
+        while self.position < end {
+            if self.stop.load(Ordering::SeqCst) {
+                return Ok(false);
+            }
+            let n = chunk.min(end - self.position);
+            let mut tasks = Vec::with_capacity((n as usize) * group);
+            for p in self.position..self.position + n {
+                let task = self.stream.task(p).context("the task stream is empty")?;
+                // The group id is the task's position in the run: unique across updates.
+                tasks.extend(std::iter::repeat_n((task, p), group));
+            }
+            let got = rollout(&self.train_setup, tasks).await?;
+            metrics::counter!("agent_r1_train_episodes_total").increment(got.len() as u64);
+            // An episode that failed before its first turn has no tokens to train on.
+            let (kept, empty): (Vec<_>, Vec<_>) =
+                got.into_iter().partition(|t| !t.steps.is_empty());
+            if !empty.is_empty() {
+                metrics::counter!("agent_r1_train_empty_episodes_total")
+                    .increment(empty.len() as u64);
+                tracing::warn!(
+                    episodes = empty.len(),
+                    "episodes ended before their first turn (prompt too long for max_context_length?); not trained on"
+                );
+            }
+            self.pending.extend(kept);
+            self.position += n;
+            eprintln!(
+                "sample update {}: {}/{batch} tasks, {} episodes",
+                self.step + 1,
+                batch - (end - self.position),
+                self.pending.len()
+            );
+            metrics::gauge!("agent_r1_train_data_position").set(self.position as f64);
+        }
+        Ok(true)
+    }
+
+    /// One update on the pending batch: train, publish, log, record.
+    async fn update(&mut self) -> anyhow::Result<(BatchSummary, UpdateStats, f64)> {
+        let t0 = Instant::now();
+        let batch = std::mem::take(&mut self.pending);
+        let summary = BatchSummary::of(&batch);
+        let sample: Vec<Trajectory> = batch.iter().take(ROLLOUT_SAMPLE).cloned().collect();
+        let stats = self
+            .learner
+            .update(batch)
+            .await
+            .with_context(|| format!("learner update {}", self.step + 1))?;
+        self.version = self
+            .learner
+            .publish(&self.engine)
+            .await
+            .context("publishing the new weights to the engine")?;
+        self.step += 1;
+        write_trajectories(
+            &self
+                .run_dir
+                .join("rollouts")
+                .join(format!("train-step-{:06}.jsonl", self.step)),
+            &self.tokenizer,
+            &sample,
+        )?;
+        Ok((summary, stats, t0.elapsed().as_secs_f64()))
+    }
+}
+
+/// Runs `agent-r1 train`; returns the final summary (also printed as the last line).
+pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
+    let started = Instant::now();
+    let cfg = TrainConfig::load(&args.config, FileCheck::Require)?;
+    let run_dir = args.out.clone().unwrap_or(cfg.training.run_dir.clone());
+    std::fs::create_dir_all(run_dir.join("rollouts"))
+        .with_context(|| format!("{}: cannot create the run directory", run_dir.display()))?;
+    let placement = cfg.placement()?;
+    if cfg.training.mode == TrainMode::Async {
+        eprintln!("warning: training.mode = \"async\" is not implemented by train yet; sampling synchronously");
+    }
+    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let stop = Arc::new(AtomicBool::new(false));
+    install_signal_handler(&rt, stop.clone());
+    let _metrics = if cfg.metrics.enabled {
+        let server = metrics_server::start(&cfg.metrics)?;
+        eprintln!("metrics: http://{}/metrics", server.local_addr());
+        Some(server)
+    } else {
+        None
+    };
+
+    // Where to start: the newest complete checkpoint, when resuming.
+    let resume_allowed = args.resume || cfg.checkpoint.resume;
+    let resumed = match checkpoint::latest_complete(&run_dir)? {
+        Some(c) if resume_allowed => Some(c),
+        Some(c) => anyhow::bail!(
+            "{} holds checkpoints (newest: step {}); pass --resume or set checkpoint.resume = true to continue, or choose another --out",
+            run_dir.display(),
+            c.step()
+        ),
+        None => {
+            if args.resume {
+                eprintln!("--resume: no complete checkpoint in {}; starting fresh", run_dir.display());
+            }
+            None
+        }
+    };
+
+    let scenario = scenario(&cfg, &run_dir)?;
+    eprintln!(
+        "env {}: {} train / {} test tasks; tools: {}",
+        cfg.env.name,
+        scenario.train.len(),
+        scenario.test.len(),
+        scenario
+            .tools
+            .iter()
+            .map(|t| t.name().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+
+    // The model to start from: the config's directory, or a fresh preset in the run dir,
+    // then the warm start. On a resume these exist already (they are the KL reference).
+    let seed = cfg.training.seed;
+    let mut base_dir = match (&cfg.model.dir, &cfg.model.preset) {
+        (Some(dir), _) => dir.clone(),
+        (None, preset) => {
+            let preset = preset.as_deref().unwrap_or("tiny");
+            let dir = run_dir.join("model-init");
+            if resumed.is_none() || !dir.join("config.json").is_file() {
+                let corpus = scenario.synthetic.as_ref().map(|e| e.world().corpus_text());
+                setup::init_model(
+                    preset,
+                    &dir,
+                    corpus.as_deref(),
+                    PRESET_VOCAB,
+                    seed as i64,
+                    true,
+                )?;
+            }
+            dir
+        }
+    };
+    let mut warm = json!(null);
+    if cfg.warm_start.steps > 0 {
+        let sft_dir = run_dir.join("model-sft");
+        if resumed.is_none() || !sft_dir.join("config.json").is_file() {
+            let env = scenario
+                .synthetic
+                .as_ref()
+                .context("warm_start needs the synthetic_multihop env")?;
+            let search = scenario
+                .tools
+                .iter()
+                .find(|t| t.name() == "search")
+                .context("warm_start needs a [tools.search] table (demonstrations search)")?;
+            let w = &cfg.warm_start;
+            let sft = SftConfig {
+                steps: w.steps,
+                batch_size: w.batch_size,
+                learning_rate: w.learning_rate,
+                max_len: cfg.rollout.max_context_length,
+                seed,
+                ..Default::default()
+            };
+            eprintln!("warm start: {} steps", sft.steps);
+            let t0 = Instant::now();
+            let done = setup::warm_start(
+                env,
+                &scenario.train,
+                search.as_ref(),
+                &base_dir,
+                &sft_dir,
+                placement,
+                &sft,
+                w.early_wrong_answer_prob,
+                |step, loss| {
+                    if step % 25 == 0 || step + 1 == sft.steps {
+                        eprintln!("  sft step {step:>4}  loss {loss:.3}");
+                    }
+                },
+            )?;
+            warm = json!({
+                "steps": done.report.steps,
+                "demonstrations": done.demonstrations,
+                "loss_first": done.report.first_loss,
+                "loss_last": done.report.last_loss,
+                "seconds": t0.elapsed().as_secs_f64(),
+            });
+        }
+        base_dir = sft_dir;
+    }
+
+    let (policy_dir, state, pending) = match &resumed {
+        Some(c) => {
+            let pending: Vec<Trajectory> = match c.pending_trajectories() {
+                Some(path) => read_jsonl(&path)?
+                    .into_iter()
+                    .map(serde_json::from_value)
+                    .collect::<Result<_, _>>()
+                    .with_context(|| format!("{}: not trajectories", path.display()))?,
+                None => vec![],
+            };
+            (c.path("policy"), c.manifest.state.clone(), pending)
+        }
+        None => (base_dir.clone(), TrainingState::default(), vec![]),
+    };
+    if let Some(c) = &resumed {
+        for log in ["metrics.jsonl", "eval.jsonl"] {
+            let dropped = truncate_after(&run_dir.join(log), c.step())?;
+            if dropped > 0 {
+                eprintln!(
+                    "{log}: dropped {dropped} lines written after checkpoint step {}",
+                    c.step()
+                );
+            }
+        }
+        eprintln!(
+            "resumed from step {} ({}): policy version {}, data position {}, {} pending trajectories",
+            c.step(),
+            c.dir.display(),
+            state.policy_version,
+            state.data_position,
+            pending.len()
+        );
+    }
+
+    let tokenizer = Arc::new(HfTokenizer::from_dir(&policy_dir)?);
+    let r = &cfg.rollout;
+    let engine = setup::engine(
+        &policy_dir,
+        placement,
+        EngineConfig {
+            max_batch_rows: r.concurrency.max(1),
+            max_context: r.max_context_length,
+            seed: seed as i64,
+            ..Default::default()
+        },
+    )?;
+    let mut learner_config = cfg.learner_config();
+    learner_config.initial_version = state.policy_version;
+    learner_config.seed = seed.wrapping_add(state.step);
+    let needs_critic = learner_config.estimator.needs_critic();
+    let with_reference = learner_config.kl.is_some();
+    let (learner, _learner_thread) = {
+        let (policy_dir, reference_dir) = (policy_dir.clone(), base_dir.clone());
+        spawn_learner(
+            move || {
+                tch::manual_seed(seed as i64);
+                let policy = PolicyModel::load(&policy_dir, placement, needs_critic)?;
+                let reference = if with_reference {
+                    Some(PolicyModel::load(&reference_dir, placement, false)?)
+                } else {
+                    None
+                };
+                Ok(LearnerModels {
+                    policy,
+                    critic: None,
+                    reference,
+                })
+            },
+            learner_config,
+        )
+        .context("starting the learner")?
+    };
+    let knobs = RolloutKnobs {
+        concurrency: r.concurrency,
+        max_turns: r.max_turns,
+        max_context: r.max_context_length,
+        max_new_tokens: r.max_response_length,
+        temperature: r.temperature,
+    };
+    let mut train_setup = setup::rollout_setup(
+        engine.clone(),
+        tokenizer.clone(),
+        scenario.env.clone(),
+        scenario.tools.clone(),
+        &knobs,
+    )?;
+    train_setup.episode.sampling.top_p = r.top_p;
+    let eval_knobs = RolloutKnobs {
+        temperature: if cfg.eval.greedy { 0.0 } else { r.temperature },
+        ..knobs
+    };
+    let eval_setup = setup::rollout_setup(
+        engine.clone(),
+        tokenizer.clone(),
+        scenario.env.clone(),
+        scenario.tools.clone(),
+        &eval_knobs,
+    )?;
+
+    let mut run = Run {
+        stream: TaskStream::new(scenario.train, seed),
+        test: scenario.test,
+        tokenizer_dir: base_dir.clone(),
+        step: state.step,
+        version: state.policy_version,
+        position: state.data_position,
+        pending,
+        last_checkpoint: resumed.as_ref().map(|c| c.step()),
+        last_eval: None,
+        cfg,
+        run_dir,
+        tokenizer,
+        engine,
+        learner,
+        train_setup,
+        eval_setup,
+        stop,
+        started,
+    };
+    let outcome = rt.block_on(train_loop(&mut run, resumed.is_some()));
+    run.learner.shutdown();
+    let interrupted = outcome?;
+
+    let curves = write_plots(&run.run_dir)?;
+    let evals = read_jsonl(&run.run_dir.join("eval.jsonl"))?;
+    let first = evals.first().cloned().unwrap_or(Value::Null);
+    let last = evals.last().cloned().unwrap_or(Value::Null);
+    let summary = json!({
+        "updates": run.step,
+        "interrupted": interrupted,
+        "policy_version": run.version,
+        "data_position": run.position,
+        "pending_trajectories": run.pending.len(),
+        "em_before": first.get("em"),
+        "em_after": last.get("em"),
+        "f1_before": first.get("f1"),
+        "f1_after": last.get("f1"),
+        "eval_step_before": first.get("step"),
+        "eval_step_after": last.get("step"),
+        "warm_start": warm,
+        "wall_s": run.started.elapsed().as_secs_f64(),
+        "run_dir": run.run_dir.display().to_string(),
+        "checkpoint": run.last_checkpoint.map(|s| checkpoint::checkpoints_dir(&run.run_dir).join(format!("step-{s}")).display().to_string()),
+        "curves": curves.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+    });
+    Ok(summary)
+}
+
+/// The loop; returns whether it was interrupted by a signal.
+async fn train_loop(run: &mut Run, resumed: bool) -> anyhow::Result<bool> {
+    // The engine loaded the start weights as version 0: give it the learner's version.
+    run.version = run.learner.publish(&run.engine).await?;
+    let updates = run.cfg.training.updates;
+    if !resumed && run.cfg.eval.every > 0 {
+        run.evaluate().await?;
+    }
+    let mut interrupted = false;
+    while run.step < updates {
+        if !run.fill_batch().await? {
+            interrupted = true;
+            break;
+        }
+        let (s, stats, secs) = run.update().await?;
+        let line = json!({
+            "step": run.step,
+            "policy_version": run.version,
+            "data_position": run.position,
+            "episodes": s.episodes,
+            "failed": s.failed,
+            "reward_mean": s.reward_mean,
+            "em": s.metric("em"),
+            "f1": s.metric("f1"),
+            "tool_calls_per_episode": s.tool_calls_per_episode,
+            "turns_per_episode": s.turns_per_episode,
+            "policy_loss": stats.policy_loss,
+            "value_loss": stats.value_loss,
+            "entropy": stats.entropy,
+            "kl": stats.kl,
+            "grad_norm": stats.grad_norm,
+            "kept": stats.trajectories_kept,
+            "update_seconds": stats.duration_seconds,
+            "seconds": secs,
+            "wall_s": run.started.elapsed().as_secs_f64(),
+        });
+        append_jsonl(&run.run_dir.join("metrics.jsonl"), &line)?;
+        metrics::gauge!("agent_r1_train_update_step").set(run.step as f64);
+        metrics::gauge!("agent_r1_train_reward_mean").set(s.reward_mean);
+        metrics::gauge!("agent_r1_train_tool_calls_per_episode").set(s.tool_calls_per_episode);
+        for (k, v) in &s.metrics {
+            metrics::gauge!("agent_r1_train_metric_mean", "metric" => k.clone()).set(*v);
+        }
+        metrics::histogram!("agent_r1_train_update_seconds").record(secs);
+        eprintln!(
+            "update {:>4}/{updates}  reward {:+.3}  em {:.3}  f1 {:.3}  calls/ep {:.2}  pg {:+.4}  ent {:.3}  kept {}/{}  {:.1}s",
+            run.step,
+            s.reward_mean,
+            s.metric("em"),
+            s.metric("f1"),
+            s.tool_calls_per_episode,
+            stats.policy_loss,
+            stats.entropy,
+            stats.trajectories_kept,
+            s.episodes,
+            secs
+        );
+        let step = run.step;
+        let every = |n: u64| n > 0 && step % n == 0;
+        if every(run.cfg.eval.every) {
+            run.evaluate().await?;
+            write_plots(&run.run_dir)?;
+        }
+        if every(run.cfg.checkpoint.every) {
+            run.checkpoint().await?;
+        }
+    }
+    if !interrupted && run.cfg.eval.every > 0 && run.last_eval != Some(run.step) {
+        run.evaluate().await?;
+    }
+    if run.last_checkpoint != Some(run.step) || !run.pending.is_empty() {
+        run.checkpoint().await?;
+    }
+    Ok(interrupted)
+}
+
+/// Redraws the curves from `metrics.jsonl` and `eval.jsonl`.
+fn write_plots(run_dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let points = |rows: &[Value], key: &str| -> Vec<(f64, f64)> {
+        rows.iter()
+            .filter_map(|v| Some((v.get("step")?.as_f64()?, v.get(key)?.as_f64()?)))
+            .collect()
+    };
+    let train = read_jsonl(&run_dir.join("metrics.jsonl"))?;
+    let eval = read_jsonl(&run_dir.join("eval.jsonl"))?;
+    let curves = plot::Curves {
+        reward: points(&train, "reward_mean"),
+        train_em: points(&train, "em"),
+        eval_em: points(&eval, "em"),
+    };
+    plot::write_curves(run_dir, &curves)
+}

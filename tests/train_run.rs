@@ -1,0 +1,349 @@
+//! `agent-r1 train` end to end through the binary, on a tiny config (fresh tiny model, no
+//! warm start, a 40-question world): a whole run writes its logs, checkpoints, rollouts and
+//! curves; a SIGTERM mid-batch saves the sampled trajectories in the checkpoint and a restart
+//! trains on them; a kill -9 after a checkpoint, then a restart, continues from that
+//! checkpoint with the same step count.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_agent-r1");
+/// The most any one phase of a test may take.
+const PHASE_TIMEOUT: Duration = Duration::from_secs(90);
+
+fn config(dir: &Path, updates: u64, batch: usize, concurrency: usize, every: u64) -> PathBuf {
+    let text = format!(
+        r#"
+[model]
+preset = "tiny"
+device = "cpu"
+dtype = "float32"
+
+[env]
+name = "synthetic_multihop"
+
+[env.world]
+seed = 0
+n_questions = 40
+test_fraction = 0.2
+
+[tools.search]
+top_k = 2
+
+[algorithm]
+estimator = "grpo"
+actor_lr = 2e-3
+micro_batch_size = 8
+
+[algorithm.kl]
+placement = "off"
+
+[rollout]
+batch_size = {batch}
+group_size = 2
+max_turns = 2
+max_prompt_length = 384
+max_response_length = 16
+max_context_length = 1024
+concurrency = {concurrency}
+
+[training]
+updates = {updates}
+seed = 0
+run_dir = "{run}"
+
+[checkpoint]
+every = {every}
+keep_last = 2
+
+[eval]
+every = {every}
+questions = 4
+
+[metrics]
+address = "127.0.0.1:0"
+"#,
+        run = dir.join("unused-run-dir").display(),
+    );
+    let path = dir.join("train.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A running `agent-r1 train` whose stderr lines arrive on a channel.
+struct Trainer {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    log: Vec<String>,
+}
+
+impl Trainer {
+    fn start(config: &Path, out: &Path, resume: bool) -> Self {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("train")
+            .arg("--config")
+            .arg(config)
+            .arg("--out")
+            .arg(out)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .env("AGENT_R1_LOG", "warn");
+        if resume {
+            cmd.arg("--resume");
+        }
+        let mut child = cmd.spawn().expect("starting agent-r1 train");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self {
+            child,
+            lines,
+            log: Vec::new(),
+        }
+    }
+
+    /// Waits for a stderr line satisfying `pred` and returns it.
+    fn wait_line(&mut self, pred: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + PHASE_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.log.push(line.clone());
+                    if pred(&line) {
+                        return line;
+                    }
+                }
+                Err(_) => panic!(
+                    "no matching line within {PHASE_TIMEOUT:?}; log so far:\n{}",
+                    self.log.join("\n")
+                ),
+            }
+        }
+    }
+
+    /// Waits for exit (bounded) and returns (code, stdout, the whole stderr).
+    fn finish(mut self) -> (Option<i32>, String, String) {
+        let deadline = Instant::now() + PHASE_TIMEOUT;
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("train did not exit; log:\n{}", self.log.join("\n"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut out = String::new();
+        self.child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(2)) {
+            self.log.push(line);
+        }
+        (status.code(), out, self.log.join("\n"))
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{sig} failed");
+    }
+}
+
+fn jsonl(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn steps(rows: &[Value]) -> Vec<u64> {
+    rows.iter().map(|v| v["step"].as_u64().unwrap()).collect()
+}
+
+fn last_json(stdout: &str) -> Value {
+    serde_json::from_str(stdout.lines().last().expect("a summary line")).unwrap()
+}
+
+fn manifest(run: &Path, step: u64) -> Value {
+    let text = std::fs::read_to_string(run.join(format!("checkpoints/step-{step}/manifest.json")))
+        .unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// GET `path` from `addr` with a plain HTTP/1.0 request (bounded by timeouts).
+fn http_get(addr: &str, path: &str) -> String {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body
+}
+
+#[test]
+fn train_runs_end_to_end_and_writes_logs_checkpoints_and_curves() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), 4, 2, 4, 2);
+    let run = tmp.path().join("run");
+    let mut t = Trainer::start(&cfg, &run, false);
+    // The Prometheus endpoint answers during the run, with the training series.
+    let line = t.wait_line(|l| l.starts_with("metrics: http://"));
+    let addr = line
+        .trim_start_matches("metrics: http://")
+        .trim_end_matches("/metrics")
+        .to_string();
+    t.wait_line(|l| l.starts_with("update    1/"));
+    let body = http_get(&addr, "/metrics");
+    assert!(body.contains("agent_r1_train_update_step"), "{body}");
+    assert!(body.contains("agent_r1_engine_"), "{body}");
+    assert!(http_get(&addr, "/healthz").contains("200"));
+    let (code, out, err) = t.finish();
+    assert_eq!(code, Some(0), "{err}");
+    let summary = last_json(&out);
+    assert_eq!(summary["updates"], 4, "{summary}");
+    assert_eq!(summary["interrupted"], false);
+    assert!(summary["em_before"].is_number() && summary["em_after"].is_number());
+
+    assert_eq!(steps(&jsonl(&run.join("metrics.jsonl"))), vec![1, 2, 3, 4]);
+    assert_eq!(steps(&jsonl(&run.join("eval.jsonl"))), vec![0, 2, 4]);
+    for row in jsonl(&run.join("metrics.jsonl")) {
+        assert_eq!(row["episodes"], 4, "2 tasks x group 2: {row}");
+        assert!(row["reward_mean"].is_number() && row["policy_loss"].is_number());
+    }
+    for step in [2, 4] {
+        let m = manifest(&run, step);
+        assert_eq!(m["complete"], true);
+        assert_eq!(m["state"]["step"], step);
+        assert_eq!(m["state"]["data_position"], step * 2);
+        assert!(run
+            .join(format!("checkpoints/step-{step}/policy/model.safetensors"))
+            .is_file());
+    }
+    for name in ["curves.png", "curves.svg"] {
+        assert!(
+            std::fs::metadata(run.join(name)).unwrap().len() > 100,
+            "{name}"
+        );
+    }
+    let rollouts: Vec<_> = std::fs::read_dir(run.join("rollouts"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(
+        rollouts.contains(&"train-step-000004.jsonl".to_string()),
+        "{rollouts:?}"
+    );
+    assert!(
+        rollouts.contains(&"eval-step-000004.jsonl".to_string()),
+        "{rollouts:?}"
+    );
+
+    // Running the finished run again resumes at step 4 and has nothing left to do.
+    let (code, out, err) = Trainer::start(&cfg, &run, false).finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("resumed from step 4"), "{err}");
+    assert_eq!(last_json(&out)["updates"], 4);
+    assert_eq!(steps(&jsonl(&run.join("metrics.jsonl"))), vec![1, 2, 3, 4]);
+}
+
+#[test]
+fn sigterm_saves_pending_trajectories_and_kill_9_resumes_at_the_checkpoint_step() {
+    let tmp = tempfile::tempdir().unwrap();
+    // 4 tasks per update sampled one task (2 episodes) at a time, so a signal lands between
+    // chunks of a batch; a checkpoint after every update.
+    let (batch, updates) = (4u64, 6u64);
+    let cfg = config(tmp.path(), updates, batch as usize, 2, 1);
+    let run = tmp.path().join("run");
+
+    // 1. SIGTERM after the first chunk of update 2: the chunk in flight finishes, nothing
+    //    new starts, and the checkpoint at step 1 holds what was sampled for update 2.
+    let mut t = Trainer::start(&cfg, &run, false);
+    t.wait_line(|l| l.starts_with("sample update 2: 1/4"));
+    t.signal("TERM");
+    let (code, out, err) = t.finish();
+    assert_eq!(code, Some(0), "{err}");
+    let summary = last_json(&out);
+    assert_eq!(summary["interrupted"], true, "{summary}");
+    assert_eq!(summary["updates"], 1);
+    let pending = summary["pending_trajectories"].as_u64().unwrap();
+    assert!((2..8).contains(&pending), "{summary}");
+    let m = manifest(&run, 1);
+    assert_eq!(m["state"]["step"], 1);
+    assert_eq!(m["state"]["data_position"], batch + pending / 2);
+    assert!(
+        run.join("checkpoints/step-1/pending_trajectories.jsonl")
+            .is_file(),
+        "{m}"
+    );
+
+    // 2. Restart: resumes at step 1 with the pending trajectories, and update 2 trains on a
+    //    full batch (the saved episodes plus the rest). Then kill -9 after checkpoint 3.
+    let mut t = Trainer::start(&cfg, &run, true);
+    let resumed = t.wait_line(|l| l.starts_with("resumed from step"));
+    assert!(
+        resumed.starts_with("resumed from step 1 ")
+            && resumed.contains(&format!("{pending} pending trajectories")),
+        "{resumed}"
+    );
+    t.wait_line(|l| l.starts_with("checkpoint step 3 "));
+    t.signal("KILL");
+    let (code, _, err) = t.finish();
+    assert_ne!(code, Some(0), "{err}");
+    let rows = jsonl(&run.join("metrics.jsonl"));
+    let row2 = rows.iter().find(|r| r["step"] == 2).unwrap();
+    assert_eq!(row2["episodes"], batch * 2, "saved + new episodes: {row2}");
+    assert_eq!(row2["data_position"], 2 * batch);
+
+    // 3. Restart after the kill: continues from the newest complete checkpoint (3, or 4 if
+    //    it was committed before the kill landed) with the same step count, to the end.
+    let newest = (3..=updates)
+        .rev()
+        .find(|s| {
+            run.join(format!("checkpoints/step-{s}/manifest.json"))
+                .is_file()
+        })
+        .unwrap();
+    let (code, out, err) = Trainer::start(&cfg, &run, false).finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains(&format!("resumed from step {newest} ")),
+        "newest checkpoint {newest}: {err}"
+    );
+    let summary = last_json(&out);
+    assert_eq!(summary["updates"], updates);
+    assert_eq!(summary["interrupted"], false);
+    let rows = jsonl(&run.join("metrics.jsonl"));
+    assert_eq!(
+        steps(&rows),
+        (1..=updates).collect::<Vec<_>>(),
+        "each step once"
+    );
+    for r in &rows {
+        let s = r["step"].as_u64().unwrap();
+        assert_eq!(r["data_position"], s * batch, "{r}");
+        assert_eq!(r["episodes"], batch * 2, "{r}");
+    }
+    assert_eq!(manifest(&run, updates)["state"]["step"], updates);
+}
