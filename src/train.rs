@@ -20,8 +20,11 @@
 //! - a resume (`--resume`, or `checkpoint.resume = true`, the default) starts from the newest
 //!   checkpoint that verifies; damaged or partial ones are skipped with a warning.
 //!
-//! Not yet: asynchronous sampling (`mode = "async"` runs synchronously, with a warning),
-//! optimizer state in checkpoints (AdamW moments restart from zero after a resume; libtorch's
+//! `mode = "async"` overlaps sampling the next batch with the learner's update (one policy
+//! version of staleness, bounded by `max_staleness`); the checkpoint then carries the next
+//! batch as pending trajectories.
+//!
+//! Not yet: optimizer state in checkpoints (AdamW moments restart from zero after a resume; libtorch's
 //! C++ optimizer behind tch exposes no state to save), skipping prompts longer than
 //! `max_prompt_length`.
 
@@ -394,10 +397,11 @@ impl Run {
             }
             self.pending.extend(kept);
             self.position += n;
+            // Batches are aligned in the task stream, so the position names the update.
             eprintln!(
                 "sample update {}: {}/{batch} tasks, {} episodes",
-                self.step + 1,
-                batch - (end - self.position),
+                (self.position - 1) / batch + 1,
+                (self.position - 1) % batch + 1,
                 self.pending.len()
             );
             metrics::gauge!("agent_r1_train_data_position").set(self.position as f64);
@@ -405,17 +409,32 @@ impl Run {
         Ok(true)
     }
 
-    /// One update on the pending batch: train, publish, log, record.
-    async fn update(&mut self) -> anyhow::Result<(BatchSummary, UpdateStats, f64)> {
+    /// One update on the pending batch: train, publish, write a sample of it. In async
+    /// mode the next batch is sampled (with the weights before this update) while the
+    /// learner trains; its trajectories are then one version stale, which the learner's
+    /// `max_staleness` bound admits. Returns the batch summary, the learner's stats, the
+    /// update's wall seconds, and whether the overlapping sampling was stopped by a signal.
+    async fn update(&mut self) -> anyhow::Result<(BatchSummary, UpdateStats, f64, bool)> {
         let t0 = Instant::now();
         let batch = std::mem::take(&mut self.pending);
         let summary = BatchSummary::of(&batch);
         let sample: Vec<Trajectory> = batch.iter().take(ROLLOUT_SAMPLE).cloned().collect();
-        let stats = self
-            .learner
-            .update(batch)
-            .await
-            .with_context(|| format!("learner update {}", self.step + 1))?;
+        let learner = self.learner.clone();
+        let step = self.step + 1;
+        let train = async move {
+            learner
+                .update(batch)
+                .await
+                .with_context(|| format!("learner update {step}"))
+        };
+        let overlap =
+            self.cfg.training.mode == TrainMode::Async && step < self.cfg.training.updates;
+        let (stats, stopped) = if overlap {
+            let (stats, filled) = tokio::join!(train, self.fill_batch());
+            (stats?, !filled?)
+        } else {
+            (train.await?, false)
+        };
         self.version = self
             .learner
             .publish(&self.engine)
@@ -430,7 +449,7 @@ impl Run {
             &self.tokenizer,
             &sample,
         )?;
-        Ok((summary, stats, t0.elapsed().as_secs_f64()))
+        Ok((summary, stats, t0.elapsed().as_secs_f64(), stopped))
     }
 }
 
@@ -442,9 +461,6 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
     std::fs::create_dir_all(run_dir.join("rollouts"))
         .with_context(|| format!("{}: cannot create the run directory", run_dir.display()))?;
     let placement = cfg.placement()?;
-    if cfg.training.mode == TrainMode::Async {
-        eprintln!("warning: training.mode = \"async\" is not implemented by train yet; sampling synchronously");
-    }
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let stop = Arc::new(AtomicBool::new(false));
     install_signal_handler(&rt, stop.clone());
@@ -717,11 +733,13 @@ async fn train_loop(run: &mut Run, resumed: bool) -> anyhow::Result<bool> {
     }
     let mut interrupted = false;
     while run.step < updates {
+        let sample_t0 = Instant::now();
         if !run.fill_batch().await? {
             interrupted = true;
             break;
         }
-        let (s, stats, secs) = run.update().await?;
+        let sample_secs = sample_t0.elapsed().as_secs_f64();
+        let (s, stats, secs, stopped) = run.update().await?;
         let line = json!({
             "step": run.step,
             "policy_version": run.version,
@@ -740,6 +758,7 @@ async fn train_loop(run: &mut Run, resumed: bool) -> anyhow::Result<bool> {
             "grad_norm": stats.grad_norm,
             "kept": stats.trajectories_kept,
             "update_seconds": stats.duration_seconds,
+            "sample_seconds": sample_secs,
             "seconds": secs,
             "wall_s": run.started.elapsed().as_secs_f64(),
         });
@@ -752,7 +771,7 @@ async fn train_loop(run: &mut Run, resumed: bool) -> anyhow::Result<bool> {
         }
         metrics::histogram!("agent_r1_train_update_seconds").record(secs);
         eprintln!(
-            "update {:>4}/{updates}  reward {:+.3}  em {:.3}  f1 {:.3}  calls/ep {:.2}  pg {:+.4}  ent {:.3}  kept {}/{}  {:.1}s",
+            "update {:>4}/{updates}  reward {:+.3}  em {:.3}  f1 {:.3}  calls/ep {:.2}  pg {:+.4}  ent {:.3}  kept {}/{}  sample {:.1}s  update {:.1}s",
             run.step,
             s.reward_mean,
             s.metric("em"),
@@ -762,6 +781,7 @@ async fn train_loop(run: &mut Run, resumed: bool) -> anyhow::Result<bool> {
             stats.entropy,
             stats.trajectories_kept,
             s.episodes,
+            sample_secs,
             secs
         );
         let step = run.step;
@@ -772,6 +792,10 @@ async fn train_loop(run: &mut Run, resumed: bool) -> anyhow::Result<bool> {
         }
         if every(run.cfg.checkpoint.every) {
             run.checkpoint().await?;
+        }
+        if stopped {
+            interrupted = true;
+            break;
         }
     }
     if !interrupted && run.cfg.eval.every > 0 && run.last_eval != Some(run.step) {

@@ -347,3 +347,26 @@ fn sigterm_saves_pending_trajectories_and_kill_9_resumes_at_the_checkpoint_step(
     }
     assert_eq!(manifest(&run, updates)["state"]["step"], updates);
 }
+
+#[test]
+fn async_mode_samples_the_next_batch_during_the_update_and_checkpoints_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), 4, 2, 4, 2);
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("updates = 4", "updates = 4\nmode = \"async\"");
+    std::fs::write(&cfg, text).unwrap();
+    let run = tmp.path().join("run");
+    let (code, out, err) = Trainer::start(&cfg, &run, false).finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(last_json(&out)["updates"], 4);
+    // After update 2 the batch of update 3 was already sampled: it is in the checkpoint.
+    let m = manifest(&run, 2);
+    assert_eq!(m["state"]["data_position"], 6, "{m}");
+    assert!(run
+        .join("checkpoints/step-2/pending_trajectories.jsonl")
+        .is_file());
+    let rows = jsonl(&run.join("metrics.jsonl"));
+    assert_eq!(steps(&rows), vec![1, 2, 3, 4]);
+    assert!(rows.iter().all(|r| r["episodes"] == 4), "{rows:?}");
+}
