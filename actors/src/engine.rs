@@ -119,8 +119,10 @@ pub struct EngineStats {
     pub tokens_generated: u64,
     /// Context tokens run through the model (prefill).
     pub prefill_tokens: u64,
-    /// Context tokens reused from parked KV instead.
+    /// Context tokens reused from parked KV instead (the episode's own or the shared prefix).
     pub reused_tokens: u64,
+    /// Of those, tokens reused from the shared prompt prefix by episodes with nothing parked.
+    pub shared_prefix_tokens: u64,
     /// Parked entries evicted for the byte budget.
     pub evictions: u64,
     /// Tokens in evicted entries (recomputed if their episode returns).

@@ -174,6 +174,57 @@ fn sampled_turns_do_not_depend_on_batch_composition() {
     assert!(distinct.len() > 12, "{distinct:?}");
 }
 
+/// Episodes whose prompts open alike (system message, tool list) reuse the first prompt's KV
+/// for the common prefix, and generate exactly what they would from scratch.
+#[test]
+fn new_episodes_reuse_the_shared_prompt_prefix() {
+    let tmp = tempfile::tempdir().unwrap();
+    make_model(tmp.path());
+    let reference = PolicyModel::load(tmp.path(), Placement::default(), false).unwrap();
+    let engine = start(
+        tmp.path(),
+        EngineConfig {
+            max_batch_rows: 4,
+            max_context: 256,
+            ..Default::default()
+        },
+    );
+    let system = prompt(3, 40);
+    let with_question = |q: u32| {
+        let mut p = system.clone();
+        p.extend(prompt(q, 6));
+        p
+    };
+    let rt = runtime();
+    rt.block_on(async {
+        for (episode, q) in [(10u64, 1u32), (11, 2), (12, 5)] {
+            let context = with_question(q);
+            let out = engine
+                .generate(TurnRequest {
+                    episode,
+                    context: context.clone(),
+                    params: greedy(16),
+                    stop_strings: vec![],
+                })
+                .await
+                .unwrap();
+            let alone = reference
+                .generate(std::slice::from_ref(&context), &greedy(16))
+                .unwrap();
+            assert_eq!(out.token_ids, alone[0].token_ids, "episode {episode}");
+            if episode == 10 {
+                assert_eq!(out.reused_tokens, 0);
+            } else {
+                // At least the 40 shared tokens (more if the questions happen to agree).
+                assert!(out.reused_tokens >= 40, "{out:?}");
+                assert_eq!(out.prefill_tokens, context.len() - out.reused_tokens);
+            }
+        }
+        let stats = engine.stats().await.unwrap();
+        assert!(stats.shared_prefix_tokens >= 80, "{stats:?}");
+    });
+}
+
 #[test]
 fn next_turn_reuses_kv_and_matches_recompute_and_eviction() {
     let tmp = tempfile::tempdir().unwrap();
@@ -233,8 +284,10 @@ fn next_turn_reuses_kv_and_matches_recompute_and_eviction() {
         parked_kv_bytes: 1024,
         ..Default::default()
     });
-    assert_eq!(e2.reused_tokens, 0);
-    assert_eq!(e2.prefill_tokens, second.len());
+    // Only the shared prompt prefix (episode 7's first prompt, the first one seen) survives.
+    assert_eq!(e2.reused_tokens, 20);
+    assert_eq!(estats.shared_prefix_tokens, 20);
+    assert_eq!(e2.prefill_tokens, second.len() - 20);
     assert!(estats.evictions >= 2, "{estats:?}");
     assert_eq!(e1.token_ids, t1.token_ids);
     assert_eq!(e2.token_ids, t2.token_ids, "reuse and recompute must agree");

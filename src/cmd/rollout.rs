@@ -303,6 +303,7 @@ pub(crate) fn run_bench(cmd: BenchRolloutCmd) -> anyhow::Result<()> {
         "context_tokens": outcome.context_tokens,
         "prefill_tokens": outcome.prefill_with_reuse,
         "reused_tokens": e.reused_tokens,
+        "shared_prefix_tokens": e.shared_prefix_tokens,
         "kv_evictions": e.evictions,
         "kv_evicted_tokens": e.evicted_tokens,
         "kv_slot_mb": e.slot_bytes as f64 / 1048576.0,

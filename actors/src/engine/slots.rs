@@ -19,6 +19,15 @@ pub(crate) struct ParkedKv {
 }
 
 impl ParkedKv {
+    /// Another handle on the same (never mutated) tensors.
+    pub(crate) fn share(&self) -> ParkedKv {
+        ParkedKv {
+            keys: self.keys.iter().map(Tensor::shallow_clone).collect(),
+            values: self.values.iter().map(Tensor::shallow_clone).collect(),
+            len: self.len,
+        }
+    }
+
     pub(crate) fn bytes(&self) -> usize {
         self.keys
             .iter()

@@ -9,7 +9,7 @@ use tch::{Kind, Tensor};
 use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
 use super::parked::ParkedStore;
-use super::slots::SlotCache;
+use super::slots::{ParkedKv, SlotCache};
 use super::{Command, EngineConfig, EngineStats, TurnOutput, TurnRequest};
 use crate::model::generate::FinishReason;
 use crate::model::sampling::{sample_with_draws, token_draw};
@@ -53,6 +53,9 @@ struct Worker {
     config: EngineConfig,
     slots: SlotCache,
     parked: ParkedStore,
+    /// KV of one prompt under the current weights, reused for the common prefix of episodes
+    /// that have nothing parked (the system message and tools are the same for all).
+    shared_prefix: Option<(Vec<u32>, ParkedKv)>,
     waiting: VecDeque<Waiting>,
     running: Vec<Running>,
     stats: EngineStats,
@@ -87,6 +90,7 @@ pub(super) fn run(
     );
     let mut worker = Worker {
         parked: ParkedStore::new(config.parked_kv_bytes),
+        shared_prefix: None,
         model,
         tokenizer,
         config,
@@ -213,6 +217,7 @@ impl Worker {
             }
         });
         self.parked.clear();
+        self.shared_prefix = None;
         self.version = version;
         metrics::gauge!("agent_r1_engine_policy_version").set(version as f64);
         Ok(())
@@ -275,6 +280,17 @@ impl Worker {
                     .count();
                 reused = common.min(ctx_len - 1);
                 self.slots.restore(row, &kv, reused as i64);
+            } else if let Some((tokens, kv)) = &self.shared_prefix {
+                // A new (or evicted) episode: its prompt usually opens with the same system
+                // message and tool list as every other episode's.
+                let common = tokens
+                    .iter()
+                    .zip(&w.request.context)
+                    .take_while(|(a, b)| a == b)
+                    .count();
+                reused = common.min(ctx_len - 1);
+                self.slots.restore(row, kv, reused as i64);
+                self.stats.shared_prefix_tokens += reused as u64;
             } else {
                 self.slots.truncate(row, 0);
             }
@@ -439,7 +455,10 @@ impl Worker {
                 .map(|&o| {
                     let r = &self.running[start + o];
                     let position = (r.request.context.len() + r.generated.len()) as u64;
-                    token_draw(self.config.seed as u64, r.request.episode, position)
+                    // The policy version is part of the stream: callers that number episodes
+                    // from 0 in every rollout still get fresh draws after each update.
+                    let stream = (self.config.seed as u64) ^ r.version.wrapping_mul(0x9e37_79b9);
+                    token_draw(stream, r.request.episode, position)
                 })
                 .collect();
             let index = Tensor::from_slice(&index).to_device(logits.device());
@@ -499,8 +518,14 @@ impl Worker {
                 metrics::counter!("agent_r1_engine_turns_spanning_weight_update_total")
                     .increment(1);
             } else {
-                self.parked
-                    .insert(r.request.episode, tokens, self.slots.park(row));
+                let kv = self.slots.park(row);
+                if self.shared_prefix.is_none() {
+                    // The first prompt seen under these weights becomes the shared prefix
+                    // (its system message and tool list are every episode's).
+                    let prompt = r.request.context.clone();
+                    self.shared_prefix = Some((prompt, kv.share()));
+                }
+                self.parked.insert(r.request.episode, tokens, kv);
             }
             self.slots.move_row(last, row);
             self.stats.turns += 1;
