@@ -131,3 +131,23 @@ fn generate(args: GenerateBench) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// Peak resident memory of this process in MiB (`VmHWM`; 0 where /proc is missing).
+pub(crate) fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(0.0)
+}
+
+/// Resets the kernel's peak-RSS mark (`VmHWM`) so the next reading is this phase's own;
+/// best effort (Linux only).
+pub(crate) fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}

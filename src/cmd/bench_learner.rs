@@ -15,6 +15,8 @@ use agent_r1_actors::trajectory::{EpisodeEnd, Step, Trajectory};
 use agent_r1_envs::task::Task;
 use serde_json::json;
 
+use super::bench::{peak_rss_mb, reset_peak_rss};
+
 /// Flags of `agent-r1 bench learner`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct LearnerBench {
@@ -283,23 +285,4 @@ fn synthetic_batch(args: &LearnerBench, vocab: u64) -> Vec<Trajectory> {
             }
         })
         .collect()
-}
-
-/// Resets the kernel's peak-RSS mark (`VmHWM`) so the next reading is this phase's own;
-/// best effort (Linux only).
-fn reset_peak_rss() {
-    let _ = std::fs::write("/proc/self/clear_refs", "5");
-}
-
-fn peak_rss_mb() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<f64>().ok())
-        })
-        .map(|kb| kb / 1024.0)
-        .unwrap_or(0.0)
 }

@@ -14,6 +14,8 @@ use agent_r1_envs::env::Env;
 use agent_r1_envs::synthetic::SyntheticConfig;
 use agent_r1_envs::task::Task;
 use agent_r1_envs::tool::Tool;
+
+use super::bench::peak_rss_mb;
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
@@ -256,19 +258,6 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
     }
     let idx = ((sorted.len() - 1) as f64 * q).round() as usize;
     sorted[idx]
-}
-
-fn peak_rss_mb() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<f64>().ok())
-        })
-        .map(|kb| kb / 1024.0)
-        .unwrap_or(0.0)
 }
 
 pub(crate) fn run_bench(cmd: BenchRolloutCmd) -> anyhow::Result<()> {
