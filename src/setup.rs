@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_r1_actors::chat_template::{ChatTemplate, TemplateVars, QWEN2_5_CHAT_TEMPLATE};
 use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle};
 use agent_r1_actors::model::presets::{preset, PRESETS};
 use agent_r1_actors::model::{Placement, PolicyModel, SamplingParams};
@@ -31,6 +32,48 @@ pub struct SyntheticScenario {
     pub search: Arc<SearchTool>,
     pub train: Vec<Task>,
     pub test: Vec<Task>,
+}
+
+/// What a preset model's tokenizer is trained on.
+#[derive(Debug, Clone, Default)]
+pub struct TokenizerCorpus {
+    /// Training text, one piece per line.
+    pub text: String,
+    /// Words kept as single tokens (see `train_tiny_tokenizer`).
+    pub whole_words: Vec<String>,
+}
+
+/// The tokenizer corpus of the synthetic world: its documents and demonstrations, every
+/// training prompt as the chat template renders it (system prompt, tool list, question), and
+/// its entity names as whole words. Why the prompts: they are in every context the model
+/// sees, and a tokenizer that never saw them splits them into near-single characters, which
+/// doubles context lengths and pushes the question far from where the model answers.
+pub fn tokenizer_corpus(
+    env: &SyntheticMultihopEnv,
+    tasks: &[Task],
+    tools: &[Arc<dyn Tool>],
+) -> anyhow::Result<TokenizerCorpus> {
+    let template = ChatTemplate::new(QWEN2_5_CHAT_TEMPLATE)?;
+    let specs: Vec<serde_json::Value> = tools.iter().map(|t| t.spec()).collect();
+    let mut text = env.world().corpus_text();
+    for task in tasks {
+        let prompt = template.render(
+            &env.reset(task)?,
+            Some(&specs),
+            true,
+            &TemplateVars::new(),
+        )?;
+        text.push_str(&prompt);
+        text.push('\n');
+    }
+    let whole_words = env
+        .world()
+        .world
+        .entities
+        .iter()
+        .map(|e| e.name.clone())
+        .collect();
+    Ok(TokenizerCorpus { text, whole_words })
 }
 
 /// Generates the world (writing its corpus and search index under `dir`).
@@ -132,7 +175,7 @@ pub fn rollout_setup(
 pub fn init_model(
     preset_name: &str,
     out: &Path,
-    corpus: Option<&str>,
+    corpus: Option<&TokenizerCorpus>,
     vocab_size: usize,
     seed: i64,
     force: bool,
@@ -153,7 +196,12 @@ pub fn init_model(
             out.display()
         );
     }
-    let ids = write_tiny_tokenizer(out, corpus, vocab_size)?;
+    let ids = write_tiny_tokenizer(
+        out,
+        corpus.map(|c| c.text.as_str()),
+        vocab_size,
+        corpus.map_or(&[][..], |c| &c.whole_words),
+    )?;
     let config = preset(preset_name, ids.vocab_size, ids.eos_token_ids.clone())?;
     tch::manual_seed(seed);
     let model = PolicyModel::new(config, Placement::default(), false)?;

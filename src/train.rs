@@ -512,11 +512,18 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
             let preset = preset.as_deref().unwrap_or("tiny");
             let dir = run_dir.join("model-init");
             if resumed.is_none() || !dir.join("config.json").is_file() {
-                let corpus = scenario.synthetic.as_ref().map(|e| e.world().corpus_text());
+                let corpus = match &scenario.synthetic {
+                    Some(env) => Some(setup::tokenizer_corpus(
+                        env,
+                        &scenario.train,
+                        &scenario.tools,
+                    )?),
+                    None => None,
+                };
                 setup::init_model(
                     preset,
                     &dir,
-                    corpus.as_deref(),
+                    corpus.as_ref(),
                     PRESET_VOCAB,
                     seed as i64,
                     true,

@@ -118,17 +118,36 @@ impl TinyTokenizer {
 }
 
 /// Trains a byte-level BPE on `corpus_lines` so that the whole vocabulary, the 3 special and 8
-/// tag tokens included, has at most `vocab_size` ids (fewer when the corpus runs out of merges).
+/// tag tokens and `whole_words` included, has at most `vocab_size` ids (fewer when the corpus
+/// runs out of merges).
+///
+/// `whole_words` (for example the entity names of a generated world) become single non-special
+/// tokens matched only as whole words. Why: byte-level BPE splits a name differently after a
+/// space than after a quote (`" Stunu"` vs `"St" "unu"`), so copying a name from a question
+/// into a tool call is a learnt token-to-token mapping rather than a plain copy; a tiny model
+/// learns the plain copy in a fraction of the steps. Duplicates and words that already are
+/// tags are skipped.
 ///
 /// The 256 byte symbols are always in the vocabulary, so any text encodes; `vocab_size` must
 /// leave room for them and the added tokens (at least 267). Training is deterministic: the same
 /// lines and size give the same `tokenizer.json` bytes.
-pub fn train_tiny_tokenizer<I, S>(corpus_lines: I, vocab_size: usize) -> Result<TinyTokenizer>
+pub fn train_tiny_tokenizer<I, S>(
+    corpus_lines: I,
+    vocab_size: usize,
+    whole_words: &[String],
+) -> Result<TinyTokenizer>
 where
     I: IntoIterator<Item = S>,
     S: AsRef<str>,
 {
-    let n_added = SPECIAL_TOKENS.len() + TAG_TOKENS.len();
+    let mut words: Vec<&str> = whole_words
+        .iter()
+        .map(|w| w.trim())
+        .filter(|w| !w.is_empty() && !TAG_TOKENS.contains(w) && !SPECIAL_TOKENS.contains(w))
+        .collect();
+    words.sort_unstable();
+    words.dedup();
+    let n_added = SPECIAL_TOKENS.len() + TAG_TOKENS.len() + words.len();
     let alphabet: std::collections::HashSet<char> = ByteLevel::alphabet().into_iter().collect();
     let min_size = alphabet.len() + n_added;
     if vocab_size < min_size {
@@ -187,6 +206,13 @@ where
     tokenizer
         .add_tokens(tags)
         .map_err(|e| Error::Tokenizer(format!("{e}")))?;
+    let whole: Vec<AddedToken> = words
+        .iter()
+        .map(|w| AddedToken::from(*w, false).normalized(false).single_word(true))
+        .collect();
+    tokenizer
+        .add_tokens(whole)
+        .map_err(|e| Error::Tokenizer(format!("{e}")))?;
 
     let id = |t: &str| {
         tokenizer
@@ -203,10 +229,11 @@ where
     };
 
     let mut added = Map::new();
-    for (token, special) in SPECIAL_TOKENS
+    for (token, special, single_word) in SPECIAL_TOKENS
         .iter()
-        .map(|t| (*t, true))
-        .chain(TAG_TOKENS.iter().map(|t| (*t, false)))
+        .map(|t| (*t, true, false))
+        .chain(TAG_TOKENS.iter().map(|t| (*t, false, false)))
+        .chain(words.iter().map(|w| (*w, false, true)))
     {
         added.insert(
             id(token)?.to_string(),
@@ -215,7 +242,7 @@ where
                 "lstrip": false,
                 "normalized": false,
                 "rstrip": false,
-                "single_word": false,
+                "single_word": single_word,
                 "special": special,
             }),
         );
@@ -248,13 +275,19 @@ where
 }
 
 /// Trains on `corpus` (or [`BUILTIN_CORPUS`] when `None`) and writes the tokenizer files into
-/// `dir`, returning the ids the model config needs.
+/// `dir`, returning the ids the model config needs; see [`train_tiny_tokenizer`] for
+/// `whole_words`.
 pub fn write_tiny_tokenizer(
     dir: impl AsRef<Path>,
     corpus: Option<&str>,
     vocab_size: usize,
+    whole_words: &[String],
 ) -> Result<TinyTokenizerIds> {
-    let trained = train_tiny_tokenizer(corpus.unwrap_or(BUILTIN_CORPUS).lines(), vocab_size)?;
+    let trained = train_tiny_tokenizer(
+        corpus.unwrap_or(BUILTIN_CORPUS).lines(),
+        vocab_size,
+        whole_words,
+    )?;
     trained.write_to(dir)?;
     Ok(trained.ids)
 }
@@ -340,8 +373,8 @@ mod tests {
 
     #[test]
     fn training_is_deterministic() {
-        let a = train_tiny_tokenizer(BUILTIN_CORPUS.lines(), 600).unwrap();
-        let b = train_tiny_tokenizer(BUILTIN_CORPUS.lines(), 600).unwrap();
+        let a = train_tiny_tokenizer(BUILTIN_CORPUS.lines(), 600, &[]).unwrap();
+        let b = train_tiny_tokenizer(BUILTIN_CORPUS.lines(), 600, &[]).unwrap();
         assert_eq!(a.tokenizer_json(), b.tokenizer_json());
         assert_eq!(a.tokenizer_config(), b.tokenizer_config());
         assert_eq!(a.ids(), b.ids());
@@ -349,7 +382,7 @@ mod tests {
 
     #[test]
     fn vocabulary_layout_follows_qwen() {
-        let t = train_tiny_tokenizer(BUILTIN_CORPUS.lines(), 600).unwrap();
+        let t = train_tiny_tokenizer(BUILTIN_CORPUS.lines(), 600, &[]).unwrap();
         let ids = t.ids();
         assert!(
             ids.vocab_size <= 600 && ids.vocab_size > 256 + 11,
@@ -377,7 +410,7 @@ mod tests {
 
     #[test]
     fn any_text_round_trips() {
-        let t = train_tiny_tokenizer(BUILTIN_CORPUS.lines(), 400).unwrap();
+        let t = train_tiny_tokenizer(BUILTIN_CORPUS.lines(), 400, &[]).unwrap();
         let tok = Tokenizer::from_bytes(t.tokenizer_json().as_bytes()).unwrap();
         let text = "Zürich 東京 🦀 <tool_call>{\"a\": 1}</tool_call>\n\n  tabs\tand\r\nlines";
         let enc = tok.encode(text, false).unwrap();
@@ -386,22 +419,22 @@ mod tests {
 
     #[test]
     fn a_different_corpus_gives_a_different_tokenizer() {
-        let a = train_tiny_tokenizer(BUILTIN_CORPUS.lines(), 500).unwrap();
-        let b = train_tiny_tokenizer(["zzz qqq zzz qqq zzzqqq"; 10], 500).unwrap();
+        let a = train_tiny_tokenizer(BUILTIN_CORPUS.lines(), 500, &[]).unwrap();
+        let b = train_tiny_tokenizer(["zzz qqq zzz qqq zzzqqq"; 10], 500, &[]).unwrap();
         assert_ne!(a.tokenizer_json(), b.tokenizer_json());
         assert!(b.ids().vocab_size < 500, "a tiny corpus runs out of merges");
     }
 
     #[test]
     fn too_small_a_vocabulary_is_rejected() {
-        let err = train_tiny_tokenizer(BUILTIN_CORPUS.lines(), 100).unwrap_err();
+        let err = train_tiny_tokenizer(BUILTIN_CORPUS.lines(), 100, &[]).unwrap_err();
         assert!(matches!(err, Error::Invalid { .. }), "{err:?}");
     }
 
     #[test]
     fn writes_a_directory_with_generation_ids() {
         let dir = tempfile::tempdir().unwrap();
-        let ids = write_tiny_tokenizer(dir.path().join("m"), None, 400).unwrap();
+        let ids = write_tiny_tokenizer(dir.path().join("m"), None, 400, &[]).unwrap();
         assert!(dir.path().join("m/tokenizer.json").is_file());
         assert!(dir.path().join("m/tokenizer_config.json").is_file());
         let gen = ids.generation_config();

@@ -348,7 +348,7 @@ mod tests {
 
     fn tiny_dir() -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
-        let trained = train_tiny_tokenizer(BUILTIN_CORPUS.lines(), 400).unwrap();
+        let trained = train_tiny_tokenizer(BUILTIN_CORPUS.lines(), 400, &[]).unwrap();
         trained.write_to(dir.path()).unwrap();
         dir
     }

@@ -159,7 +159,7 @@ fn chat_template_matches_transformers() {
     };
 
     let work = tempfile::tempdir().unwrap();
-    let trained = train_tiny_tokenizer(BUILTIN_CORPUS.lines(), 512).unwrap();
+    let trained = train_tiny_tokenizer(BUILTIN_CORPUS.lines(), 512, &[]).unwrap();
     let qwen_dir = work.path().join("qwen2_5");
     trained.write_to(&qwen_dir).unwrap();
     let features_dir = work.path().join("features");

@@ -61,10 +61,11 @@ pub(crate) fn run(args: DemoArgs) -> anyhow::Result<()> {
 
     // 1. The tiny model, its tokenizer trained on the world's text.
     let init_dir = args.out.join("model-init");
+    let corpus = setup::tokenizer_corpus(&scenario.env, &scenario.train, &[search.clone()])?;
     init_model(
         "tiny",
         &init_dir,
-        Some(&scenario.env.world().corpus_text()),
+        Some(&corpus),
         2048,
         args.seed as i64,
         true,

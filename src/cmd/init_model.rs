@@ -32,16 +32,17 @@ pub(crate) struct InitModelArgs {
 
 pub(crate) fn run(args: InitModelArgs) -> anyhow::Result<()> {
     let corpus = match &args.corpus {
-        Some(path) => Some(
-            std::fs::read_to_string(path)
+        Some(path) => Some(agent_r1::setup::TokenizerCorpus {
+            text: std::fs::read_to_string(path)
                 .with_context(|| format!("--corpus {}: cannot read", path.display()))?,
-        ),
+            whole_words: vec![],
+        }),
         None => None,
     };
     let summary = init_model(
         &args.preset,
         &args.out,
-        corpus.as_deref(),
+        corpus.as_ref(),
         args.vocab_size,
         args.seed,
         args.force,
