@@ -209,11 +209,14 @@ fn respond(req: &Request<Incoming>, handle: &PrometheusHandle) -> Response<Full<
         );
     }
     match req.uri().path() {
-        "/metrics" => reply(
-            StatusCode::OK,
-            "text/plain; version=0.0.4; charset=utf-8",
-            handle.render(),
-        ),
+        "/metrics" => {
+            record_process_memory();
+            reply(
+                StatusCode::OK,
+                "text/plain; version=0.0.4; charset=utf-8",
+                handle.render(),
+            )
+        }
         "/healthz" => reply(StatusCode::OK, "text/plain", "ok\n".into()),
         _ => reply(
             StatusCode::NOT_FOUND,
@@ -223,7 +226,34 @@ fn respond(req: &Request<Incoming>, handle: &PrometheusHandle) -> Response<Full<
     }
 }
 
-/// `# HELP` texts of the series the runtime, engine and learner record.
+/// Sets `agent_r1_process_resident_memory_bytes` and `..._peak_...` from
+/// `/proc/self/status` (`VmRSS`, `VmHWM`), at scrape time. Elsewhere than Linux the series
+/// are absent.
+fn record_process_memory() {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return;
+    };
+    let kib = |key: &str| -> Option<f64> {
+        let line = status.lines().find(|l| l.starts_with(key))?;
+        let n: f64 = line[key.len()..]
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()?;
+        Some(n * 1024.0)
+    };
+    if let Some(v) = kib("VmRSS:") {
+        metrics::gauge!("agent_r1_process_resident_memory_bytes").set(v);
+    }
+    if let Some(v) = kib("VmHWM:") {
+        metrics::gauge!("agent_r1_process_peak_resident_memory_bytes").set(v);
+    }
+}
+
+/// `# HELP` texts of every series the runtime, engine, learner and trainer record (a test
+/// checks that each recorded series is described here, since `promtool check metrics`
+/// wants help text on all of them).
 fn describe_series() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
 
@@ -245,7 +275,7 @@ fn describe_series() {
     );
     describe_counter!(
         "agent_r1_tool_errors_total",
-        "Failed tool calls, by tool and error kind."
+        "Failed tool calls, by tool and error kind (tool unparsed: the call did not parse; unknown: no tool has its name)."
     );
     describe_counter!(
         "agent_r1_tool_restarts_total",
@@ -351,6 +381,131 @@ fn describe_series() {
         "agent_r1_learner_update_duration_seconds",
         Unit::Seconds,
         "Duration of one learner update."
+    );
+    describe_counter!(
+        "agent_r1_learner_optimizer_steps_total",
+        "Optimizer steps applied by the learner."
+    );
+    describe_counter!(
+        "agent_r1_learner_filtered_groups_total",
+        "Groups dropped by the zero-variance filter."
+    );
+    describe_counter!(
+        "agent_r1_learner_truncated_trajectories_total",
+        "Trajectories cut at the learner's maximum length."
+    );
+    describe_counter!(
+        "agent_r1_learner_tokens_total",
+        "Tokens (prompt, actions, observations) in trained batches."
+    );
+    describe_counter!(
+        "agent_r1_learner_action_tokens_total",
+        "Action tokens trained on."
+    );
+    describe_gauge!(
+        "agent_r1_learner_advantage_mean",
+        "Mean advantage over the trained action tokens of the last update."
+    );
+    describe_gauge!(
+        "agent_r1_learner_approx_kl",
+        "Mean old minus new log-probability of action tokens in the last update."
+    );
+    describe_gauge!(
+        "agent_r1_learner_clip_fraction",
+        "Fraction of action tokens where the PPO clip was binding."
+    );
+    describe_gauge!(
+        "agent_r1_learner_clip_fraction_lower",
+        "Fraction of action tokens where the dual clip was binding."
+    );
+    describe_gauge!(
+        "agent_r1_learner_value_clip_fraction",
+        "Fraction of values where the value clip was binding."
+    );
+    describe_gauge!(
+        "agent_r1_learner_grad_norm",
+        "Mean pre-clip gradient norm of the policy in the last update."
+    );
+    describe_gauge!(
+        "agent_r1_learner_critic_grad_norm",
+        "Mean pre-clip gradient norm of the critic in the last update."
+    );
+    describe_gauge!(
+        "agent_r1_learner_learning_rate",
+        "Policy learning rate of the last optimizer step."
+    );
+    describe_gauge!(
+        "agent_r1_learner_critic_learning_rate",
+        "Critic learning rate of the last optimizer step."
+    );
+    describe_gauge!(
+        "agent_r1_learner_tokens_per_second",
+        "Learner throughput of the last update (tokens times epochs per second)."
+    );
+    describe_counter!(
+        "agent_r1_engine_turns_spanning_weight_update_total",
+        "Turns whose tokens were sampled across a weight update."
+    );
+    describe_counter!(
+        "agent_r1_tool_calls_total",
+        "Tool calls received by a tool pool, by tool."
+    );
+    describe_gauge!(
+        "agent_r1_train_update_step",
+        "Updates done by the training run."
+    );
+    describe_gauge!(
+        "agent_r1_train_data_position",
+        "Training tasks consumed from the task stream."
+    );
+    describe_counter!(
+        "agent_r1_train_episodes_total",
+        "Training episodes sampled."
+    );
+    describe_counter!(
+        "agent_r1_train_empty_episodes_total",
+        "Training episodes that ended before their first turn (not trained on)."
+    );
+    describe_gauge!(
+        "agent_r1_train_reward_mean",
+        "Mean reward of the last training batch."
+    );
+    describe_gauge!(
+        "agent_r1_train_tool_calls_per_episode",
+        "Mean tool calls per episode of the last training batch."
+    );
+    describe_gauge!(
+        "agent_r1_train_metric_mean",
+        "Mean of an env metric (em, f1, ...) over the last training batch, by metric."
+    );
+    describe_gauge!(
+        "agent_r1_train_eval_score",
+        "Held-out evaluation score of the last evaluation, by metric."
+    );
+    describe_histogram!(
+        "agent_r1_train_update_seconds",
+        Unit::Seconds,
+        "Wall time of one training update (learn, publish the weights, write its rollouts)."
+    );
+    describe_histogram!(
+        "agent_r1_train_sample_seconds",
+        Unit::Seconds,
+        "Wall time spent sampling a batch before its update."
+    );
+    describe_gauge!(
+        "agent_r1_train_last_checkpoint_timestamp_seconds",
+        Unit::Seconds,
+        "Unix time of the last checkpoint written."
+    );
+    describe_gauge!(
+        "agent_r1_process_resident_memory_bytes",
+        Unit::Bytes,
+        "Resident memory of the process (VmRSS)."
+    );
+    describe_gauge!(
+        "agent_r1_process_peak_resident_memory_bytes",
+        Unit::Bytes,
+        "Peak resident memory of the process (VmHWM)."
     );
 }
 

@@ -294,6 +294,9 @@ impl Run {
         let done = pending.commit(self.state())?;
         checkpoint::prune(&self.run_dir, self.cfg.checkpoint.keep_last)?;
         self.last_checkpoint = Some(self.step);
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        metrics::gauge!("agent_r1_train_last_checkpoint_timestamp_seconds")
+            .set(now.map_or(0.0, |d| d.as_secs_f64()));
         eprintln!(
             "checkpoint step {} -> {} ({} pending trajectories)",
             self.step,
@@ -777,6 +780,7 @@ async fn train_loop(run: &mut Run, resumed: bool) -> anyhow::Result<bool> {
             metrics::gauge!("agent_r1_train_metric_mean", "metric" => k.clone()).set(*v);
         }
         metrics::histogram!("agent_r1_train_update_seconds").record(secs);
+        metrics::histogram!("agent_r1_train_sample_seconds").record(sample_secs);
         eprintln!(
             "update {:>4}/{updates}  reward {:+.3}  em {:.3}  f1 {:.3}  calls/ep {:.2}  pg {:+.4}  ent {:.3}  kept {}/{}  sample {:.1}s  update {:.1}s",
             run.step,

@@ -183,6 +183,12 @@ fn every_dashboard_metric_is_recorded_by_the_code() {
         "agent_r1_learner_policy_loss",
         "agent_r1_learner_reward_mean",
         "agent_r1_learner_staleness_mean",
+        "agent_r1_tool_calls_total",
+        "agent_r1_train_metric_mean",
+        "agent_r1_learner_skipped_updates_total",
+        "agent_r1_process_resident_memory_bytes",
+        "agent_r1_train_update_seconds_sum",
+        "agent_r1_train_last_checkpoint_timestamp_seconds",
     ] {
         assert!(used.contains(must), "the dashboard lacks {must}");
     }
@@ -190,6 +196,73 @@ fn every_dashboard_metric_is_recorded_by_the_code() {
     assert!(templating.iter().any(|v| v["type"] == "datasource"
         && v["name"] == "datasource"
         && v["query"] == "prometheus"));
+}
+
+/// The rows the issue asks for, in order.
+#[test]
+fn the_dashboard_has_the_rollout_tools_learning_and_process_rows() {
+    let dashboard = dashboard();
+    let rows: Vec<&str> = dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["type"] == "row")
+        .map(|p| p["title"].as_str().unwrap())
+        .collect();
+    assert_eq!(rows, ["Rollout", "Tools", "Learning", "Process"]);
+}
+
+/// Names in `describe_*!` calls of `src/metrics_server.rs`.
+fn described() -> BTreeSet<String> {
+    let text = std::fs::read_to_string(Path::new(ROOT).join("src/metrics_server.rs")).unwrap();
+    let mut out = BTreeSet::new();
+    for kind in [
+        "describe_counter!(",
+        "describe_gauge!(",
+        "describe_histogram!(",
+    ] {
+        for (at, _) in text.match_indices(kind) {
+            let rest = text[at + kind.len()..].trim_start();
+            let rest = rest.strip_prefix('"').expect("a literal name");
+            out.insert(rest[..rest.find('"').unwrap()].to_string());
+        }
+    }
+    out
+}
+
+#[test]
+fn every_recorded_series_has_help_text_and_follows_the_naming_conventions() {
+    // `promtool check metrics` wants `# HELP` on every series; counters end in `_total`,
+    // only counters do; histograms must get explicit buckets from the metrics server (it
+    // sets them for `*_seconds` and the engine batch size), or they would be exported as
+    // summaries, whose quantiles cannot be aggregated across processes.
+    let described = described();
+    let mut problems = Vec::new();
+    for (name, kind) in recorded_metrics() {
+        if !name.starts_with("agent_r1_") {
+            problems.push(format!("{name}: not agent_r1_ prefixed"));
+        }
+        if !described.contains(&name) {
+            problems.push(format!("{name}: no describe_*! in src/metrics_server.rs"));
+        }
+        match kind {
+            Kind::Counter if !name.ends_with("_total") => {
+                problems.push(format!("{name}: a counter without _total"))
+            }
+            Kind::Gauge | Kind::Histogram if name.ends_with("_total") => {
+                problems.push(format!("{name}: _total on a {kind:?}"))
+            }
+            Kind::Histogram
+                if !(name.ends_with("_seconds") || name == "agent_r1_engine_batch_size") =>
+            {
+                problems.push(format!(
+                    "{name}: a histogram without explicit buckets in metrics_server::start"
+                ))
+            }
+            _ => {}
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 #[test]

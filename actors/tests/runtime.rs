@@ -26,7 +26,9 @@ use agent_r1_envs::message::Message;
 use agent_r1_envs::task::Task;
 use agent_r1_envs::tool::{CallError, Tool, ToolCall, ToolOutput};
 use async_trait::async_trait;
+use metrics::{SharedString, Unit};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use metrics_util::CompositeKey;
 use serde_json::{json, Value};
 use tch::Kind;
 
@@ -238,12 +240,15 @@ fn snapshotter() -> &'static Snapshotter {
 }
 
 /// Per series name: counters as their value, gauges as their value, histograms as their
-/// sample count; labelled series are summed.
-fn metric_values() -> HashMap<String, f64> {
+/// sample count; labelled series are summed. Of one snapshot: taking a snapshot drains the
+/// recorder's counters, so a test takes one and reads everything from it.
+fn metric_values(
+    snapshot: &[(CompositeKey, Option<Unit>, Option<SharedString>, DebugValue)],
+) -> HashMap<String, f64> {
     let mut out: HashMap<String, f64> = HashMap::new();
-    for (key, _, _, value) in snapshotter().snapshot().into_vec() {
+    for (key, _, _, value) in snapshot {
         let v = match value {
-            DebugValue::Counter(c) => c as f64,
+            DebugValue::Counter(c) => *c as f64,
             DebugValue::Gauge(g) => g.into_inner(),
             DebugValue::Histogram(h) => h.len() as f64,
         };
@@ -291,7 +296,32 @@ fn every_episode_ends_under_tool_faults_and_actions_match_their_contexts() {
 
     // The actors report through the `metrics` crate: episodes, queues, batches, tokens, tool
     // latency and errors, restarts.
-    let m = metric_values();
+    let snapshot = snapshotter().snapshot().into_vec();
+    // Errors per tool and kind that happened (known kinds are registered at zero when a pool
+    // starts).
+    let echo_errors: Vec<String> = snapshot
+        .iter()
+        .filter(|(k, ..)| k.key().name() == "agent_r1_tool_errors_total")
+        .filter(|(.., v)| matches!(v, DebugValue::Counter(n) if *n > 0))
+        .filter(|(k, ..)| {
+            k.key()
+                .labels()
+                .any(|l| l.key() == "tool" && l.value() == "echo")
+        })
+        .flat_map(|(k, ..)| {
+            k.key()
+                .labels()
+                .filter(|l| l.key() == "kind")
+                .map(|l| l.value().to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(
+        echo_errors.iter().any(|k| k == "timeout") && echo_errors.iter().any(|k| k == "failed"),
+        "errors per tool and kind: {echo_errors:?}"
+    );
+
+    let m = metric_values(&snapshot);
     let at_least = |name: &str, min: f64| {
         let v = m.get(name).copied().unwrap_or(f64::NAN);
         assert!(v >= min, "{name} = {v}, expected >= {min}; recorded: {m:?}");
@@ -315,30 +345,6 @@ fn every_episode_ends_under_tool_faults_and_actions_match_their_contexts() {
     at_least("agent_r1_tool_queue_wait_seconds", 40.0);
     at_least("agent_r1_tool_errors_total", 1.0);
     at_least("agent_r1_tool_restarts_total", panics as f64);
-    let echo_errors: Vec<String> = snapshotter()
-        .snapshot()
-        .into_vec()
-        .into_iter()
-        .filter(|(k, ..)| k.key().name() == "agent_r1_tool_errors_total")
-        // Known kinds are registered at zero when a pool starts: count only those that happened.
-        .filter(|(.., v)| matches!(v, DebugValue::Counter(n) if *n > 0))
-        .filter(|(k, ..)| {
-            k.key()
-                .labels()
-                .any(|l| l.key() == "tool" && l.value() == "echo")
-        })
-        .flat_map(|(k, ..)| {
-            k.key()
-                .labels()
-                .filter(|l| l.key() == "kind")
-                .map(|l| l.value().to_string())
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    assert!(
-        echo_errors.iter().any(|k| k == "timeout") && echo_errors.iter().any(|k| k == "failed"),
-        "errors per tool and kind: {echo_errors:?}"
-    );
 
     let mut kinds = HashMap::new();
     for t in &trajectories {

@@ -269,6 +269,8 @@ async fn run_calls(shared: &Shared, calls: Vec<Result<ToolCall, CallError>>) -> 
         let call = match call {
             Ok(call) => call,
             Err(e) => {
+                // The model's call did not parse (bad JSON, no name, arguments not JSON).
+                count_tool_error("unparsed", e.kind());
                 return CallOutcome {
                     name: None,
                     result: Err(e),
@@ -291,21 +293,36 @@ async fn run_calls(shared: &Shared, calls: Vec<Result<ToolCall, CallError>>) -> 
         let began = Instant::now();
         match pool.call(|r| ToolPoolMsg::Call(call, r), Some(deadline)).await {
             Ok(CallResult::Success(outcome)) => outcome,
-            Ok(CallResult::Timeout) => CallOutcome {
-                name: Some(name),
-                result: Err(CallError::Timeout(deadline)),
-                latency: began.elapsed(),
-            },
-            Ok(CallResult::SenderError) | Err(_) => CallOutcome {
-                name: Some(name),
-                result: Err(CallError::Failed(
-                    "the tool crashed while running this call (its worker was restarted)".into(),
-                )),
-                latency: began.elapsed(),
-            },
+            Ok(CallResult::Timeout) => {
+                count_tool_error(&name, "timeout");
+                CallOutcome {
+                    name: Some(name),
+                    result: Err(CallError::Timeout(deadline)),
+                    latency: began.elapsed(),
+                }
+            }
+            Ok(CallResult::SenderError) | Err(_) => {
+                // The worker died mid-call (the pool counts the restart, not the error).
+                count_tool_error(&name, "failed");
+                CallOutcome {
+                    name: Some(name),
+                    result: Err(CallError::Failed(
+                        "the tool crashed while running this call (its worker was restarted)"
+                            .into(),
+                    )),
+                    latency: began.elapsed(),
+                }
+            }
         }
     });
     futures::future::join_all(futures).await
+}
+
+/// One more `agent_r1_tool_errors_total`: for a call that did not parse, or that its tool's
+/// pool could not answer (timed out in the queue, or its worker crashed).
+fn count_tool_error(tool: &str, kind: &'static str) {
+    metrics::counter!("agent_r1_tool_errors_total", "tool" => tool.to_string(), "kind" => kind)
+        .increment(1);
 }
 
 async fn finish(

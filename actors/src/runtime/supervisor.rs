@@ -112,6 +112,11 @@ impl Actor for RolloutSupervisor {
             .unwrap_or_else(|p| p.into_inner())
             .link(myself.get_cell());
         myself.cast(SupervisorMsg::Fill)?;
+        // Known series start at zero, so rates and `increase` exist before the first event.
+        metrics::counter!("agent_r1_env_restarts_total").increment(0);
+        for status in ["completed", "requeued", "failed"] {
+            metrics::counter!("agent_r1_episodes_total", "status" => status).increment(0);
+        }
         Ok(SupervisorState {
             queue: args.tasks.into_iter().map(|(t, g)| (t, g, 1)).collect(),
             in_flight: HashMap::new(),

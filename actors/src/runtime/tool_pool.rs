@@ -72,6 +72,11 @@ pub struct ToolPoolArgs {
     pub validate: super::ArgValidator,
 }
 
+/// The `kind` labels of `agent_r1_tool_errors_total` for calls that reached a pool (the
+/// episode also reports `timeout` and `failed` for calls that waited too long or whose
+/// worker crashed).
+const POOL_ERROR_KINDS: [&str; 4] = ["invalid_arguments", "overloaded", "timeout", "failed"];
+
 /// The pool actor.
 pub struct ToolPool;
 
@@ -98,6 +103,16 @@ impl Actor for ToolPool {
         myself: ActorRef<Self::Msg>,
         args: ToolPoolArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
+        // This tool's series start at zero (every error kind a pool can report), so that
+        // rates and error ratios exist before the first call or failure.
+        let name = args.tool.name().to_string();
+        metrics::counter!("agent_r1_tool_calls_total", "tool" => name.clone()).increment(0);
+        metrics::counter!("agent_r1_tool_restarts_total", "tool" => name.clone()).increment(0);
+        for kind in POOL_ERROR_KINDS {
+            metrics::counter!("agent_r1_tool_errors_total", "tool" => name.clone(), "kind" => kind)
+                .increment(0);
+        }
+        metrics::gauge!("agent_r1_tool_queue_depth", "tool" => name).set(0.0);
         let mut idle = Vec::new();
         for _ in 0..args.tool.max_concurrency().max(1) {
             idle.push(spawn_worker(&myself, &args.tool).await?);
@@ -124,6 +139,7 @@ impl Actor for ToolPool {
         match message {
             ToolPoolMsg::Call(call, reply) => {
                 let name = state.tool.name().to_string();
+                metrics::counter!("agent_r1_tool_calls_total", "tool" => name.clone()).increment(1);
                 if let Err(e) = (state.args_validate)(state.tool.as_ref(), &call.arguments) {
                     record_error(&name, &e);
                     let _ = reply.send(CallOutcome {

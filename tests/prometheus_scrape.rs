@@ -1,0 +1,518 @@
+//! The Grafana dashboard against a real Prometheus: a short `agent-r1 train` run of the tiny
+//! model (warm-started so that it calls its search tool; PPO with a critic and a KL term so
+//! that every learner series exists) is scraped every second by Prometheus from Debian's
+//! `prometheus` package on loopback, and every query of every panel in
+//! `grafana/agent-r1.json` must return data through Prometheus's HTTP API. The daemon's
+//! `/metrics` text must pass `promtool check metrics` without a lint problem.
+//!
+//! Prometheus is found on `PATH` (or `/usr/bin`). Where it is missing and the test runs as
+//! root, it installs the package with apt-get (`AGENT_R1_INSTALL_PROMETHEUS=0` forbids that).
+//! Where it still cannot be had, the test prints `SKIPPED: ...` with the reason and returns;
+//! `AGENT_R1_REQUIRE_PROMETHEUS=1` turns that skip into a failure.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_agent-r1");
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+/// What `$__rate_interval` becomes: several 1 s scrapes, and longer than a tiny update.
+const RATE_INTERVAL: &str = "30s";
+/// From the trainer's start until every panel has data.
+const RUN_TIMEOUT: Duration = Duration::from_secs(170);
+/// apt-get update / install, each.
+const APT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// A child process killed (and reaped) when dropped.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs `cmd` to completion within `limit`; Err names what went wrong.
+fn run_bounded(cmd: &mut Command, limit: Duration) -> Result<(), String> {
+    let shown = format!("{cmd:?}");
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{shown}: {e}"))?;
+    // Drain the pipes on threads so that a chatty child never blocks on a full pipe.
+    let drain = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_string(&mut s);
+            }
+            s
+        })
+    };
+    let out = drain(child.stdout.take().map(|r| Box::new(r) as _));
+    let err = drain(child.stderr.take().map(|r| Box::new(r) as _));
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break s,
+            Ok(None) if Instant::now() > deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("{shown}: still running after {limit:?}, killed"));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(100)),
+            Err(e) => return Err(format!("{shown}: {e}")),
+        }
+    };
+    let (out, err) = (
+        out.join().unwrap_or_default(),
+        err.join().unwrap_or_default(),
+    );
+    if status.success() {
+        Ok(())
+    } else {
+        let tail: String = format!("{out}\n{err}")
+            .lines()
+            .rev()
+            .take(15)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect::<Vec<_>>()
+            .join("\n");
+        Err(format!("{shown} failed ({status}):\n{tail}"))
+    }
+}
+
+/// `name` on PATH, or in /usr/bin, /usr/local/bin.
+fn find_program(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/bin".into(), "/usr/local/bin".into()])
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+fn is_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // /proc/self belongs to the process's effective user.
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+/// `(prometheus, promtool)`, installing Debian's `prometheus` package where allowed; Err is
+/// why they cannot be had.
+fn prometheus_and_promtool() -> Result<(PathBuf, PathBuf), String> {
+    let found = || Some((find_program("prometheus")?, find_program("promtool")?));
+    if let Some(both) = found() {
+        return Ok(both);
+    }
+    let missing = "`prometheus` and `promtool` are not installed (Debian package `prometheus`)";
+    if std::env::var("AGENT_R1_INSTALL_PROMETHEUS").as_deref() == Ok("0") {
+        return Err(format!(
+            "{missing}, and AGENT_R1_INSTALL_PROMETHEUS=0 forbids installing them"
+        ));
+    }
+    if !is_root() {
+        return Err(format!(
+            "{missing}, and installing them needs root (run `apt-get install prometheus`)"
+        ));
+    }
+    let Some(apt) = find_program("apt-get") else {
+        return Err(format!(
+            "{missing}, and there is no apt-get to install them"
+        ));
+    };
+    let _ = writeln!(
+        std::io::stderr(),
+        "prometheus_scrape: installing Debian's prometheus package (apt-get update, install) ..."
+    );
+    let t0 = Instant::now();
+    let apt_cmd = |args: &[&str]| {
+        let mut c = Command::new(&apt);
+        c.args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdin(Stdio::null());
+        c
+    };
+    run_bounded(&mut apt_cmd(&["update"]), APT_TIMEOUT)
+        .map_err(|e| format!("{missing}; apt-get update failed: {e}"))?;
+    run_bounded(
+        &mut apt_cmd(&["install", "-y", "--no-install-recommends", "prometheus"]),
+        APT_TIMEOUT,
+    )
+    .map_err(|e| format!("{missing}; installing them failed: {e}"))?;
+    let _ = writeln!(
+        std::io::stderr(),
+        "prometheus_scrape: installed in {:.0}s",
+        t0.elapsed().as_secs_f64()
+    );
+    found().ok_or_else(|| {
+        format!("{missing}; the package installed but prometheus/promtool are not on PATH")
+    })
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Percent-encodes a query-string value.
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// GET `path` (with its query string) over HTTP/1.0; `(status, body)`.
+fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+        .map_err(|e| format!("connect {addr}: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")
+        .map_err(|e| format!("GET {path}: {e}"))?;
+    let mut response = String::new();
+    s.read_to_string(&mut response)
+        .map_err(|e| format!("GET {path}: {e}"))?;
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// Every `(panel title, expr)` of the dashboard, Grafana variables substituted.
+fn dashboard_queries() -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(Path::new(ROOT).join("grafana/agent-r1.json")).unwrap();
+    let dashboard: Value = serde_json::from_str(&text).unwrap();
+    let mut panels = Vec::new();
+    for p in dashboard["panels"].as_array().unwrap() {
+        panels.push(p);
+        panels.extend(p["panels"].as_array().into_iter().flatten());
+    }
+    let mut out = Vec::new();
+    for p in panels {
+        for t in p["targets"].as_array().into_iter().flatten() {
+            let expr = t["expr"].as_str().unwrap();
+            let expr = expr
+                .replace("$__rate_interval", RATE_INTERVAL)
+                .replace("$__interval", RATE_INTERVAL)
+                .replace("$__range", RATE_INTERVAL);
+            assert!(!expr.contains('$'), "an unknown Grafana variable in {expr}");
+            out.push((p["title"].as_str().unwrap_or("?").to_string(), expr));
+        }
+    }
+    out
+}
+
+/// Runs `expr` over `[start, now]`; Ok(number of series with at least one finite value), or
+/// Err(what Prometheus said).
+fn query_range(prom: SocketAddr, expr: &str, start: f64) -> Result<usize, String> {
+    let path = format!(
+        "/api/v1/query_range?query={}&start={start:.3}&end={:.3}&step=1",
+        encode(expr),
+        unix_now()
+    );
+    let (status, body) = http_get(prom, &path)?;
+    let v: Value = serde_json::from_str(&body)
+        .map_err(|e| format!("HTTP {status}, not JSON ({e}): {body}"))?;
+    if v["status"] != "success" {
+        return Err(format!("HTTP {status}: {}", v["error"]));
+    }
+    let finite = v["data"]["result"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|series| {
+            series["values"].as_array().into_iter().flatten().any(|p| {
+                p[1].as_str()
+                    .and_then(|s| s.parse::<f64>().ok())
+                    .is_some_and(f64::is_finite)
+            })
+        })
+        .count();
+    Ok(finite)
+}
+
+fn train_config(dir: &Path) -> PathBuf {
+    let text = format!(
+        r#"
+[model]
+preset = "tiny"
+device = "cpu"
+dtype = "float32"
+
+[env]
+name = "synthetic_multihop"
+
+[env.world]
+seed = 0
+n_questions = 40
+test_fraction = 0.2
+
+[tools.search]
+top_k = 2
+
+# PPO with a critic and a KL term to a reference, so that every learner series exists.
+[algorithm]
+estimator = "gae"
+actor_lr = 1e-5
+critic_warmup_updates = 0
+micro_batch_size = 8
+
+[algorithm.kl]
+placement = "loss"
+
+[rollout]
+batch_size = 2
+group_size = 2
+max_turns = 2
+max_prompt_length = 384
+max_response_length = 64
+max_context_length = 1024
+concurrency = 4
+
+[training]
+updates = 40
+seed = 0
+run_dir = "{run}"
+
+# The warm start teaches the tool-call format, so that episodes call `search` (and the small
+# actor_lr above keeps it calling).
+[warm_start]
+steps = 80
+batch_size = 4
+learning_rate = 5e-3
+
+[checkpoint]
+every = 1
+keep_last = 1
+
+[eval]
+every = 2
+questions = 2
+
+[metrics]
+address = "127.0.0.1:0"
+"#,
+        run = dir.join("run").display(),
+    );
+    let path = dir.join("train.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn every_dashboard_query_has_data_in_a_real_prometheus() {
+    let (prometheus, promtool) = match prometheus_and_promtool() {
+        Ok(both) => both,
+        Err(why) => {
+            if std::env::var("AGENT_R1_REQUIRE_PROMETHEUS").as_deref() == Ok("1") {
+                panic!("AGENT_R1_REQUIRE_PROMETHEUS=1 but {why}");
+            }
+            // Straight to the process's stderr: libtest would swallow `eprintln!` of a
+            // passing test, and a skip must never pass silently.
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED: every_dashboard_query_has_data_in_a_real_prometheus: {why}"
+            );
+            return;
+        }
+    };
+    let queries = dashboard_queries();
+    assert!(queries.len() >= 40, "{} queries", queries.len());
+    let tmp = tempfile::tempdir().unwrap();
+
+    // 1. The daemon, on a free loopback port (it prints the address it bound).
+    let started = Instant::now();
+    let start_unix = unix_now() - 1.0;
+    let mut trainer = Killed(
+        Command::new(BIN)
+            .arg("train")
+            .arg("--config")
+            .arg(train_config(tmp.path()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .env("AGENT_R1_LOG", "warn")
+            // One torch thread: with two spinning OpenMP threads, a tiny model slows down many
+            // times over whenever anything else (a parallel build or test) shares the cores.
+            .env("OMP_NUM_THREADS", "1")
+            .spawn()
+            .expect("starting agent-r1 train"),
+    );
+    let (tx, lines) = mpsc::channel::<String>();
+    let stderr = trainer.0.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut log = Vec::new();
+    let metrics_addr: SocketAddr = loop {
+        let line = lines
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("no `metrics:` line; log:\n{}", log.join("\n")));
+        log.push(line.clone());
+        if let Some(rest) = line.strip_prefix("metrics: http://") {
+            break rest.trim_end_matches("/metrics").parse().unwrap();
+        }
+    };
+
+    // 2. Prometheus scraping it every second.
+    let prom_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let prom_config = tmp.path().join("prometheus.yml");
+    std::fs::write(
+        &prom_config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+             scrape_configs:\n  - job_name: agent-r1\n    static_configs:\n      - targets: [\"{metrics_addr}\"]\n"
+        ),
+    )
+    .unwrap();
+    let prom_log = std::fs::File::create(tmp.path().join("prometheus.log")).unwrap();
+    let _prometheus = Killed(
+        Command::new(&prometheus)
+            .arg(format!("--config.file={}", prom_config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                tmp.path().join("tsdb").display()
+            ))
+            .arg(format!("--web.listen-address={prom_addr}"))
+            .stdout(Stdio::null())
+            .stderr(prom_log)
+            .spawn()
+            .expect("starting prometheus"),
+    );
+    let prom_log =
+        || std::fs::read_to_string(tmp.path().join("prometheus.log")).unwrap_or_default();
+    let ready_by = Instant::now() + Duration::from_secs(30);
+    while !http_get(prom_addr, "/-/ready").is_ok_and(|(s, _)| s == 200) {
+        assert!(
+            Instant::now() < ready_by,
+            "prometheus not ready on {prom_addr} within 30s; its log:\n{}",
+            prom_log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // 3. Poll: fetch /metrics while the daemon runs, and run every panel query over the run
+    //    so far, until all have data, the daemon has exited (one last round after that), or
+    //    the time is up.
+    let mut exposition = String::new();
+    let mut failing: Vec<String>;
+    let mut exited_rounds = 0;
+    loop {
+        while let Ok(line) = lines.try_recv() {
+            log.push(line);
+        }
+        let exited = trainer.0.try_wait().unwrap().is_some();
+        if exited {
+            exited_rounds += 1;
+        } else if let Ok((200, body)) = http_get(metrics_addr, "/metrics") {
+            exposition = body;
+        }
+        failing = Vec::new();
+        for (title, expr) in &queries {
+            match query_range(prom_addr, expr, start_unix) {
+                Ok(0) => failing.push(format!("{title:?}: {expr} (no series with data)")),
+                Ok(_) => {}
+                Err(e) => failing.push(format!("{title:?}: {expr} ({e})")),
+            }
+        }
+        if failing.is_empty() || exited_rounds > 1 || started.elapsed() > RUN_TIMEOUT {
+            break;
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    let up = query_range(prom_addr, "up{job=\"agent-r1\"} == 1", start_unix);
+    assert!(
+        failing.is_empty(),
+        "{} of {} dashboard queries returned no data from Prometheus after {:.0}s (daemon {}; \
+         target up: {up:?}):\n{}\n\ntrainer log (tail):\n{}\n\nprometheus log (tail):\n{}",
+        failing.len(),
+        queries.len(),
+        started.elapsed().as_secs_f64(),
+        if exited_rounds > 0 {
+            "exited"
+        } else {
+            "running"
+        },
+        failing.join("\n"),
+        tail(&log.join("\n"), 30),
+        tail(&prom_log(), 15),
+    );
+    eprintln!(
+        "all {} dashboard queries have data after {:.0}s",
+        queries.len(),
+        started.elapsed().as_secs_f64()
+    );
+
+    // 4. The exposition the daemon served passes promtool's checks and lints, and its
+    //    histograms are Prometheus histograms (aggregatable buckets), not summaries.
+    assert!(
+        exposition.contains("agent_r1_tool_call_duration_seconds_bucket{"),
+        "/metrics fetched during the run lacks tool-call buckets:\n{exposition}"
+    );
+    assert!(
+        !exposition.contains("quantile=\""),
+        "a histogram is exported as a summary:\n{exposition}"
+    );
+    let mut check = Command::new(&promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(exposition.as_bytes())
+        .unwrap();
+    let out = check.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "promtool check metrics ({}): {said}",
+        out.status
+    );
+}
+
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
