@@ -21,6 +21,9 @@ enum Command {
     /// Warm-start the tiny model on synthetic demonstrations and answer held-out multi-hop
     /// questions with the search tool (what `make demo` runs).
     Demo(cmd::demo::DemoArgs),
+    /// Evaluate a model directory or a training checkpoint on an env's tasks (EM, F1, reward,
+    /// tool calls and the env's other metrics).
+    Eval(cmd::eval::EvalArgs),
     /// Score predictions with the official HotpotQA answer metrics (em, f1, precision, recall).
     EvalAnswers(cmd::eval_answers::EvalAnswersArgs),
     /// Generate a continuation of a prompt with a model directory.
@@ -53,6 +56,7 @@ fn main() {
         .init();
     let result = match cli.command {
         Command::Demo(args) => cmd::demo::run(args),
+        Command::Eval(args) => cmd::eval::run(args),
         Command::EvalAnswers(args) => cmd::eval_answers::run(args),
         Command::Generate(args) => cmd::generate::run(args),
         Command::InitModel(args) => cmd::init_model::run(args),

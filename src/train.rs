@@ -80,18 +80,24 @@ const ROLLOUT_SAMPLE: usize = 8;
 const PRESET_VOCAB: usize = 2048;
 
 /// The env, its tools and its tasks.
-struct Scenario {
-    env: Arc<dyn Env>,
-    synthetic: Option<Arc<SyntheticMultihopEnv>>,
-    tools: Vec<Arc<dyn Tool>>,
-    train: Vec<Task>,
-    test: Vec<Task>,
+pub struct Scenario {
+    /// The env named by `[env]`.
+    pub env: Arc<dyn Env>,
+    /// The same env when it is `synthetic_multihop` (its world makes demonstrations).
+    pub synthetic: Option<Arc<SyntheticMultihopEnv>>,
+    /// The `[tools.NAME]` tools.
+    pub tools: Vec<Arc<dyn Tool>>,
+    /// Training tasks.
+    pub train: Vec<Task>,
+    /// Held-out tasks.
+    pub test: Vec<Task>,
 }
 
 /// Builds the env named by the config, its tools and its task splits. The synthetic world's
 /// corpus is written under `RUN/world/`, and the `search` tool is pointed at it (and its
-/// index kept there) unless the config names a corpus itself.
-fn scenario(cfg: &TrainConfig, run_dir: &Path) -> anyhow::Result<Scenario> {
+/// index kept there) unless the config names a corpus itself. `agent-r1 eval` builds its
+/// env the same way, from a checkpoint's saved config.
+pub fn scenario(cfg: &TrainConfig, run_dir: &Path) -> anyhow::Result<Scenario> {
     let world_dir = run_dir.join("world");
     std::fs::create_dir_all(&world_dir)
         .with_context(|| format!("{}: cannot create", world_dir.display()))?;
@@ -185,7 +191,31 @@ async fn rollout(setup: &RolloutSetup, tasks: Vec<(Task, u64)>) -> anyhow::Resul
     Ok(all)
 }
 
-fn write_trajectories(
+/// One episode of each of the first `questions` tasks (0 = all), in order, with the task's
+/// index as its group id; returns the trajectories (sorted) and their summary. The held-out
+/// evaluation of `train` and `agent-r1 eval` both run this.
+pub async fn evaluate_tasks(
+    setup: &RolloutSetup,
+    tasks: &[Task],
+    questions: usize,
+) -> anyhow::Result<(Vec<Trajectory>, BatchSummary)> {
+    let n = match questions {
+        0 => tasks.len(),
+        q => q.min(tasks.len()),
+    };
+    let tasks: Vec<(Task, u64)> = tasks[..n]
+        .iter()
+        .cloned()
+        .enumerate()
+        .map(|(i, t)| (t, i as u64))
+        .collect();
+    let trajectories = rollout(setup, tasks).await?;
+    let summary = BatchSummary::of(&trajectories);
+    Ok((trajectories, summary))
+}
+
+/// Writes trajectories as JSON lines with their decoded text.
+pub fn write_trajectories(
     path: &Path,
     tokenizer: &Arc<HfTokenizer>,
     trajectories: &[Trajectory],
@@ -312,18 +342,8 @@ impl Run {
             return Ok(None);
         }
         let t0 = Instant::now();
-        let n = match self.cfg.eval.questions {
-            0 => self.test.len(),
-            q => q.min(self.test.len()),
-        };
-        let tasks: Vec<(Task, u64)> = self.test[..n]
-            .iter()
-            .cloned()
-            .enumerate()
-            .map(|(i, t)| (t, i as u64))
-            .collect();
-        let trajectories = rollout(&self.eval_setup, tasks).await?;
-        let s = BatchSummary::of(&trajectories);
+        let (trajectories, s) =
+            evaluate_tasks(&self.eval_setup, &self.test, self.cfg.eval.questions).await?;
         let dir = self.run_dir.join("rollouts");
         write_trajectories(
             &dir.join(format!("eval-step-{:06}.jsonl", self.step)),
