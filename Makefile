@@ -29,8 +29,10 @@ test: $(STAMP)
 	$(CARGO) build --release --bin agent-r1
 	$(CARGO) test --workspace --release
 
+# A fresh run every time (same seed, same figures); the run directory is runs/demo.
 demo: build
-	./$(BIN) demo
+	rm -rf runs/demo
+	./$(BIN) train --preset demo --out runs/demo
 
 fmt:
 	$(CARGO) fmt --all --check

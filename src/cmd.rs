@@ -3,7 +3,6 @@
 pub(crate) mod bench;
 pub(crate) mod bench_learner;
 pub(crate) mod check_config;
-pub(crate) mod demo;
 pub(crate) mod eval;
 pub(crate) mod eval_answers;
 pub(crate) mod generate;

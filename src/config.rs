@@ -87,6 +87,10 @@ impl fmt::Display for ConfigError {
     }
 }
 
+/// Built-in training configs, `agent-r1 train --preset NAME`: the commented files in
+/// `examples/`, compiled in so that `make demo` needs no path.
+pub const PRESETS: &[(&str, &str)] = &[("demo", include_str!("../examples/demo.toml"))];
+
 /// Whether [`TrainConfig::validate`] checks that named files exist. `Skip` lets a config be
 /// checked on a machine without the data (CI, or before a download).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,6 +147,9 @@ pub struct WarmStartSection {
     pub batch_size: usize,
     /// Peak learning rate (> 0).
     pub learning_rate: f64,
+    /// Rate at the last step as a fraction of the peak, in [0, 1] (cosine decay; 1 keeps it
+    /// constant after the warm-up).
+    pub final_lr_fraction: f64,
     /// Share of demonstrations that answer after the first hop with a wrong guess, in
     /// [0, 1]: imperfect on purpose, so RL has something to fix.
     pub early_wrong_answer_prob: f64,
@@ -154,6 +161,7 @@ impl Default for WarmStartSection {
             steps: 0,
             batch_size: 8,
             learning_rate: SftConfig::default().learning_rate,
+            final_lr_fraction: SftConfig::default().final_lr_fraction,
             early_wrong_answer_prob: 0.2,
         }
     }
@@ -505,6 +513,23 @@ impl TrainConfig {
         })
     }
 
+    /// A built-in config by name (see [`PRESETS`]), parsed and validated like a file.
+    pub fn preset(name: &str, files: FileCheck) -> Result<Self, ConfigError> {
+        let Some((_, text)) = PRESETS.iter().find(|(n, _)| *n == name) else {
+            let names: Vec<&str> = PRESETS.iter().map(|(n, _)| *n).collect();
+            return Err(ConfigError::new(
+                "",
+                format!(
+                    "--preset: unknown preset `{name}` (allowed: {})",
+                    names.join(", ")
+                ),
+            ));
+        };
+        let config = Self::from_toml_str(text)?;
+        config.validate(files)?;
+        Ok(config)
+    }
+
     /// Reads, parses and validates a config file.
     pub fn load(path: &Path, files: FileCheck) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| {
@@ -832,6 +857,13 @@ impl TrainConfig {
         }
         at_least("warm_start.batch_size", w.batch_size, 1)?;
         positive("warm_start.learning_rate", w.learning_rate)?;
+        if !(0.0..=1.0).contains(&w.final_lr_fraction) {
+            return Err(ConfigError::range(
+                "warm_start.final_lr_fraction",
+                w.final_lr_fraction,
+                "[0, 1]",
+            ));
+        }
         if !(0.0..=1.0).contains(&w.early_wrong_answer_prob) {
             return Err(ConfigError::range(
                 "warm_start.early_wrong_answer_prob",

@@ -18,9 +18,6 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Warm-start the tiny model on synthetic demonstrations and answer held-out multi-hop
-    /// questions with the search tool (what `make demo` runs).
-    Demo(cmd::demo::DemoArgs),
     /// Evaluate a model directory or a training checkpoint on an env's tasks (EM, F1, reward,
     /// tool calls and the env's other metrics).
     Eval(cmd::eval::EvalArgs),
@@ -55,7 +52,6 @@ fn main() {
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
-        Command::Demo(args) => cmd::demo::run(args),
         Command::Eval(args) => cmd::eval::run(args),
         Command::EvalAnswers(args) => cmd::eval_answers::run(args),
         Command::Generate(args) => cmd::generate::run(args),

@@ -57,12 +57,8 @@ pub fn tokenizer_corpus(
     let specs: Vec<serde_json::Value> = tools.iter().map(|t| t.spec()).collect();
     let mut text = env.world().corpus_text();
     for task in tasks {
-        let prompt = template.render(
-            &env.reset(task)?,
-            Some(&specs),
-            true,
-            &TemplateVars::new(),
-        )?;
+        let prompt =
+            template.render(&env.reset(task)?, Some(&specs), true, &TemplateVars::new())?;
         text.push_str(&prompt);
         text.push('\n');
     }

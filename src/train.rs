@@ -63,11 +63,29 @@ use crate::setup::{self, RolloutKnobs};
 use records::{append_jsonl, read_jsonl, truncate_after, BatchSummary};
 use tasks::TaskStream;
 
+/// Where the training config comes from.
+#[derive(Debug, Clone)]
+pub enum ConfigSource {
+    /// A TOML file.
+    File(PathBuf),
+    /// A built-in config by name ([`crate::config::PRESETS`]).
+    Preset(String),
+}
+
+impl ConfigSource {
+    fn load(&self) -> anyhow::Result<TrainConfig> {
+        Ok(match self {
+            ConfigSource::File(path) => TrainConfig::load(path, FileCheck::Require)?,
+            ConfigSource::Preset(name) => TrainConfig::preset(name, FileCheck::Require)?,
+        })
+    }
+}
+
 /// What `agent-r1 train` was asked to do.
 #[derive(Debug, Clone)]
 pub struct TrainArgs {
     /// The TOML config.
-    pub config: PathBuf,
+    pub config: ConfigSource,
     /// Run directory (default: the config's `training.run_dir`).
     pub out: Option<PathBuf>,
     /// Continue from the newest complete checkpoint even when the config says not to.
@@ -479,7 +497,7 @@ impl Run {
 /// Runs `agent-r1 train`; returns the final summary (also printed as the last line).
 pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
     let started = Instant::now();
-    let cfg = TrainConfig::load(&args.config, FileCheck::Require)?;
+    let cfg = args.config.load()?;
     let run_dir = args.out.clone().unwrap_or(cfg.training.run_dir.clone());
     std::fs::create_dir_all(run_dir.join("rollouts"))
         .with_context(|| format!("{}: cannot create the run directory", run_dir.display()))?;
@@ -573,6 +591,7 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
                 steps: w.steps,
                 batch_size: w.batch_size,
                 learning_rate: w.learning_rate,
+                final_lr_fraction: w.final_lr_fraction,
                 max_len: cfg.rollout.max_context_length,
                 seed,
                 ..Default::default()
@@ -742,6 +761,8 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
         "em_after": last.get("em"),
         "f1_before": first.get("f1"),
         "f1_after": last.get("f1"),
+        "tool_calls_before": first.get("tool_calls_per_episode"),
+        "tool_calls_after": last.get("tool_calls_per_episode"),
         "eval_step_before": first.get("step"),
         "eval_step_after": last.get("step"),
         "warm_start": warm,
@@ -753,6 +774,62 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
     Ok(summary)
 }
 
+/// The end-of-run table a person reads (the JSON summary follows it for scripts): held-out
+/// scores before and after RL, tool use, wall time, and where the results are.
+pub fn summary_table(summary: &Value) -> String {
+    let num = |key: &str| match summary.get(key).and_then(Value::as_f64) {
+        Some(v) => format!("{v:.3}"),
+        None => "-".to_string(),
+    };
+    let text = |key: &str| summary.get(key).and_then(Value::as_str).unwrap_or("-");
+    let step = |key: &str| {
+        summary
+            .get(key)
+            .and_then(Value::as_u64)
+            .map_or("-".to_string(), |s| format!("step {s}"))
+    };
+    let curves = summary
+        .get("curves")
+        .and_then(Value::as_array)
+        .map(|c| {
+            c.iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .unwrap_or_default();
+    let rows = [
+        (
+            "held-out",
+            format!("before RL ({})", step("eval_step_before")),
+            format!("after RL ({})", step("eval_step_after")),
+        ),
+        ("EM", num("em_before"), num("em_after")),
+        ("F1", num("f1_before"), num("f1_after")),
+        (
+            "tool calls / episode",
+            num("tool_calls_before"),
+            num("tool_calls_after"),
+        ),
+    ];
+    let mut out = String::new();
+    for (name, before, after) in rows {
+        out.push_str(&format!("{name:<22}{before:>22}{after:>22}\n"));
+    }
+    out.push_str(&format!(
+        "updates {}, wall {} s\nrun directory: {}\ncheckpoint: {}\ncurves: {}",
+        summary.get("updates").and_then(Value::as_u64).unwrap_or(0),
+        summary
+            .get("wall_s")
+            .and_then(Value::as_f64)
+            .map_or("-".to_string(), |w| format!("{w:.0}")),
+        text("run_dir"),
+        text("checkpoint"),
+        if curves.is_empty() { "-" } else { &curves },
+    ));
+    out
+}
+
 /// The loop; returns whether it was interrupted by a signal.
 async fn train_loop(run: &mut Run, resumed: bool) -> anyhow::Result<bool> {
     // The engine loaded the start weights as version 0: give it the learner's version.
@@ -762,6 +839,7 @@ async fn train_loop(run: &mut Run, resumed: bool) -> anyhow::Result<bool> {
         run.evaluate().await?;
     }
     let mut interrupted = false;
+    let bar = progress_bar(updates, run.step);
     while run.step < updates {
         let sample_t0 = Instant::now();
         if !run.fill_batch().await? {
@@ -801,7 +879,8 @@ async fn train_loop(run: &mut Run, resumed: bool) -> anyhow::Result<bool> {
         }
         metrics::histogram!("agent_r1_train_update_seconds").record(secs);
         metrics::histogram!("agent_r1_train_sample_seconds").record(sample_secs);
-        eprintln!(
+        bar.set_position(run.step);
+        log_line(&bar, format!(
             "update {:>4}/{updates}  reward {:+.3}  em {:.3}  f1 {:.3}  calls/ep {:.2}  pg {:+.4}  ent {:.3}  kept {}/{}  sample {:.1}s  update {:.1}s",
             run.step,
             s.reward_mean,
@@ -814,7 +893,7 @@ async fn train_loop(run: &mut Run, resumed: bool) -> anyhow::Result<bool> {
             s.episodes,
             sample_secs,
             secs
-        );
+        ));
         let step = run.step;
         let every = |n: u64| n > 0 && step % n == 0;
         if every(run.cfg.eval.every) {
@@ -829,6 +908,7 @@ async fn train_loop(run: &mut Run, resumed: bool) -> anyhow::Result<bool> {
             break;
         }
     }
+    bar.finish_and_clear();
     if !interrupted && run.cfg.eval.every > 0 && run.last_eval != Some(run.step) {
         run.evaluate().await?;
     }
@@ -836,6 +916,31 @@ async fn train_loop(run: &mut Run, resumed: bool) -> anyhow::Result<bool> {
         run.checkpoint().await?;
     }
     Ok(interrupted)
+}
+
+/// A bar over the updates on a terminal; hidden otherwise, where the per-update log lines
+/// are the record (a bar's redraws would only litter a log file).
+fn progress_bar(updates: u64, done: u64) -> indicatif::ProgressBar {
+    if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(updates).with_position(done);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:40}] {pos}/{len} updates (eta {eta})",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar
+}
+
+/// Writes a log line above the bar (or plainly, when the bar is hidden).
+fn log_line(bar: &indicatif::ProgressBar, line: String) {
+    if bar.is_hidden() {
+        eprintln!("{line}");
+    } else {
+        bar.println(line);
+    }
 }
 
 /// Redraws the curves from `metrics.jsonl` and `eval.jsonl`.

@@ -70,6 +70,11 @@ pub struct SftConfig {
     pub batch_size: usize,
     /// Peak learning rate (AdamW), reached after `warmup_steps`, then cosine decay.
     pub learning_rate: f64,
+    /// Learning rate at the last step as a fraction of the peak (1 = constant after the
+    /// warm-up). Why not always decay: a short warm start that decays to a tenth of its rate
+    /// stalls before a small model learns to copy names from its context, which happens
+    /// abruptly, after some hundreds of steps at a high rate.
+    pub final_lr_fraction: f64,
     /// Linear warm-up steps.
     pub warmup_steps: usize,
     /// AdamW weight decay.
@@ -88,6 +93,7 @@ impl Default for SftConfig {
             steps: 300,
             batch_size: 16,
             learning_rate: 3e-3,
+            final_lr_fraction: 0.1,
             warmup_steps: 20,
             weight_decay: 0.01,
             grad_clip: 1.0,
@@ -220,5 +226,7 @@ fn schedule(c: &SftConfig, step: usize) -> f64 {
     }
     let span = (c.steps - c.warmup_steps).max(1) as f64;
     let progress = (step - c.warmup_steps) as f64 / span;
-    c.learning_rate * (0.1 + 0.9 * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos()))
+    let floor = c.final_lr_fraction;
+    c.learning_rate
+        * (floor + (1.0 - floor) * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos()))
 }

@@ -208,7 +208,11 @@ where
         .map_err(|e| Error::Tokenizer(format!("{e}")))?;
     let whole: Vec<AddedToken> = words
         .iter()
-        .map(|w| AddedToken::from(*w, false).normalized(false).single_word(true))
+        .map(|w| {
+            AddedToken::from(*w, false)
+                .normalized(false)
+                .single_word(true)
+        })
         .collect();
     tokenizer
         .add_tokens(whole)

@@ -3,14 +3,18 @@
 
 use std::path::PathBuf;
 
-use agent_r1::train::{self, TrainArgs};
+use agent_r1::train::{self, ConfigSource, TrainArgs};
 
 /// Flags of `agent-r1 train`.
 #[derive(Debug, clap::Args)]
+#[group(id = "source", required = true, args = ["config", "preset"])]
 pub(crate) struct TrainCmdArgs {
     /// The training config (see examples/*.toml and `check-config`).
     #[arg(long)]
-    config: PathBuf,
+    config: Option<PathBuf>,
+    /// A built-in config instead of a file: `demo` (= examples/demo.toml).
+    #[arg(long)]
+    preset: Option<String>,
     /// Run directory (default: the config's training.run_dir).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -20,11 +24,17 @@ pub(crate) struct TrainCmdArgs {
 }
 
 pub(crate) fn run(args: TrainCmdArgs) -> anyhow::Result<()> {
+    let source = match (args.config, args.preset) {
+        (Some(path), _) => ConfigSource::File(path),
+        (None, Some(name)) => ConfigSource::Preset(name),
+        (None, None) => anyhow::bail!("pass --config FILE.toml or --preset demo"),
+    };
     let summary = train::run(&TrainArgs {
-        config: args.config,
+        config: source,
         out: args.out,
         resume: args.resume,
     })?;
+    println!("{}", train::summary_table(&summary));
     println!("{summary}");
     Ok(())
 }
