@@ -24,9 +24,6 @@ use serde_json::{json, Value};
 
 use crate::setup::{self, RolloutKnobs};
 
-/// What a model directory without a checkpoint is evaluated on, unless `--config`.
-const DEFAULT_CONFIG: &str = include_str!("../../examples/demo.toml");
-
 /// Flags of `agent-r1 eval`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct EvalArgs {
@@ -177,7 +174,7 @@ fn resolve(a: &EvalArgs) -> anyhow::Result<Resolved> {
                 "--env {env}: needs --config FILE.toml (its [env] names the data files); without one only {} is allowed",
                 synthetic_multihop::NAME
             );
-            let mut cfg = TrainConfig::from_toml_str(DEFAULT_CONFIG)
+            let mut cfg = TrainConfig::preset("demo", FileCheck::Skip)
                 .context("the built-in default config (examples/demo.toml)")?;
             cfg.model.device = "auto".into();
             cfg.model.dtype = "auto".into();
