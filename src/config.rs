@@ -153,6 +153,47 @@ pub struct WarmStartSection {
     /// Share of demonstrations that answer after the first hop with a wrong guess, in
     /// [0, 1]: imperfect on purpose, so RL has something to fix.
     pub early_wrong_answer_prob: f64,
+    /// Demonstrations per training question, in [1, 64]. Above one, every question gets both
+    /// kinds in the proportion above, so the habit of answering early is the same on every
+    /// question (and on held-out ones) rather than memorised per question.
+    pub variants_per_question: usize,
+    /// A last phase that teaches a bad habit, after the steps above taught the skills.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bad_habit: Option<BadHabitSection>,
+}
+
+/// `[warm_start.bad_habit]`: more warm-start steps on demonstrations that mostly answer right
+/// after the first search with a wrong guess.
+///
+/// Why a separate phase: a small model learns to copy names from its context only after
+/// some hundreds of steps on demonstrations that do it, and far later when most of them
+/// guess instead. So the skills come first on (mostly) gold demonstrations, and a short
+/// phase then sets the probability of answering early on every question, which greedy
+/// decoding turns into a policy that always stops early: a flaw RL sees in its samples (the
+/// episodes that search again score) and can remove.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BadHabitSection {
+    /// Optimizer steps (>= 1), at the warm start's batch size.
+    pub steps: usize,
+    /// Learning rate (> 0; constant after a short warm-up). Lower than the first phase's:
+    /// the habit is one decision, and a high rate on guessed answers also erodes copying.
+    pub learning_rate: f64,
+    /// Share of these demonstrations that answer early, in [0, 1].
+    pub early_wrong_answer_prob: f64,
+    /// Demonstrations per training question, in [1, 64].
+    pub variants_per_question: usize,
+}
+
+impl Default for BadHabitSection {
+    fn default() -> Self {
+        Self {
+            steps: 100,
+            learning_rate: 1e-3,
+            early_wrong_answer_prob: 0.7,
+            variants_per_question: 10,
+        }
+    }
 }
 
 impl Default for WarmStartSection {
@@ -163,6 +204,8 @@ impl Default for WarmStartSection {
             learning_rate: SftConfig::default().learning_rate,
             final_lr_fraction: SftConfig::default().final_lr_fraction,
             early_wrong_answer_prob: 0.2,
+            variants_per_question: 4,
+            bad_habit: None,
         }
     }
 }
@@ -871,6 +914,39 @@ impl TrainConfig {
                 "[0, 1]",
             ));
         }
+        if !(1..=64).contains(&w.variants_per_question) {
+            return Err(ConfigError::range(
+                "warm_start.variants_per_question",
+                w.variants_per_question,
+                "[1, 64]",
+            ));
+        }
+        if let Some(h) = &w.bad_habit {
+            if h.steps == 0 {
+                return Err(ConfigError::range("warm_start.bad_habit.steps", 0, ">= 1"));
+            }
+            if !(h.learning_rate > 0.0 && h.learning_rate.is_finite()) {
+                return Err(ConfigError::range(
+                    "warm_start.bad_habit.learning_rate",
+                    h.learning_rate,
+                    "> 0",
+                ));
+            }
+            if !(0.0..=1.0).contains(&h.early_wrong_answer_prob) {
+                return Err(ConfigError::range(
+                    "warm_start.bad_habit.early_wrong_answer_prob",
+                    h.early_wrong_answer_prob,
+                    "[0, 1]",
+                ));
+            }
+            if !(1..=64).contains(&h.variants_per_question) {
+                return Err(ConfigError::range(
+                    "warm_start.bad_habit.variants_per_question",
+                    h.variants_per_question,
+                    "[1, 64]",
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -1373,6 +1449,31 @@ seed = 7
         );
         let e = invalid("[warm_start]\nstep = 5\n");
         assert!(e.key.contains("warm_start"), "{e}");
+        let e = invalid("[warm_start]\nsteps = 5\nvariants_per_question = 0\n");
+        assert!(
+            e.key == "warm_start.variants_per_question" && e.message.contains("[1, 64]"),
+            "{e}"
+        );
+        let habit = |body: &str| format!("[warm_start]\nsteps = 5\n[warm_start.bad_habit]\n{body}");
+        let c = parse(&habit("steps = 30\n")).unwrap();
+        assert_eq!(
+            c.warm_start.bad_habit,
+            Some(BadHabitSection {
+                steps: 30,
+                ..BadHabitSection::default()
+            })
+        );
+        for (body, key, allowed) in [
+            ("steps = 0\n", "warm_start.bad_habit.steps", ">= 1"),
+            ("learning_rate = 0.0\n", "warm_start.bad_habit.learning_rate", "> 0"),
+            ("early_wrong_answer_prob = -0.1\n", "warm_start.bad_habit.early_wrong_answer_prob", "[0, 1]"),
+            ("variants_per_question = 65\n", "warm_start.bad_habit.variants_per_question", "[1, 64]"),
+        ] {
+            let e = invalid(&habit(body));
+            assert!(e.key == key && e.message.contains(allowed), "{body}: {e}");
+        }
+        let e = invalid(&habit("step = 3\n"));
+        assert!(e.key.contains("bad_habit"), "an unknown key is named: {e}");
     }
 
     #[test]

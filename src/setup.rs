@@ -227,13 +227,26 @@ pub struct WarmStart {
     pub demonstrations: usize,
 }
 
+/// One phase of the warm start: `steps` optimizer steps on the demonstrations `demos` makes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WarmStartPhase {
+    /// Optimizer steps of this phase.
+    pub steps: usize,
+    /// Its learning rate (a fresh AdamW per phase).
+    pub learning_rate: f64,
+    /// Which demonstrations (their share of early wrong answers, variants per question).
+    pub demos: DemoConfig,
+}
+
 /// Supervised warm start of the model in `base` on the synthetic world's demonstrations
 /// (the search results in them come from the real `search` tool), saved to `out`.
 ///
 /// RL from a fresh model almost never samples a well-formed tool call, so nothing gets
-/// rewarded; a short warm start teaches the format. Demonstrations answer early with a wrong
-/// guess at `early_wrong_answer_prob`, so the warm-started policy is imperfect on purpose and
-/// RL has something to fix. Blocking; call it outside async code.
+/// rewarded; a short warm start teaches the format. The phases run in order on the same
+/// model, each with its own demonstrations: the demo recipe first teaches the skills on
+/// mostly gold demonstrations, then gives the policy a habit of answering before the second
+/// hop, so it is imperfect on purpose and RL has something to fix. Blocking; call it outside
+/// async code.
 #[allow(clippy::too_many_arguments)]
 pub fn warm_start(
     env: &SyntheticMultihopEnv,
@@ -243,7 +256,7 @@ pub fn warm_start(
     out: &Path,
     placement: Placement,
     sft: &SftConfig,
-    early_wrong_answer_prob: f64,
+    phases: &[WarmStartPhase],
     mut on_step: impl FnMut(usize, f64),
 ) -> anyhow::Result<WarmStart> {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -253,31 +266,57 @@ pub fn warm_start(
     let tokenizer = HfTokenizer::from_dir(base)?;
     let world = env.world();
     let questions: Vec<_> = world.questions(Split::Train).into_iter().cloned().collect();
-    let config = DemoConfig {
-        early_wrong_answer_prob,
-        seed: sft.seed,
-    };
     let tools = vec![search.spec()];
-    let mut sequences = Vec::new();
-    for (demo, task) in demos(&world.world, &questions, &config).iter().zip(train) {
-        let prefix = env.reset(task)?;
-        let messages = demo.messages(prefix, |query| {
-            rt.block_on(search.call(serde_json::json!({ "query": query })))
-                .map(|o| o.text)
-                .unwrap_or_else(|e| format!("Error: {e}"))
-        });
-        let d = Demonstration {
-            messages,
-            tools: Some(tools.clone()),
-        };
-        sequences.push(tokenize_demonstration(&tokenizer, &d)?);
-    }
     let mut model = PolicyModel::load(base, placement, false)?;
-    let report = train_sft(&mut model, &sequences, sft, &mut on_step)?;
+    let mut report: Option<SftReport> = None;
+    let mut demonstrations = 0;
+    for (i, phase) in phases.iter().enumerate().filter(|(_, p)| p.steps > 0) {
+        let per_question = phase.demos.variants_per_question.max(1);
+        let all = demos(&world.world, &questions, &phase.demos);
+        let mut sequences = Vec::with_capacity(all.len());
+        for (demo, task) in all
+            .chunks(per_question)
+            .zip(train)
+            .flat_map(|(d, t)| d.iter().map(move |d| (d, t)))
+        {
+            let prefix = env.reset(task)?;
+            let messages = demo.messages(prefix, |query| {
+                rt.block_on(search.call(serde_json::json!({ "query": query })))
+                    .map(|o| o.text)
+                    .unwrap_or_else(|e| format!("Error: {e}"))
+            });
+            let d = Demonstration {
+                messages,
+                tools: Some(tools.clone()),
+            };
+            sequences.push(tokenize_demonstration(&tokenizer, &d)?);
+        }
+        demonstrations += sequences.len();
+        let offset = report.as_ref().map_or(0, |r| r.steps);
+        let config = SftConfig {
+            steps: phase.steps,
+            learning_rate: phase.learning_rate,
+            seed: sft.seed.wrapping_add(i as u64),
+            ..sft.clone()
+        };
+        let r = train_sft(&mut model, &sequences, &config, |step, loss| {
+            on_step(offset + step, loss)
+        })?;
+        report = Some(match report {
+            None => r,
+            Some(prev) => SftReport {
+                steps: prev.steps + r.steps,
+                first_loss: prev.first_loss,
+                last_loss: r.last_loss,
+                tokens: prev.tokens + r.tokens,
+            },
+        });
+    }
+    let report = report.context("the warm start has no phase with steps > 0")?;
     model.save(out, Some(base))?;
     Ok(WarmStart {
         dir: out.to_path_buf(),
         report,
-        demonstrations: sequences.len(),
+        demonstrations,
     })
 }

@@ -24,9 +24,11 @@
 //! version of staleness, bounded by `max_staleness`); the checkpoint then carries the next
 //! batch as pending trajectories.
 //!
-//! Not yet: optimizer state in checkpoints (AdamW moments restart from zero after a resume; libtorch's
-//! C++ optimizer behind tch exposes no state to save), skipping prompts longer than
-//! `max_prompt_length`.
+//! - the optimizers' state (AdamW moments and step counts) is saved beside the policy
+//!   (`optimizer.safetensors`), so the updates after a resume are the ones an uninterrupted
+//!   run makes.
+//!
+//! Not yet: skipping prompts longer than `max_prompt_length`.
 
 pub mod plot;
 pub mod records;
@@ -49,7 +51,7 @@ use agent_r1_envs::dataset::load_many;
 use agent_r1_envs::env::Env;
 use agent_r1_envs::envs::registry::EnvRegistry;
 use agent_r1_envs::envs::synthetic_multihop::{self, SyntheticMultihopEnv};
-use agent_r1_envs::synthetic::Split;
+use agent_r1_envs::synthetic::{DemoConfig, Split};
 use agent_r1_envs::task::Task;
 use agent_r1_envs::tool::Tool;
 use agent_r1_envs::tools::ToolRegistry;
@@ -94,6 +96,8 @@ pub struct TrainArgs {
 
 /// Training episodes of each update written to `rollouts/` (a sample, not the batch).
 const ROLLOUT_SAMPLE: usize = 8;
+/// The learner's optimizer state inside a checkpoint.
+const OPTIMIZER_STATE: &str = "optimizer.safetensors";
 /// Tokenizer vocabulary of a preset model trained on the world's text.
 const PRESET_VOCAB: usize = 2048;
 
@@ -335,6 +339,10 @@ impl Run {
             )
             .await
             .context("saving the policy into the checkpoint")?;
+        self.learner
+            .save_optimizer(pending.dir().join(OPTIMIZER_STATE))
+            .await
+            .context("saving the optimizer state into the checkpoint")?;
         if !self.pending.is_empty() {
             pending.write_jsonl(PENDING_TRAJECTORIES, &self.pending)?;
         }
@@ -596,7 +604,31 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
                 seed,
                 ..Default::default()
             };
-            eprintln!("warm start: {} steps", sft.steps);
+            let demos = |early_wrong_answer_prob, variants_per_question| DemoConfig {
+                early_wrong_answer_prob,
+                variants_per_question,
+                seed,
+            };
+            let mut phases = vec![setup::WarmStartPhase {
+                steps: w.steps,
+                learning_rate: w.learning_rate,
+                demos: demos(w.early_wrong_answer_prob, w.variants_per_question),
+            }];
+            if let Some(h) = &w.bad_habit {
+                phases.push(setup::WarmStartPhase {
+                    steps: h.steps,
+                    learning_rate: h.learning_rate,
+                    demos: demos(h.early_wrong_answer_prob, h.variants_per_question),
+                });
+            }
+            let total: usize = phases.iter().map(|p| p.steps).sum();
+            eprintln!(
+                "warm start: {total} steps{}",
+                w.bad_habit.as_ref().map_or(String::new(), |h| format!(
+                    " (the last {} on demonstrations that answer early at {})",
+                    h.steps, h.early_wrong_answer_prob
+                ))
+            );
             let t0 = Instant::now();
             let done = setup::warm_start(
                 env,
@@ -606,9 +638,17 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
                 &sft_dir,
                 placement,
                 &sft,
-                w.early_wrong_answer_prob,
+                &phases,
                 |step, loss| {
-                    if step % 25 == 0 || step + 1 == sft.steps {
+                    if stop.load(Ordering::SeqCst) {
+                        // Nothing to checkpoint yet: a restart redoes the warm start.
+                        eprintln!(
+                            "interrupted during the warm start (step {step}): nothing to save, \
+                             the next start redoes it; exiting"
+                        );
+                        std::process::exit(0);
+                    }
+                    if step % 25 == 0 || step + 1 == total {
                         eprintln!("  sft step {step:>4}  loss {loss:.3}");
                     }
                 },
@@ -696,6 +736,19 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
         )
         .context("starting the learner")?
     };
+    if let Some(c) = &resumed {
+        if c.manifest.files.iter().any(|f| f.path == OPTIMIZER_STATE) {
+            rt.block_on(learner.load_optimizer(c.path(OPTIMIZER_STATE)))
+                .with_context(|| format!("restoring the optimizer state of {}", c.dir.display()))?;
+            eprintln!("AdamW state restored from {OPTIMIZER_STATE}");
+        } else {
+            eprintln!(
+                "warning: {} has no {OPTIMIZER_STATE} (written before it was saved): \
+                 AdamW's moments restart from zero",
+                c.dir.display()
+            );
+        }
+    }
     let knobs = RolloutKnobs {
         concurrency: r.concurrency,
         max_turns: r.max_turns,

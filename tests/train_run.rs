@@ -331,6 +331,12 @@ fn sigterm_saves_pending_trajectories_and_kill_9_resumes_at_the_checkpoint_step(
         err.contains(&format!("resumed from step {newest} ")),
         "newest checkpoint {newest}: {err}"
     );
+    assert!(
+        err.contains("AdamW state restored from optimizer.safetensors"),
+        "the optimizer's moments must come back too: {err}"
+    );
+    let files = manifest(&run, newest)["files"].to_string();
+    assert!(files.contains("optimizer.safetensors"), "{files}");
     let summary = last_json(&out);
     assert_eq!(summary["updates"], updates);
     assert_eq!(summary["interrupted"], false);

@@ -213,6 +213,7 @@ fn imperfect_demos_guess_wrong_after_one_search() {
         &DemoConfig {
             early_wrong_answer_prob: 1.0,
             seed: 1,
+            ..DemoConfig::default()
         },
     );
     for (demo, q) in all_wrong.iter().zip(&train) {
@@ -233,6 +234,7 @@ fn imperfect_demos_guess_wrong_after_one_search() {
         &DemoConfig {
             early_wrong_answer_prob: 0.3,
             seed: 1,
+            ..DemoConfig::default()
         },
     );
     let wrong = mixed.iter().filter(|d| !d.correct).count();
@@ -248,11 +250,49 @@ fn imperfect_demos_guess_wrong_after_one_search() {
             &train,
             &DemoConfig {
                 early_wrong_answer_prob: 0.3,
-                seed: 1
+                seed: 1,
+                ..DemoConfig::default()
             }
         )
     );
     assert!(demos(&w.world, &train, &DemoConfig::default())
         .iter()
         .all(|d| d.correct));
+}
+
+#[test]
+fn variants_give_every_question_the_same_share_of_early_answers() {
+    let w = world(4);
+    let train: Vec<_> = w.questions(Split::Train).into_iter().cloned().collect();
+    let config = DemoConfig {
+        early_wrong_answer_prob: 0.6,
+        variants_per_question: 5,
+        seed: 3,
+    };
+    let all = demos(&w.world, &train, &config);
+    assert_eq!(all.len(), 5 * train.len());
+    for (chunk, q) in all.chunks(5).zip(&train) {
+        assert!(chunk.iter().all(|d| d.task_id == q.id));
+        let wrong: Vec<_> = chunk.iter().filter(|d| !d.correct).collect();
+        assert_eq!(wrong.len(), 3, "{}: 0.6 of 5 demos answer early", q.id);
+        assert!(wrong.iter().all(|d| d.turns.len() == 2));
+        assert!(chunk.iter().filter(|d| d.correct).all(|d| d.turns.len() == q.hops.len() + 1));
+    }
+    // A fractional share: 0.3 of 2 = 0.6 demos, so one per question is a coin flip at 0.6.
+    let coin = demos(
+        &w.world,
+        &train,
+        &DemoConfig {
+            early_wrong_answer_prob: 0.3,
+            variants_per_question: 2,
+            seed: 3,
+        },
+    );
+    let per_question: Vec<usize> = coin
+        .chunks(2)
+        .map(|c| c.iter().filter(|d| !d.correct).count())
+        .collect();
+    assert!(per_question.iter().all(|&n| n <= 1));
+    let ones = per_question.iter().filter(|&&n| n == 1).count() as f64 / train.len() as f64;
+    assert!((0.4..0.8).contains(&ones), "{ones}");
 }

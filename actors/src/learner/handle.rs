@@ -43,6 +43,14 @@ enum Command {
         tokenizer_from: Option<PathBuf>,
         reply: oneshot::Sender<Result<()>>,
     },
+    SaveOptimizer {
+        path: PathBuf,
+        reply: oneshot::Sender<Result<()>>,
+    },
+    LoadOptimizer {
+        path: PathBuf,
+        reply: oneshot::Sender<Result<()>>,
+    },
     Shutdown,
 }
 
@@ -155,6 +163,26 @@ fn serve(mut learner: Learner, rx: crossbeam::channel::Receiver<Command>) {
             } => {
                 let _ = reply.send(learner.save(&dir, tokenizer_from.as_deref()));
             }
+            Command::SaveOptimizer { path, reply } => {
+                let result = catch_unwind(AssertUnwindSafe(|| learner.save_optimizer(&path)))
+                    .unwrap_or_else(|p| {
+                        Err(Error::Other(format!(
+                            "saving the optimizer state panicked: {}",
+                            panic_message(&p)
+                        )))
+                    });
+                let _ = reply.send(result);
+            }
+            Command::LoadOptimizer { path, reply } => {
+                let result = catch_unwind(AssertUnwindSafe(|| learner.load_optimizer(&path)))
+                    .unwrap_or_else(|p| {
+                        Err(Error::Other(format!(
+                            "loading the optimizer state panicked: {}",
+                            panic_message(&p)
+                        )))
+                    });
+                let _ = reply.send(result);
+            }
             Command::Shutdown => return,
         }
     }
@@ -214,6 +242,20 @@ impl LearnerHandle {
             reply,
         })?;
         self.wait(rx, "a learner checkpoint").await?
+    }
+
+    /// Writes the optimizers' state (AdamW moments, step counts) to `path` (safetensors).
+    pub async fn save_optimizer(&self, path: PathBuf) -> Result<()> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::SaveOptimizer { path, reply })?;
+        self.wait(rx, "saving the optimizer state").await?
+    }
+
+    /// Restores the optimizers' state from a [`Self::save_optimizer`] file.
+    pub async fn load_optimizer(&self, path: PathBuf) -> Result<()> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::LoadOptimizer { path, reply })?;
+        self.wait(rx, "loading the optimizer state").await?
     }
 
     /// Asks the thread to finish after the commands already queued.

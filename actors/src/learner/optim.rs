@@ -1,20 +1,32 @@
-//! AdamW over an explicit list of parameters, with linear warm-up and a gradient-norm check.
+//! AdamW over an explicit list of parameters, with linear warm-up, a gradient-norm check and
+//! state that can be saved and restored.
 //!
 //! tch's `nn::Optimizer` always takes a whole `VarStore`; the learner needs two optimizers over
 //! one store when the value head shares the policy's trunk (the head at the critic's learning
 //! rate, the rest at the actor's), and it needs the gradient norm *before* clipping to refuse
-//! non-finite gradients, which `clip_grad_norm` neither returns nor checks.
+//! non-finite gradients, which `clip_grad_norm` neither returns nor checks. The update itself
+//! is written out here (torch's `AdamW` step, op for op) because libtorch's C++ optimizer
+//! behind tch's `COptimizer` does not expose its moments: a checkpoint without them restarts
+//! Adam from zero, and the first steps after a resume then differ from the uninterrupted run.
 
-use tch::{COptimizer, Tensor};
+use std::path::Path;
 
-use crate::Result;
+use tch::Tensor;
+
+use crate::{Error, Result};
 
 /// One AdamW optimizer and its schedule.
 #[derive(Debug)]
 pub(crate) struct ParamOptimizer {
-    opt: COptimizer,
     params: Vec<Tensor>,
+    /// First and second moments, one pair per parameter (allocated on its first step).
+    moments: Vec<Option<(Tensor, Tensor)>>,
+    /// Steps each parameter has taken (a parameter without a gradient skips a step, as torch).
+    param_steps: Vec<u64>,
     base_lr: f64,
+    weight_decay: f64,
+    betas: (f64, f64),
+    eps: f64,
     warmup_steps: usize,
     steps: usize,
 }
@@ -28,14 +40,15 @@ impl ParamOptimizer {
         betas: (f64, f64),
         warmup_steps: usize,
     ) -> Result<Self> {
-        let mut opt = COptimizer::adamw(lr, betas.0, betas.1, weight_decay, 1e-8, false)?;
-        for p in &params {
-            opt.add_parameters(p, 0)?;
-        }
+        let n = params.len();
         Ok(Self {
-            opt,
             params,
+            moments: (0..n).map(|_| None).collect(),
+            param_steps: vec![0; n],
             base_lr: lr,
+            weight_decay,
+            betas,
+            eps: 1e-8,
             warmup_steps,
             steps: 0,
         })
@@ -58,7 +71,9 @@ impl ParamOptimizer {
 
     /// Drops accumulated gradients.
     pub(crate) fn zero_grad(&mut self) -> Result<()> {
-        self.opt.zero_grad()?;
+        for p in &mut self.params {
+            p.zero_grad();
+        }
         Ok(())
     }
 
@@ -102,10 +117,111 @@ impl ParamOptimizer {
     /// One AdamW step at the scheduled learning rate; returns that rate.
     pub(crate) fn step(&mut self) -> Result<f64> {
         let lr = self.lr_at(self.steps);
-        self.opt.set_learning_rate(lr)?;
-        self.opt.step()?;
+        let (b1, b2) = self.betas;
+        tch::no_grad(|| {
+            for ((p, moments), t) in self
+                .params
+                .iter_mut()
+                .zip(&mut self.moments)
+                .zip(&mut self.param_steps)
+            {
+                let g = p.grad();
+                if !g.defined() {
+                    continue;
+                }
+                let (m, v) = moments.get_or_insert_with(|| (g.zeros_like(), g.zeros_like()));
+                *t += 1;
+                if self.weight_decay != 0.0 {
+                    let _ = p.g_mul_scalar_(1.0 - lr * self.weight_decay);
+                }
+                let _ = m.lerp_(&g, 1.0 - b1);
+                let _ = v.g_mul_scalar_(b2);
+                let _ = v.addcmul_(&(&g * (1.0 - b2)), &g);
+                let bias1 = 1.0 - b1.powf(*t as f64);
+                let bias2_sqrt = (1.0 - b2.powf(*t as f64)).sqrt();
+                let denom = (v.sqrt() / bias2_sqrt) + self.eps;
+                let _ = p.addcdiv_(&(&*m * (-lr / bias1)), &denom);
+            }
+        });
         self.steps += 1;
         Ok(lr)
+    }
+
+    /// The optimizer's state as named tensors under `prefix`: each parameter's moments and
+    /// step count, and the schedule's step.
+    pub(crate) fn state(&self, prefix: &str) -> Vec<(String, Tensor)> {
+        let mut out = vec![(
+            format!("{prefix}.schedule_step"),
+            Tensor::from_slice(&[self.steps as i64]),
+        )];
+        for (i, (m, t)) in self.moments.iter().zip(&self.param_steps).enumerate() {
+            out.push((
+                format!("{prefix}.{i}.step"),
+                Tensor::from_slice(&[*t as i64]),
+            ));
+            if let Some((m, v)) = m {
+                out.push((format!("{prefix}.{i}.exp_avg"), m.to_device(tch::Device::Cpu)));
+                out.push((
+                    format!("{prefix}.{i}.exp_avg_sq"),
+                    v.to_device(tch::Device::Cpu),
+                ));
+            }
+        }
+        out
+    }
+
+    /// Restores [`Self::state`] (tensors named under `prefix`), checking that every shape
+    /// matches its parameter; `source` names the file for errors.
+    pub(crate) fn load_state(
+        &mut self,
+        prefix: &str,
+        tensors: &[(String, Tensor)],
+        source: &Path,
+    ) -> Result<()> {
+        let get = |name: String| tensors.iter().find(|(n, _)| *n == name).map(|(_, t)| t);
+        let bad = |what: String| Error::invalid("optimizer state", format!("{}: {what}", source.display()));
+        let int = |name: String| -> Result<u64> {
+            let t = get(name.clone()).ok_or_else(|| bad(format!("`{name}` is missing")))?;
+            u64::try_from(t.int64_value(&[0])).map_err(|_| bad(format!("`{name}` is negative")))
+        };
+        let steps = int(format!("{prefix}.schedule_step"))? as usize;
+        let mut moments = Vec::with_capacity(self.params.len());
+        let mut param_steps = Vec::with_capacity(self.params.len());
+        for (i, p) in self.params.iter().enumerate() {
+            param_steps.push(int(format!("{prefix}.{i}.step"))?);
+            let pair = match (
+                get(format!("{prefix}.{i}.exp_avg")),
+                get(format!("{prefix}.{i}.exp_avg_sq")),
+            ) {
+                (Some(m), Some(v)) => {
+                    for (name, t) in [("exp_avg", m), ("exp_avg_sq", v)] {
+                        if t.size() != p.size() || t.kind() != p.kind() {
+                            return Err(bad(format!(
+                                "`{prefix}.{i}.{name}` is {:?} {:?}, the parameter is {:?} {:?}",
+                                t.size(),
+                                t.kind(),
+                                p.size(),
+                                p.kind()
+                            )));
+                        }
+                    }
+                    Some((m.to_device(p.device()), v.to_device(p.device())))
+                }
+                (None, None) => None,
+                _ => return Err(bad(format!("parameter {i} has only one of its two moments"))),
+            };
+            moments.push(pair);
+        }
+        if get(format!("{prefix}.{}.step", self.params.len())).is_some() {
+            return Err(bad(format!(
+                "more parameters than the {} this optimizer has",
+                self.params.len()
+            )));
+        }
+        self.steps = steps;
+        self.moments = moments;
+        self.param_steps = param_steps;
+        Ok(())
     }
 }
 
@@ -135,6 +251,106 @@ mod tests {
         let after = Vec::<f32>::try_from(w.detach()).unwrap();
         assert!(after[0] < before[0] && after[1] < before[1]);
         assert_eq!(opt.steps(), 1);
+    }
+
+    /// Gradients of a fixed loss for `w`, so two optimizers can be fed the same ones.
+    fn set_grad(w: &Tensor, step: i64) {
+        let target = Tensor::arange(w.numel() as i64, (Kind::Float, tch::Device::Cpu))
+            .reshape(w.size())
+            .g_mul_scalar(0.1 * (step + 1) as f64);
+        ((w - target).square() * w.abs()).sum(Kind::Float).backward();
+    }
+
+    #[test]
+    fn matches_libtorch_adamw_step_for_step() {
+        let init = Tensor::from_slice(&[0.5f32, -1.0, 2.0, 0.0, 3.0, -0.25]).reshape([2, 3]);
+        let ours_w = init.copy().set_requires_grad(true);
+        let theirs_w = init.copy().set_requires_grad(true);
+        let mut ours =
+            ParamOptimizer::new(vec![ours_w.shallow_clone()], 0.05, 0.1, (0.9, 0.95), 0).unwrap();
+        let mut theirs = tch::COptimizer::adamw(0.05, 0.9, 0.95, 0.1, 1e-8, false).unwrap();
+        theirs.add_parameters(&theirs_w, 0).unwrap();
+        for step in 0..20 {
+            ours.zero_grad().unwrap();
+            theirs.zero_grad().unwrap();
+            set_grad(&ours_w, step);
+            set_grad(&theirs_w, step);
+            ours.step().unwrap();
+            theirs.step().unwrap();
+        }
+        let diff = (&ours_w - &theirs_w).abs().max().double_value(&[]);
+        assert!(diff < 1e-5, "ours and libtorch's AdamW differ by {diff}");
+        let moved = (&ours_w - &init).abs().max().double_value(&[]);
+        assert!(moved > 0.1, "20 steps at lr 0.05 moved the weights by only {moved}");
+    }
+
+    #[test]
+    fn a_restored_state_continues_exactly() {
+        let init = Tensor::from_slice(&[1.0f32, -2.0, 0.5]);
+        let bias = Tensor::from_slice(&[0.1f32]);
+        let make = || {
+            let (w, b) = (init.copy().set_requires_grad(true), bias.copy().set_requires_grad(true));
+            let opt = ParamOptimizer::new(
+                vec![w.shallow_clone(), b.shallow_clone()],
+                0.1,
+                0.01,
+                (0.9, 0.999),
+                2,
+            )
+            .unwrap();
+            (w, b, opt)
+        };
+        let (w1, b1, mut uninterrupted) = make();
+        let (w2, b2, mut first) = make();
+        let loss = |w: &Tensor, b: &Tensor, k: i64| {
+            ((w * (k + 1)).square().sum(Kind::Float) + b * w.sum(Kind::Float)).sum(Kind::Float)
+        };
+        for k in 0..3 {
+            for (w, b, opt) in [(&w1, &b1, &mut uninterrupted), (&w2, &b2, &mut first)] {
+                opt.zero_grad().unwrap();
+                loss(w, b, k).backward();
+                opt.step().unwrap();
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("optimizer.safetensors");
+        Tensor::write_safetensors(&first.state("actor"), &path).unwrap();
+        // A resumed run: the weights as saved, a fresh optimizer, the state loaded.
+        let (w3, b3) = (w2.detach().copy().set_requires_grad(true), b2.detach().copy().set_requires_grad(true));
+        let mut resumed = ParamOptimizer::new(
+            vec![w3.shallow_clone(), b3.shallow_clone()],
+            0.1,
+            0.01,
+            (0.9, 0.999),
+            2,
+        )
+        .unwrap();
+        let saved = Tensor::read_safetensors(&path).unwrap();
+        resumed.load_state("actor", &saved, &path).unwrap();
+        assert_eq!(resumed.steps(), 3);
+        let (w4, b4) = (w2.detach().copy().set_requires_grad(true), b2.detach().copy().set_requires_grad(true));
+        let mut restarted =
+            ParamOptimizer::new(vec![w4.shallow_clone(), b4.shallow_clone()], 0.1, 0.01, (0.9, 0.999), 2)
+                .unwrap();
+        for k in 3..6 {
+            for (w, b, opt) in [(&w1, &b1, &mut uninterrupted), (&w3, &b3, &mut resumed), (&w4, &b4, &mut restarted)] {
+                opt.zero_grad().unwrap();
+                loss(w, b, k).backward();
+                opt.step().unwrap();
+            }
+        }
+        let gap = |a: &Tensor, b: &Tensor| (a - b).abs().max().double_value(&[]);
+        assert_eq!(gap(&w1, &w3), 0.0, "resumed weights differ from the uninterrupted run");
+        assert_eq!(gap(&b1, &b3), 0.0);
+        assert!(gap(&w1, &w4) > 1e-3, "without the state the run should differ");
+
+        // A state for other parameters is refused with the file named.
+        let other = Tensor::from_slice(&[1.0f32, 2.0]).set_requires_grad(true);
+        let mut wrong = ParamOptimizer::new(vec![other, bias.copy()], 0.1, 0.0, (0.9, 0.999), 0).unwrap();
+        let e = wrong.load_state("actor", &saved, &path).unwrap_err().to_string();
+        assert!(e.contains("optimizer.safetensors") && e.contains("exp_avg"), "{e}");
+        let e = wrong.load_state("critic", &saved, &path).unwrap_err().to_string();
+        assert!(e.contains("critic.schedule_step") && e.contains("missing"), "{e}");
     }
 
     #[test]

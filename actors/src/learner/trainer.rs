@@ -282,6 +282,36 @@ impl Learner {
         Ok(())
     }
 
+    /// Writes the optimizers' state (AdamW moments and step counts, actor and critic) to one
+    /// safetensors file, so a resumed run continues Adam where it stopped.
+    pub fn save_optimizer(&self, path: &Path) -> Result<()> {
+        let mut tensors = self.actor_opt.state("actor");
+        if let Some(c) = &self.critic_opt {
+            tensors.extend(c.state("critic"));
+        }
+        tensors.push((
+            "learner.updates".into(),
+            Tensor::from_slice(&[self.updates as i64]),
+        ));
+        Tensor::write_safetensors(&tensors, path).map_err(Error::from)
+    }
+
+    /// Restores [`Self::save_optimizer`]'s file; the parameters must be the same ones (a
+    /// shape or count mismatch is an error naming the file).
+    pub fn load_optimizer(&mut self, path: &Path) -> Result<()> {
+        let tensors = Tensor::read_safetensors(path).map_err(|e| {
+            Error::invalid("optimizer state", format!("{}: {e}", path.display()))
+        })?;
+        self.actor_opt.load_state("actor", &tensors, path)?;
+        if let Some(c) = &mut self.critic_opt {
+            c.load_state("critic", &tensors, path)?;
+        }
+        if let Some((_, t)) = tensors.iter().find(|(n, _)| n == "learner.updates") {
+            self.updates = usize::try_from(t.int64_value(&[0])).unwrap_or(0);
+        }
+        Ok(())
+    }
+
     /// Logits `[b, L, V]` (f32, at the sampling temperature) and hidden states `[b, L, H]`
     /// of the positions that predict each target token.
     fn policy_logits(&self, batch: &TrainBatch) -> (Tensor, Tensor) {

@@ -15,8 +15,14 @@ use crate::message::Message;
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DemoConfig {
-    /// Probability that a demo answers right after the first search with a wrong guess.
+    /// Share of the demos that answer right after the first search with a wrong guess.
     pub early_wrong_answer_prob: f64,
+    /// Demos per question. With more than one, every question gets both kinds in the same
+    /// proportion, so the warm-started policy learns to answer early with that probability on
+    /// *every* question: a habit RL can see in its samples and unlearn. With one, each
+    /// question's single demo is gold or imperfect by chance and the model memorises which
+    /// questions to answer early; its sampled episodes on those never explore the second hop.
+    pub variants_per_question: usize,
     /// Seed of the imperfections (independent of the world's seed stream).
     pub seed: u64,
 }
@@ -25,6 +31,7 @@ impl Default for DemoConfig {
     fn default() -> Self {
         Self {
             early_wrong_answer_prob: 0.0,
+            variants_per_question: 1,
             seed: 0,
         }
     }
@@ -142,19 +149,29 @@ pub fn early_wrong_demo(world: &World, question: &Question, rng: &mut WorldRng) 
     }
 }
 
-/// Demos for `questions`: gold, or with probability `early_wrong_answer_prob` imperfect.
+/// Demos for `questions`, `variants_per_question` each (at least one) in question order. Of a
+/// question's `v` demos, `floor(p * v)` answer early with a wrong guess, plus one more with
+/// probability equal to the remainder, so that one variant per question is a coin flip at `p`.
 pub fn demos(world: &World, questions: &[Question], config: &DemoConfig) -> Vec<Demo> {
     let mut rng = WorldRng::new(config.seed, 2);
-    questions
-        .iter()
-        .map(|q| {
-            if rng.chance(config.early_wrong_answer_prob) {
+    let v = config.variants_per_question.max(1);
+    let p = config.early_wrong_answer_prob.clamp(0.0, 1.0);
+    let expected = p * v as f64;
+    let mut out = Vec::with_capacity(questions.len() * v);
+    for q in questions {
+        let mut wrong = expected.floor() as usize;
+        if rng.chance(expected - expected.floor()) {
+            wrong += 1;
+        }
+        for i in 0..v {
+            out.push(if i < wrong {
                 early_wrong_demo(world, q, &mut rng)
             } else {
                 gold_demo(q)
-            }
-        })
-        .collect()
+            });
+        }
+    }
+    out
 }
 
 impl Demo {
