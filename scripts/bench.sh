@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # `make bench`: the README's benchmark figures, one JSON object per line in runs/bench/.
-# The rollout benchmarks need a model that calls tools: the warm-started model of
-# `make demo` (runs/demo/model-sft), or MODEL=DIR.
+# The rollout benchmarks need a model that calls tools over several turns: the policy
+# `make demo` ends with (runs/demo/checkpoints/step-12/policy, ~2.5 searches per episode;
+# the warm-started model-sft stops after one on purpose), or MODEL=DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-target/release/agent-r1}
-MODEL=${MODEL:-runs/demo/model-sft}
+MODEL=${MODEL:-runs/demo/checkpoints/step-12/policy}
 OUT=${OUT:-runs/bench}
 mkdir -p "$OUT"
 if [ ! -f "$MODEL/config.json" ]; then

@@ -335,7 +335,7 @@ fn sigterm_saves_pending_trajectories_and_kill_9_resumes_at_the_checkpoint_step(
         err.contains("AdamW state restored from optimizer.safetensors"),
         "the optimizer's moments must come back too: {err}"
     );
-    let files = manifest(&run, newest)["files"].to_string();
+    let files = manifest(&run, updates)["files"].to_string();
     assert!(files.contains("optimizer.safetensors"), "{files}");
     let summary = last_json(&out);
     assert_eq!(summary["updates"], updates);
