@@ -1465,9 +1465,21 @@ seed = 7
         );
         for (body, key, allowed) in [
             ("steps = 0\n", "warm_start.bad_habit.steps", ">= 1"),
-            ("learning_rate = 0.0\n", "warm_start.bad_habit.learning_rate", "> 0"),
-            ("early_wrong_answer_prob = -0.1\n", "warm_start.bad_habit.early_wrong_answer_prob", "[0, 1]"),
-            ("variants_per_question = 65\n", "warm_start.bad_habit.variants_per_question", "[1, 64]"),
+            (
+                "learning_rate = 0.0\n",
+                "warm_start.bad_habit.learning_rate",
+                "> 0",
+            ),
+            (
+                "early_wrong_answer_prob = -0.1\n",
+                "warm_start.bad_habit.early_wrong_answer_prob",
+                "[0, 1]",
+            ),
+            (
+                "variants_per_question = 65\n",
+                "warm_start.bad_habit.variants_per_question",
+                "[1, 64]",
+            ),
         ] {
             let e = invalid(&habit(body));
             assert!(e.key == key && e.message.contains(allowed), "{body}: {e}");

@@ -276,7 +276,10 @@ fn variants_give_every_question_the_same_share_of_early_answers() {
         let wrong: Vec<_> = chunk.iter().filter(|d| !d.correct).collect();
         assert_eq!(wrong.len(), 3, "{}: 0.6 of 5 demos answer early", q.id);
         assert!(wrong.iter().all(|d| d.turns.len() == 2));
-        assert!(chunk.iter().filter(|d| d.correct).all(|d| d.turns.len() == q.hops.len() + 1));
+        assert!(chunk
+            .iter()
+            .filter(|d| d.correct)
+            .all(|d| d.turns.len() == q.hops.len() + 1));
     }
     // A fractional share: 0.3 of 2 = 0.6 demos, so one per question is a coin flip at 0.6.
     let coin = demos(

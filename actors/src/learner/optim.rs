@@ -160,7 +160,10 @@ impl ParamOptimizer {
                 Tensor::from_slice(&[*t as i64]),
             ));
             if let Some((m, v)) = m {
-                out.push((format!("{prefix}.{i}.exp_avg"), m.to_device(tch::Device::Cpu)));
+                out.push((
+                    format!("{prefix}.{i}.exp_avg"),
+                    m.to_device(tch::Device::Cpu),
+                ));
                 out.push((
                     format!("{prefix}.{i}.exp_avg_sq"),
                     v.to_device(tch::Device::Cpu),
@@ -179,7 +182,9 @@ impl ParamOptimizer {
         source: &Path,
     ) -> Result<()> {
         let get = |name: String| tensors.iter().find(|(n, _)| *n == name).map(|(_, t)| t);
-        let bad = |what: String| Error::invalid("optimizer state", format!("{}: {what}", source.display()));
+        let bad = |what: String| {
+            Error::invalid("optimizer state", format!("{}: {what}", source.display()))
+        };
         let int = |name: String| -> Result<u64> {
             let t = get(name.clone()).ok_or_else(|| bad(format!("`{name}` is missing")))?;
             u64::try_from(t.int64_value(&[0])).map_err(|_| bad(format!("`{name}` is negative")))
@@ -208,7 +213,11 @@ impl ParamOptimizer {
                     Some((m.to_device(p.device()), v.to_device(p.device())))
                 }
                 (None, None) => None,
-                _ => return Err(bad(format!("parameter {i} has only one of its two moments"))),
+                _ => {
+                    return Err(bad(format!(
+                        "parameter {i} has only one of its two moments"
+                    )))
+                }
             };
             moments.push(pair);
         }
@@ -258,7 +267,9 @@ mod tests {
         let target = Tensor::arange(w.numel() as i64, (Kind::Float, tch::Device::Cpu))
             .reshape(w.size())
             .g_mul_scalar(0.1 * (step + 1) as f64);
-        ((w - target).square() * w.abs()).sum(Kind::Float).backward();
+        ((w - target).square() * w.abs())
+            .sum(Kind::Float)
+            .backward();
     }
 
     #[test]
@@ -281,7 +292,10 @@ mod tests {
         let diff = (&ours_w - &theirs_w).abs().max().double_value(&[]);
         assert!(diff < 1e-5, "ours and libtorch's AdamW differ by {diff}");
         let moved = (&ours_w - &init).abs().max().double_value(&[]);
-        assert!(moved > 0.1, "20 steps at lr 0.05 moved the weights by only {moved}");
+        assert!(
+            moved > 0.1,
+            "20 steps at lr 0.05 moved the weights by only {moved}"
+        );
     }
 
     #[test]
@@ -289,7 +303,10 @@ mod tests {
         let init = Tensor::from_slice(&[1.0f32, -2.0, 0.5]);
         let bias = Tensor::from_slice(&[0.1f32]);
         let make = || {
-            let (w, b) = (init.copy().set_requires_grad(true), bias.copy().set_requires_grad(true));
+            let (w, b) = (
+                init.copy().set_requires_grad(true),
+                bias.copy().set_requires_grad(true),
+            );
             let opt = ParamOptimizer::new(
                 vec![w.shallow_clone(), b.shallow_clone()],
                 0.1,
@@ -316,7 +333,10 @@ mod tests {
         let path = dir.path().join("optimizer.safetensors");
         Tensor::write_safetensors(&first.state("actor"), &path).unwrap();
         // A resumed run: the weights as saved, a fresh optimizer, the state loaded.
-        let (w3, b3) = (w2.detach().copy().set_requires_grad(true), b2.detach().copy().set_requires_grad(true));
+        let (w3, b3) = (
+            w2.detach().copy().set_requires_grad(true),
+            b2.detach().copy().set_requires_grad(true),
+        );
         let mut resumed = ParamOptimizer::new(
             vec![w3.shallow_clone(), b3.shallow_clone()],
             0.1,
@@ -328,29 +348,61 @@ mod tests {
         let saved = Tensor::read_safetensors(&path).unwrap();
         resumed.load_state("actor", &saved, &path).unwrap();
         assert_eq!(resumed.steps(), 3);
-        let (w4, b4) = (w2.detach().copy().set_requires_grad(true), b2.detach().copy().set_requires_grad(true));
-        let mut restarted =
-            ParamOptimizer::new(vec![w4.shallow_clone(), b4.shallow_clone()], 0.1, 0.01, (0.9, 0.999), 2)
-                .unwrap();
+        let (w4, b4) = (
+            w2.detach().copy().set_requires_grad(true),
+            b2.detach().copy().set_requires_grad(true),
+        );
+        let mut restarted = ParamOptimizer::new(
+            vec![w4.shallow_clone(), b4.shallow_clone()],
+            0.1,
+            0.01,
+            (0.9, 0.999),
+            2,
+        )
+        .unwrap();
         for k in 3..6 {
-            for (w, b, opt) in [(&w1, &b1, &mut uninterrupted), (&w3, &b3, &mut resumed), (&w4, &b4, &mut restarted)] {
+            for (w, b, opt) in [
+                (&w1, &b1, &mut uninterrupted),
+                (&w3, &b3, &mut resumed),
+                (&w4, &b4, &mut restarted),
+            ] {
                 opt.zero_grad().unwrap();
                 loss(w, b, k).backward();
                 opt.step().unwrap();
             }
         }
         let gap = |a: &Tensor, b: &Tensor| (a - b).abs().max().double_value(&[]);
-        assert_eq!(gap(&w1, &w3), 0.0, "resumed weights differ from the uninterrupted run");
+        assert_eq!(
+            gap(&w1, &w3),
+            0.0,
+            "resumed weights differ from the uninterrupted run"
+        );
         assert_eq!(gap(&b1, &b3), 0.0);
-        assert!(gap(&w1, &w4) > 1e-3, "without the state the run should differ");
+        assert!(
+            gap(&w1, &w4) > 1e-3,
+            "without the state the run should differ"
+        );
 
         // A state for other parameters is refused with the file named.
         let other = Tensor::from_slice(&[1.0f32, 2.0]).set_requires_grad(true);
-        let mut wrong = ParamOptimizer::new(vec![other, bias.copy()], 0.1, 0.0, (0.9, 0.999), 0).unwrap();
-        let e = wrong.load_state("actor", &saved, &path).unwrap_err().to_string();
-        assert!(e.contains("optimizer.safetensors") && e.contains("exp_avg"), "{e}");
-        let e = wrong.load_state("critic", &saved, &path).unwrap_err().to_string();
-        assert!(e.contains("critic.schedule_step") && e.contains("missing"), "{e}");
+        let mut wrong =
+            ParamOptimizer::new(vec![other, bias.copy()], 0.1, 0.0, (0.9, 0.999), 0).unwrap();
+        let e = wrong
+            .load_state("actor", &saved, &path)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("optimizer.safetensors") && e.contains("exp_avg"),
+            "{e}"
+        );
+        let e = wrong
+            .load_state("critic", &saved, &path)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("critic.schedule_step") && e.contains("missing"),
+            "{e}"
+        );
     }
 
     #[test]

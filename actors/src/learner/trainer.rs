@@ -299,9 +299,8 @@ impl Learner {
     /// Restores [`Self::save_optimizer`]'s file; the parameters must be the same ones (a
     /// shape or count mismatch is an error naming the file).
     pub fn load_optimizer(&mut self, path: &Path) -> Result<()> {
-        let tensors = Tensor::read_safetensors(path).map_err(|e| {
-            Error::invalid("optimizer state", format!("{}: {e}", path.display()))
-        })?;
+        let tensors = Tensor::read_safetensors(path)
+            .map_err(|e| Error::invalid("optimizer state", format!("{}: {e}", path.display())))?;
         self.actor_opt.load_state("actor", &tensors, path)?;
         if let Some(c) = &mut self.critic_opt {
             c.load_state("critic", &tensors, path)?;
