@@ -907,45 +907,19 @@ impl TrainConfig {
                 "[0, 1]",
             ));
         }
-        if !(0.0..=1.0).contains(&w.early_wrong_answer_prob) {
-            return Err(ConfigError::range(
-                "warm_start.early_wrong_answer_prob",
-                w.early_wrong_answer_prob,
-                "[0, 1]",
-            ));
-        }
-        if !(1..=64).contains(&w.variants_per_question) {
-            return Err(ConfigError::range(
-                "warm_start.variants_per_question",
-                w.variants_per_question,
-                "[1, 64]",
-            ));
-        }
+        demo_mix(
+            "warm_start",
+            w.early_wrong_answer_prob,
+            w.variants_per_question,
+        )?;
         if let Some(h) = &w.bad_habit {
-            if h.steps == 0 {
-                return Err(ConfigError::range("warm_start.bad_habit.steps", 0, ">= 1"));
-            }
-            if !(h.learning_rate > 0.0 && h.learning_rate.is_finite()) {
-                return Err(ConfigError::range(
-                    "warm_start.bad_habit.learning_rate",
-                    h.learning_rate,
-                    "> 0",
-                ));
-            }
-            if !(0.0..=1.0).contains(&h.early_wrong_answer_prob) {
-                return Err(ConfigError::range(
-                    "warm_start.bad_habit.early_wrong_answer_prob",
-                    h.early_wrong_answer_prob,
-                    "[0, 1]",
-                ));
-            }
-            if !(1..=64).contains(&h.variants_per_question) {
-                return Err(ConfigError::range(
-                    "warm_start.bad_habit.variants_per_question",
-                    h.variants_per_question,
-                    "[1, 64]",
-                ));
-            }
+            at_least("warm_start.bad_habit.steps", h.steps, 1)?;
+            positive("warm_start.bad_habit.learning_rate", h.learning_rate)?;
+            demo_mix(
+                "warm_start.bad_habit",
+                h.early_wrong_answer_prob,
+                h.variants_per_question,
+            )?;
         }
         Ok(())
     }
@@ -1147,6 +1121,25 @@ fn finite_in(key: &str, v: f64, lo: f64, hi: f64) -> Result<(), ConfigError> {
             &format!("a number in [{lo}, {hi}]"),
         ))
     }
+}
+
+/// The demonstration mix of a warm-start phase under `section`: the share answering early and
+/// the demonstrations per question.
+fn demo_mix(section: &str, early_wrong: f64, variants: usize) -> Result<(), ConfigError> {
+    finite_in(
+        &format!("{section}.early_wrong_answer_prob"),
+        early_wrong,
+        0.0,
+        1.0,
+    )?;
+    if !(1..=64).contains(&variants) {
+        return Err(ConfigError::range(
+            &format!("{section}.variants_per_question"),
+            variants,
+            "[1, 64]",
+        ));
+    }
+    Ok(())
 }
 
 fn at_least(key: &str, v: usize, min: usize) -> Result<(), ConfigError> {

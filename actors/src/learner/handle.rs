@@ -128,30 +128,32 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_else(|| "unknown panic".into())
 }
 
+/// Runs `f`, turning a panic (libtorch raises through tch as panics) into an error naming
+/// `what`.
+fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        Err(Error::Other(format!(
+            "{what} panicked: {}",
+            panic_message(&p)
+        )))
+    })
+}
+
 /// The thread's loop. A panic inside a command (libtorch raises through tch as panics)
 /// becomes that command's error; the learner keeps serving.
 fn serve(mut learner: Learner, rx: crossbeam::channel::Receiver<Command>) {
     while let Ok(command) = rx.recv() {
         match command {
             Command::Update { batch, reply, .. } => {
-                let result = catch_unwind(AssertUnwindSafe(|| learner.update(batch)))
-                    .unwrap_or_else(|p| {
-                        Err(Error::Other(format!(
-                            "learner update panicked: {}",
-                            panic_message(&p)
-                        )))
-                    });
-                let _ = reply.send(result);
+                let _ = reply.send(guarded("learner update", || learner.update(batch)));
             }
             Command::Weights(reply) => {
-                let result = catch_unwind(AssertUnwindSafe(|| PolicyWeights {
-                    version: learner.version(),
-                    tensors: learner.policy_weights(),
-                }))
-                .map_err(|p| {
-                    Error::Other(format!("copying weights panicked: {}", panic_message(&p)))
-                });
-                let _ = reply.send(result);
+                let _ = reply.send(guarded("copying weights", || {
+                    Ok(PolicyWeights {
+                        version: learner.version(),
+                        tensors: learner.policy_weights(),
+                    })
+                }));
             }
             Command::Version(reply) => {
                 let _ = reply.send(learner.version());
@@ -164,24 +166,14 @@ fn serve(mut learner: Learner, rx: crossbeam::channel::Receiver<Command>) {
                 let _ = reply.send(learner.save(&dir, tokenizer_from.as_deref()));
             }
             Command::SaveOptimizer { path, reply } => {
-                let result = catch_unwind(AssertUnwindSafe(|| learner.save_optimizer(&path)))
-                    .unwrap_or_else(|p| {
-                        Err(Error::Other(format!(
-                            "saving the optimizer state panicked: {}",
-                            panic_message(&p)
-                        )))
-                    });
-                let _ = reply.send(result);
+                let _ = reply.send(guarded("saving the optimizer state", || {
+                    learner.save_optimizer(&path)
+                }));
             }
             Command::LoadOptimizer { path, reply } => {
-                let result = catch_unwind(AssertUnwindSafe(|| learner.load_optimizer(&path)))
-                    .unwrap_or_else(|p| {
-                        Err(Error::Other(format!(
-                            "loading the optimizer state panicked: {}",
-                            panic_message(&p)
-                        )))
-                    });
-                let _ = reply.send(result);
+                let _ = reply.send(guarded("loading the optimizer state", || {
+                    learner.load_optimizer(&path)
+                }));
             }
             Command::Shutdown => return,
         }

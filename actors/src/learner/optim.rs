@@ -15,6 +15,9 @@ use tch::Tensor;
 
 use crate::{Error, Result};
 
+/// AdamW's `eps`, as torch's default.
+const EPS: f64 = 1e-8;
+
 /// One AdamW optimizer and its schedule.
 #[derive(Debug)]
 pub(crate) struct ParamOptimizer {
@@ -26,13 +29,12 @@ pub(crate) struct ParamOptimizer {
     base_lr: f64,
     weight_decay: f64,
     betas: (f64, f64),
-    eps: f64,
     warmup_steps: usize,
     steps: usize,
 }
 
 impl ParamOptimizer {
-    /// AdamW (`eps` 1e-8, as torch) over `params`.
+    /// AdamW (`eps` [`EPS`]) over `params`.
     pub(crate) fn new(
         params: Vec<Tensor>,
         lr: f64,
@@ -48,7 +50,6 @@ impl ParamOptimizer {
             base_lr: lr,
             weight_decay,
             betas,
-            eps: 1e-8,
             warmup_steps,
             steps: 0,
         })
@@ -137,10 +138,15 @@ impl ParamOptimizer {
                 let _ = m.lerp_(&g, 1.0 - b1);
                 let _ = v.g_mul_scalar_(b2);
                 let _ = v.addcmul_(&(&g * (1.0 - b2)), &g);
-                let bias1 = 1.0 - b1.powf(*t as f64);
+                let step_size = lr / (1.0 - b1.powf(*t as f64));
                 let bias2_sqrt = (1.0 - b2.powf(*t as f64)).sqrt();
-                let denom = (v.sqrt() / bias2_sqrt) + self.eps;
-                let _ = p.addcdiv_(&(&*m * (-lr / bias1)), &denom);
+                // p -= step_size * m / (sqrt(v) / bias2_sqrt + eps), with one temporary: the
+                // step size goes into the denominator.
+                let mut denom = v.sqrt();
+                let _ = denom.g_div_scalar_(bias2_sqrt);
+                let _ = denom.g_add_scalar_(EPS);
+                let _ = denom.g_div_scalar_(-step_size);
+                let _ = p.addcdiv_(m, &denom);
             }
         });
         self.steps += 1;
@@ -300,12 +306,11 @@ mod tests {
 
     #[test]
     fn a_restored_state_continues_exactly() {
-        let init = Tensor::from_slice(&[1.0f32, -2.0, 0.5]);
-        let bias = Tensor::from_slice(&[0.1f32]);
-        let make = || {
+        // Trainable copies of (w, b) and a fresh optimizer over them.
+        let make = |w: &Tensor, b: &Tensor| {
             let (w, b) = (
-                init.copy().set_requires_grad(true),
-                bias.copy().set_requires_grad(true),
+                w.detach().copy().set_requires_grad(true),
+                b.detach().copy().set_requires_grad(true),
             );
             let opt = ParamOptimizer::new(
                 vec![w.shallow_clone(), b.shallow_clone()],
@@ -317,8 +322,12 @@ mod tests {
             .unwrap();
             (w, b, opt)
         };
-        let (w1, b1, mut uninterrupted) = make();
-        let (w2, b2, mut first) = make();
+        let (init, bias) = (
+            Tensor::from_slice(&[1.0f32, -2.0, 0.5]),
+            Tensor::from_slice(&[0.1f32]),
+        );
+        let (w1, b1, mut uninterrupted) = make(&init, &bias);
+        let (w2, b2, mut first) = make(&init, &bias);
         let loss = |w: &Tensor, b: &Tensor, k: i64| {
             ((w * (k + 1)).square().sum(Kind::Float) + b * w.sum(Kind::Float)).sum(Kind::Float)
         };
@@ -332,34 +341,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("optimizer.safetensors");
         Tensor::write_safetensors(&first.state("actor"), &path).unwrap();
-        // A resumed run: the weights as saved, a fresh optimizer, the state loaded.
-        let (w3, b3) = (
-            w2.detach().copy().set_requires_grad(true),
-            b2.detach().copy().set_requires_grad(true),
-        );
-        let mut resumed = ParamOptimizer::new(
-            vec![w3.shallow_clone(), b3.shallow_clone()],
-            0.1,
-            0.01,
-            (0.9, 0.999),
-            2,
-        )
-        .unwrap();
+        // A resumed run: the weights as saved, a fresh optimizer, the state loaded; and a
+        // restarted one without the state.
+        let (w3, b3, mut resumed) = make(&w2, &b2);
         let saved = Tensor::read_safetensors(&path).unwrap();
         resumed.load_state("actor", &saved, &path).unwrap();
         assert_eq!(resumed.steps(), 3);
-        let (w4, b4) = (
-            w2.detach().copy().set_requires_grad(true),
-            b2.detach().copy().set_requires_grad(true),
-        );
-        let mut restarted = ParamOptimizer::new(
-            vec![w4.shallow_clone(), b4.shallow_clone()],
-            0.1,
-            0.01,
-            (0.9, 0.999),
-            2,
-        )
-        .unwrap();
+        let (w4, b4, mut restarted) = make(&w2, &b2);
         for k in 3..6 {
             for (w, b, opt) in [
                 (&w1, &b1, &mut uninterrupted),
