@@ -115,6 +115,38 @@ pub fn engine(
     Ok(handle)
 }
 
+/// The async runtime the episode, tool and env actors run on.
+///
+/// Its threads are `SCHED_BATCH` on Linux: a woken batch thread does not preempt a running
+/// one, so when a finished turn wakes its episode, the episode's work (parsing, searching,
+/// tokenising the observation) waits for a free core instead of preempting the engine
+/// thread between forward passes, where every preempted microsecond delays all rows of the
+/// batch. Measured on 2 cores at 1024 episodes: replying to a finished turn cost about 250 us
+/// of the engine's time before, most of it spent preempted. The episodes still get their
+/// fair share of CPU time; only wake-up preemption changes.
+pub fn actor_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .on_thread_start(batch_scheduling)
+        .build()
+        .context("starting the async runtime")
+}
+
+#[cfg(target_os = "linux")]
+fn batch_scheduling() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param for SCHED_BATCH.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
+    if rc != 0 {
+        // Unprivileged processes may always switch to SCHED_BATCH, so this is unexpected,
+        // and harmless: the thread keeps the normal policy.
+        tracing::debug!("SCHED_BATCH refused: {}", std::io::Error::last_os_error());
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn batch_scheduling() {}
+
 /// Rollout settings shared by the commands.
 pub struct RolloutKnobs {
     pub concurrency: usize,

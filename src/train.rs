@@ -510,7 +510,7 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
     std::fs::create_dir_all(run_dir.join("rollouts"))
         .with_context(|| format!("{}: cannot create the run directory", run_dir.display()))?;
     let placement = cfg.placement()?;
-    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let rt = setup::actor_runtime()?;
     let stop = Arc::new(AtomicBool::new(false));
     install_signal_handler(&rt, stop.clone());
     let _metrics = if cfg.metrics.enabled {

@@ -135,6 +135,19 @@ pub struct EngineStats {
     pub slot_bytes: u64,
     /// Seconds inside model forward passes and sampling.
     pub forward_seconds: f64,
+    /// Seconds the engine thread waited with nothing to run (no request queued or running).
+    #[serde(default)]
+    pub idle_seconds: f64,
+    /// Seconds spent admitting requests outside the prefill forward: validation, restoring
+    /// parked KV into rows, ordering rows by prefill length, building the input ids.
+    #[serde(default)]
+    pub admit_seconds: f64,
+    /// Seconds spent on finished turns: parking their KV, packing rows, replying.
+    #[serde(default)]
+    pub finish_seconds: f64,
+    /// Seconds spent checking generated text for stop strings (detokenising each row's tail).
+    #[serde(default)]
+    pub stop_check_seconds: f64,
     /// Turns completed.
     pub turns: u64,
     /// Completed turns during which the weights were swapped (their KV is not parked).

@@ -66,6 +66,7 @@ fn batched_turns_equal_standalone_generation() {
     let tmp = tempfile::tempdir().unwrap();
     make_model(tmp.path());
     let reference = PolicyModel::load(tmp.path(), Placement::default(), false).unwrap();
+    let began = std::time::Instant::now();
     let engine = start(
         tmp.path(),
         EngineConfig {
@@ -89,9 +90,11 @@ fn batched_turns_equal_standalone_generation() {
                 params: greedy(lens[i]),
                 stop_strings: vec![],
             };
-            // Stagger submissions so sequences join a batch that is already decoding.
+            // Half arrive together (they fill the batch whatever the machine's speed), the
+            // rest staggered so they join a batch that is already decoding.
+            let delay = std::time::Duration::from_millis(i.saturating_sub(5) as u64);
             tasks.push(tokio::spawn(async move {
-                tokio::time::sleep(std::time::Duration::from_millis(3 * i as u64)).await;
+                tokio::time::sleep(delay).await;
                 engine.generate(req).await
             }));
         }
@@ -113,8 +116,28 @@ fn batched_turns_equal_standalone_generation() {
         assert_eq!(out.prefill_tokens, prompts[i].len());
     }
     let stats = rt.block_on(engine.stats()).unwrap();
+    let elapsed = began.elapsed().as_secs_f64();
     assert!(stats.mean_batch_size() > 2.0, "batching: {stats:?}");
     assert!(stats.mean_batch_size() <= 5.0);
+    // The engine's time splits into parts that each ran and together fit in the wall time
+    // (the bench's overhead breakdown relies on it).
+    assert!(
+        stats.forward_seconds > 0.0 && stats.finish_seconds > 0.0,
+        "{stats:?}"
+    );
+    assert!(
+        stats.admit_seconds > 0.0 && stats.idle_seconds > 0.0,
+        "{stats:?}"
+    );
+    let parts = stats.forward_seconds
+        + stats.admit_seconds
+        + stats.finish_seconds
+        + stats.idle_seconds
+        + stats.stop_check_seconds;
+    assert!(
+        parts <= elapsed,
+        "{parts} s of parts in {elapsed} s: {stats:?}"
+    );
 }
 
 /// With a fixed seed, what an episode samples is a function of the episode alone: the same

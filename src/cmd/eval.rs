@@ -285,7 +285,7 @@ pub(crate) fn run(a: EvalArgs) -> anyhow::Result<()> {
     if !greedy {
         rollout.episode.sampling.top_p = r.top_p;
     }
-    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let rt = setup::actor_runtime()?;
     let result = rt.block_on(train::evaluate_tasks(&rollout, pool, questions));
     engine.shutdown();
     let (trajectories, s) = result?;

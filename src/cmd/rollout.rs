@@ -186,7 +186,7 @@ fn execute(
     };
     let env: Arc<dyn Env> = scenario.env.clone();
     let setup = setup::rollout_setup(engine.clone(), tokenizer, env, vec![search], &knobs)?;
-    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let rt = setup::actor_runtime()?;
     let bar = ProgressBar::new(a.episodes as u64);
     if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         bar.set_style(
@@ -289,6 +289,10 @@ pub(crate) fn run_bench(cmd: BenchRolloutCmd) -> anyhow::Result<()> {
         "peak_rss_mb": peak_rss_mb(),
         "overhead_fraction": (1.0 - e.forward_seconds / wall).max(0.0),
         "forward_s": e.forward_seconds,
+        "engine_idle_s": e.idle_seconds,
+        "engine_admit_s": e.admit_seconds,
+        "engine_finish_s": e.finish_seconds,
+        "engine_stop_check_s": e.stop_check_seconds,
         "context_tokens": outcome.context_tokens,
         "prefill_tokens": outcome.prefill_with_reuse,
         "reused_tokens": e.reused_tokens,

@@ -1,44 +1,45 @@
 //! Slot storage for continuous batching.
 //!
-//! Every running sequence owns one row of a preallocated [rows, capacity + 1, kv_heads, dim]
-//! tensor per layer. Running rows are kept packed at the front (a leaving row is replaced by
-//! the last one), so a forward pass over the running batch is a `narrow`, not a gather. Each
-//! row has its own length: a chunk writes row b's new tokens at slots `len_b ..`, and padding
-//! tokens of a chunk are written to the row's spare slot `capacity`, which is never attended.
+//! Every running sequence owns one row of a preallocated
+//! [layers, 2 (keys, values), rows, capacity + 1, kv_heads, dim] tensor. Running rows are kept
+//! packed at the front (a leaving row is replaced by the last one), so a forward pass over the
+//! running batch is a `narrow`, not a gather. Each row has its own length: a chunk writes row
+//! b's new tokens at slots `len_b ..`, and padding tokens of a chunk are written to the row's
+//! spare slot `capacity`, which is never attended. Keeping every layer's keys and values in
+//! one tensor makes parking, restoring and moving a row one copy each instead of one per
+//! layer and kind: those copies run between forward passes, on the engine's critical path.
 
 use tch::{Device, Kind, Tensor};
 
 use crate::model::KvStore;
 
-/// Keys and values of one sequence, moved out of the batch while it waits for tools.
+/// Keys and values of one sequence ([layers, 2, len, kv_heads, dim]), moved out of the batch
+/// while it waits for tools.
 #[derive(Debug)]
 pub(crate) struct ParkedKv {
-    pub(crate) keys: Vec<Tensor>,
-    pub(crate) values: Vec<Tensor>,
+    kv: Tensor,
     pub(crate) len: i64,
 }
 
 impl ParkedKv {
-    /// Another handle on the same (never mutated) tensors.
+    /// Another handle on the same (never mutated) tensor.
     pub(crate) fn share(&self) -> ParkedKv {
         ParkedKv {
-            keys: self.keys.iter().map(Tensor::shallow_clone).collect(),
-            values: self.values.iter().map(Tensor::shallow_clone).collect(),
+            kv: self.kv.shallow_clone(),
             len: self.len,
         }
     }
 
     pub(crate) fn bytes(&self) -> usize {
-        self.keys
-            .iter()
-            .chain(&self.values)
-            .map(|t| t.numel() * t.kind().elt_size_in_bytes())
-            .sum()
+        self.kv.numel() * self.kv.kind().elt_size_in_bytes()
     }
 }
 
 #[derive(Debug)]
 pub(crate) struct SlotCache {
+    /// [layers, 2, rows, capacity + 1, kv_heads, dim].
+    all: Tensor,
+    /// Per layer, views of `all`'s keys and values ([rows, capacity + 1, kv_heads, dim]).
     keys: Vec<Tensor>,
     values: Vec<Tensor>,
     lens: Vec<i64>,
@@ -57,14 +58,15 @@ impl SlotCache {
         kind: Kind,
         device: Device,
     ) -> Self {
-        let shape = [rows, capacity + 1, kv_heads, head_dim];
+        let all = Tensor::zeros(
+            [layers as i64, 2, rows, capacity + 1, kv_heads, head_dim],
+            (kind, device),
+        );
+        let part = |l: usize, which: i64| all.select(0, l as i64).select(0, which);
         Self {
-            keys: (0..layers)
-                .map(|_| Tensor::zeros(shape, (kind, device)))
-                .collect(),
-            values: (0..layers)
-                .map(|_| Tensor::zeros(shape, (kind, device)))
-                .collect(),
+            keys: (0..layers).map(|l| part(l, 0)).collect(),
+            values: (0..layers).map(|l| part(l, 1)).collect(),
+            all,
             lens: vec![0; rows as usize],
             capacity,
             kv_heads,
@@ -81,11 +83,12 @@ impl SlotCache {
     }
 
     pub(crate) fn bytes_allocated(&self) -> usize {
-        self.keys
-            .iter()
-            .chain(&self.values)
-            .map(|t| t.numel() * t.kind().elt_size_in_bytes())
-            .sum()
+        self.all.numel() * self.all.kind().elt_size_in_bytes()
+    }
+
+    /// Row `row`'s first `len` slots of every layer: [layers, 2, len, kv_heads, dim].
+    fn row(&self, row: usize, len: i64) -> Tensor {
+        self.all.select(2, row as i64).narrow(2, 0, len)
     }
 
     /// Forgets row `row`'s tokens past `len` (they are overwritten by later chunks).
@@ -100,40 +103,27 @@ impl SlotCache {
         }
         let len = self.lens[src];
         if len > 0 {
-            for t in self.keys.iter().chain(&self.values) {
-                let from = t.narrow(0, src as i64, 1).narrow(1, 0, len);
-                t.narrow(0, dst as i64, 1).narrow(1, 0, len).copy_(&from);
-            }
+            self.row(dst, len).copy_(&self.row(src, len));
         }
         self.lens[dst] = len;
         self.lens[src] = 0;
     }
 
-    /// Copies row `row`'s keys/values out into compact tensors of its real length.
+    /// Copies row `row`'s keys/values out into a compact tensor of its real length.
     pub(crate) fn park(&self, row: usize) -> ParkedKv {
         let len = self.lens[row];
-        let take = |t: &Tensor| t.select(0, row as i64).narrow(0, 0, len).copy();
-        ParkedKv {
-            keys: self.keys.iter().map(take).collect(),
-            values: self.values.iter().map(take).collect(),
-            len,
-        }
+        let from = self.row(row, len);
+        // `empty`, not `copy()`: tch's copy zero-fills first, a second pass over the bytes.
+        let mut kv = Tensor::empty(from.size(), (from.kind(), from.device()));
+        kv.copy_(&from);
+        ParkedKv { kv, len }
     }
 
     /// Writes the first `len` tokens of `parked` into row `row`.
     pub(crate) fn restore(&mut self, row: usize, parked: &ParkedKv, len: i64) {
         let len = len.min(parked.len);
         if len > 0 {
-            for (dst, src) in self.keys.iter().zip(&parked.keys) {
-                dst.select(0, row as i64)
-                    .narrow(0, 0, len)
-                    .copy_(&src.narrow(0, 0, len));
-            }
-            for (dst, src) in self.values.iter().zip(&parked.values) {
-                dst.select(0, row as i64)
-                    .narrow(0, 0, len)
-                    .copy_(&src.narrow(0, 0, len));
-            }
+            self.row(row, len).copy_(&parked.kv.narrow(2, 0, len));
         }
         self.lens[row] = len;
     }

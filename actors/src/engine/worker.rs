@@ -132,7 +132,10 @@ impl Worker {
     fn serve(&mut self, rx: &Receiver<Command>) -> Result<()> {
         loop {
             if self.running.is_empty() && self.waiting.is_empty() {
-                match rx.recv_timeout(Duration::from_millis(100)) {
+                let waited = Instant::now();
+                let received = rx.recv_timeout(Duration::from_millis(100));
+                self.stats.idle_seconds += waited.elapsed().as_secs_f64();
+                match received {
                     Ok(cmd) => {
                         if !self.handle(cmd)? {
                             return Ok(());
@@ -224,7 +227,11 @@ impl Worker {
     }
 
     fn step(&mut self) -> Result<()> {
+        let began = Instant::now();
+        let forward_before = self.stats.forward_seconds + self.stats.stop_check_seconds;
         self.admit_and_prefill()?;
+        let prefill = self.stats.forward_seconds + self.stats.stop_check_seconds - forward_before;
+        self.stats.admit_seconds += (began.elapsed().as_secs_f64() - prefill).max(0.0);
         self.finish_rows();
         if self.running.is_empty() {
             return Ok(());
@@ -240,13 +247,16 @@ impl Worker {
         let first_new = self.running.len();
         let capacity = self.slots.capacity() as usize;
         let vocab = self.model.config().vocab_size as u32;
-        while self.running.len() < self.config.max_batch_rows {
+        let mut admitted: Vec<(Waiting, Option<ParkedKv>, usize)> = Vec::new();
+        while first_new + admitted.len() < self.config.max_batch_rows {
             let Some(next) = self.waiting.front() else {
                 break;
             };
             let ctx_len = next.request.context.len();
             let budget = ctx_len + next.request.params.max_new_tokens;
-            if !self.running.is_empty() && used + budget > self.config.max_batch_tokens {
+            if (first_new > 0 || !admitted.is_empty())
+                && used + budget > self.config.max_batch_tokens
+            {
                 break;
             }
             let w = self.waiting.pop_front().expect("front exists");
@@ -268,35 +278,49 @@ impl Worker {
                 continue;
             }
             used += budget;
-            let row = self.running.len();
             // Reuse the episode's parked KV for the longest common prefix, keeping at least
-            // one token to run so the turn has logits to sample from.
-            let mut reused = 0usize;
-            if let Some((tokens, kv)) = self.parked.take(w.request.episode) {
-                let common = tokens
-                    .iter()
-                    .zip(&w.request.context)
-                    .take_while(|(a, b)| a == b)
-                    .count();
-                reused = common.min(ctx_len - 1);
-                self.slots.restore(row, &kv, reused as i64);
-            } else if let Some((tokens, kv)) = &self.shared_prefix {
-                // A new (or evicted) episode: its prompt usually opens with the same system
-                // message and tool list as every other episode's.
-                let common = tokens
-                    .iter()
-                    .zip(&w.request.context)
-                    .take_while(|(a, b)| a == b)
-                    .count();
-                reused = common.min(ctx_len - 1);
-                self.slots.restore(row, kv, reused as i64);
-                self.stats.shared_prefix_tokens += reused as u64;
-            } else {
-                self.slots.truncate(row, 0);
+            // one token to run so the turn has logits to sample from. A new (or evicted)
+            // episode's prompt usually opens with the same system message and tool list as
+            // every other episode's: the shared prefix.
+            let source = match self.parked.take(w.request.episode) {
+                Some((tokens, kv)) => Some((tokens, kv, false)),
+                None => self
+                    .shared_prefix
+                    .as_ref()
+                    .map(|(tokens, kv)| (tokens.clone(), kv.share(), true)),
+            };
+            let (kv, reused) = match source {
+                Some((tokens, kv, shared)) => {
+                    let common = tokens
+                        .iter()
+                        .zip(&w.request.context)
+                        .take_while(|(a, b)| a == b)
+                        .count();
+                    let reused = common.min(ctx_len - 1);
+                    if shared {
+                        self.stats.shared_prefix_tokens += reused as u64;
+                    }
+                    (Some(kv), reused)
+                }
+                None => (None, 0),
+            };
+            admitted.push((w, kv, reused));
+        }
+        if admitted.is_empty() {
+            return Ok(());
+        }
+        // Rows in order of prefill length, so prefill buckets of similar length are
+        // contiguous rows; deciding the order before restoring copies each prefix once.
+        admitted.sort_by_key(|(w, _, reused)| w.request.context.len() - reused);
+        let now = Instant::now();
+        for (w, kv, reused) in admitted {
+            let row = self.running.len();
+            match &kv {
+                Some(kv) => self.slots.restore(row, kv, reused as i64),
+                None => self.slots.truncate(row, 0),
             }
-            let now = Instant::now();
             self.running.push(Running {
-                prefill: ctx_len - reused,
+                prefill: w.request.context.len() - reused,
                 reused,
                 request: w.request,
                 reply: w.reply,
@@ -309,22 +333,12 @@ impl Worker {
                 version: self.version,
             });
         }
-        if self.running.len() > first_new {
-            self.prefill(first_new)?;
-        }
-        Ok(())
+        self.prefill(first_new)
     }
 
-    /// Prefills rows `first..`, in buckets of similar length so padding stays small, and
-    /// samples each row's first token.
+    /// Prefills rows `first..` (sorted by prefill length) in buckets of similar length, so
+    /// padding stays small, and samples each row's first token.
     fn prefill(&mut self, first: usize) -> Result<()> {
-        // Sort the new rows by prefill length (they are all at the end, so reordering them
-        // only moves their slot contents).
-        let mut order: Vec<usize> = (first..self.running.len()).collect();
-        order.sort_by_key(|&i| self.running[i].prefill);
-        if order.iter().enumerate().any(|(k, &i)| i != first + k) {
-            self.permute_tail(first, &order);
-        }
         let mut start = first;
         while start < self.running.len() {
             let shortest = self.running[start].prefill;
@@ -336,20 +350,6 @@ impl Worker {
             start = end;
         }
         Ok(())
-    }
-
-    fn permute_tail(&mut self, first: usize, order: &[usize]) {
-        // Park the new rows' restored prefixes, reorder, then restore into their new rows.
-        let kvs: Vec<_> = (first..self.running.len())
-            .map(|row| self.slots.park(row))
-            .collect();
-        let mut tail: Vec<Option<Running>> = self.running.drain(first..).map(Some).collect();
-        for (k, &i) in order.iter().enumerate() {
-            let r = tail[i - first].take().expect("each row moved once");
-            let kv = &kvs[i - first];
-            self.slots.restore(first + k, kv, kv.len);
-            self.running.push(r);
-        }
     }
 
     fn prefill_bucket(&mut self, start: usize, end: usize) -> Result<()> {
@@ -400,8 +400,8 @@ impl Worker {
         self.stats.reused_tokens += reused as u64;
         metrics::counter!("agent_r1_engine_prefill_tokens_total").increment(prefill_tokens as u64);
         metrics::counter!("agent_r1_engine_reused_tokens_total").increment(reused as u64);
-        self.sample_into(start, end, &logits)?;
-        self.stats.forward_seconds += began.elapsed().as_secs_f64();
+        let stop_check = self.sample_into(start, end, &logits)?;
+        self.stats.forward_seconds += began.elapsed().as_secs_f64() - stop_check;
         Ok(())
     }
 
@@ -423,18 +423,19 @@ impl Worker {
             let hidden = self.model.forward(&ids, &mask, Some(&mut chunk));
             self.model.logits(&hidden.squeeze_dim(1))
         });
-        self.sample_into(0, rows, &logits)?;
+        let stop_check = self.sample_into(0, rows, &logits)?;
         self.stats.decode_steps += 1;
         self.stats.decode_rows += rows as u64;
-        self.stats.forward_seconds += began.elapsed().as_secs_f64();
+        self.stats.forward_seconds += began.elapsed().as_secs_f64() - stop_check;
         metrics::histogram!("agent_r1_engine_batch_size").record(rows as f64);
         metrics::histogram!("agent_r1_engine_step_seconds").record(began.elapsed().as_secs_f64());
         Ok(())
     }
 
     /// Samples one token for rows `start..end` from `logits` [rows, V], grouping rows with
-    /// the same sampling settings, and marks rows that finished.
-    fn sample_into(&mut self, start: usize, end: usize, logits: &Tensor) -> Result<()> {
+    /// the same sampling settings, and marks rows that finished. Returns the seconds spent on
+    /// stop-string checks, which are not model work.
+    fn sample_into(&mut self, start: usize, end: usize, logits: &Tensor) -> Result<f64> {
         let rows = end - start;
         let mut tokens = vec![0u32; rows];
         let mut logprobs = vec![0f32; rows];
@@ -472,6 +473,7 @@ impl Worker {
             }
         }
         let capacity = self.slots.capacity() as usize;
+        let checking = Instant::now();
         for b in 0..rows {
             let row = start + b;
             let r = &mut self.running[row];
@@ -490,12 +492,15 @@ impl Worker {
                 r.finish = Some(FinishReason::ContextFull);
             }
         }
+        let stop_check = checking.elapsed().as_secs_f64();
+        self.stats.stop_check_seconds += stop_check;
         metrics::counter!("agent_r1_engine_tokens_generated_total").increment(rows as u64);
-        Ok(())
+        Ok(stop_check)
     }
 
     /// Replies to finished rows, parks their KV, and packs the running rows.
     fn finish_rows(&mut self) {
+        let began = Instant::now();
         let mut row = 0;
         while row < self.running.len() {
             if self.running[row].finish.is_none() {
@@ -547,6 +552,7 @@ impl Worker {
         metrics::gauge!("agent_r1_engine_kv_parked_bytes").set(self.parked.bytes() as f64);
         metrics::gauge!("agent_r1_engine_running_sequences").set(self.running.len() as f64);
         metrics::gauge!("agent_r1_engine_waiting_requests").set(self.waiting.len() as f64);
+        self.stats.finish_seconds += began.elapsed().as_secs_f64();
     }
 
     fn fail_all(&mut self, reason: &str) {
