@@ -47,6 +47,14 @@ pub struct EngineConfig {
     /// Seed of sampling: each token is drawn from (seed, episode, position), so results do
     /// not depend on batch composition.
     pub seed: i64,
+    /// Whether a turn reuses KV (its episode's parked KV, or the shared prompt prefix).
+    /// Off, every turn prefills its whole context: the baseline reuse is measured against.
+    #[serde(default = "reuse_by_default")]
+    pub kv_reuse: bool,
+}
+
+fn reuse_by_default() -> bool {
+    true
 }
 
 impl Default for EngineConfig {
@@ -60,6 +68,7 @@ impl Default for EngineConfig {
             admission_timeout: Duration::from_secs(600),
             request_timeout: Duration::from_secs(1800),
             seed: 0,
+            kv_reuse: true,
         }
     }
 }

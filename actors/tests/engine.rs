@@ -317,6 +317,20 @@ fn next_turn_reuses_kv_and_matches_recompute_and_eviction() {
     for (a, b) in e2.logprobs.iter().zip(&t2.logprobs) {
         assert!((a - b).abs() < 1e-4);
     }
+
+    // Reuse off (the benchmark's baseline): every turn prefills its whole context, nothing
+    // is parked or shared, and the tokens are the same.
+    let (n1, n2, _, nstats) = run_two_turns(EngineConfig {
+        max_context: 128,
+        kv_reuse: false,
+        ..Default::default()
+    });
+    assert_eq!((n1.reused_tokens, n2.reused_tokens), (0, 0));
+    assert_eq!(n2.prefill_tokens, second.len());
+    assert_eq!(nstats.reused_tokens, 0);
+    assert_eq!(nstats.parked_episodes, 0);
+    assert_eq!(nstats.prefill_tokens, (20 + 30 + second.len()) as u64);
+    assert_eq!(n2.token_ids, t2.token_ids, "reuse and no reuse must agree");
 }
 
 #[test]

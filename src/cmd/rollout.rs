@@ -61,6 +61,10 @@ pub(crate) struct RolloutArgs {
     /// Bytes of KV parked for episodes waiting on tools (MiB).
     #[arg(long, default_value_t = 1024)]
     parked_kv_mib: usize,
+    /// Prefill every turn's whole context: no parked or shared-prefix KV (the baseline that
+    /// KV reuse is measured against).
+    #[arg(long)]
+    no_kv_reuse: bool,
     /// Seed of the world and of sampling.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -174,6 +178,7 @@ fn execute(
             max_context: a.max_context,
             parked_kv_bytes: a.parked_kv_mib << 20,
             seed: a.seed as i64,
+            kv_reuse: !a.no_kv_reuse,
             ..Default::default()
         },
     )?;
@@ -270,6 +275,7 @@ pub(crate) fn run_bench(cmd: BenchRolloutCmd) -> anyhow::Result<()> {
         "episodes": cmd.common.episodes,
         "concurrency": cmd.common.concurrency,
         "max_batch": cmd.common.max_batch,
+        "kv_reuse": !cmd.common.no_kv_reuse,
         "tool_fault_rate": cmd.common.tool_fault_rate,
         "tool_latency_ms": cmd.common.tool_latency_ms,
         "episodes_completed": s.completed,

@@ -288,7 +288,8 @@ impl Worker {
                     .shared_prefix
                     .as_ref()
                     .map(|(tokens, kv)| (tokens.clone(), kv.share(), true)),
-            };
+            }
+            .filter(|_| self.config.kv_reuse);
             let (kv, reused) = match source {
                 Some((tokens, kv, shared)) => {
                     let common = tokens
@@ -522,7 +523,7 @@ impl Worker {
                 self.stats.turns_spanning_updates += 1;
                 metrics::counter!("agent_r1_engine_turns_spanning_weight_update_total")
                     .increment(1);
-            } else {
+            } else if self.config.kv_reuse {
                 let kv = self.slots.park(row);
                 if self.shared_prefix.is_none() {
                     // The first prompt seen under these weights becomes the shared prefix
