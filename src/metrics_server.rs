@@ -296,6 +296,10 @@ fn describe_series() {
         "Time a call waited for a tool worker, by tool."
     );
     describe_gauge!(
+        "agent_r1_engine_time_ratio",
+        "Share of the engine thread's time over the last ~2 s, by phase: forward (passes and sampling), admit, finish (KV parking, replies), stop_check, idle, other."
+    );
+    describe_gauge!(
         "agent_r1_engine_policy_version",
         "Policy version of the weights the engine samples with."
     );

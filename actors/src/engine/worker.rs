@@ -60,6 +60,54 @@ struct Worker {
     running: Vec<Running>,
     stats: EngineStats,
     version: u64,
+    window: PhaseWindow,
+}
+
+/// Where the engine thread's time went since the last export of `agent_r1_engine_time_ratio`.
+struct PhaseWindow {
+    started: Instant,
+    at_start: [f64; 5],
+}
+
+impl PhaseWindow {
+    /// Exported about this often, so a dashboard sees the share of each phase live.
+    const LENGTH: Duration = Duration::from_secs(2);
+    const PHASES: [&'static str; 5] = ["forward", "admit", "finish", "stop_check", "idle"];
+
+    fn totals(stats: &EngineStats) -> [f64; 5] {
+        [
+            stats.forward_seconds,
+            stats.admit_seconds,
+            stats.finish_seconds,
+            stats.stop_check_seconds,
+            stats.idle_seconds,
+        ]
+    }
+
+    fn new(stats: &EngineStats) -> Self {
+        Self {
+            started: Instant::now(),
+            at_start: Self::totals(stats),
+        }
+    }
+
+    /// Sets the gauge per phase (and `other`, the loop's own time) once a window has passed.
+    fn export_if_due(&mut self, stats: &EngineStats) {
+        let elapsed = self.started.elapsed().as_secs_f64();
+        if elapsed < Self::LENGTH.as_secs_f64() {
+            return;
+        }
+        let now = Self::totals(stats);
+        let mut accounted = 0.0;
+        for (phase, (end, start)) in Self::PHASES.iter().zip(now.iter().zip(&self.at_start)) {
+            let share = (end - start) / elapsed;
+            accounted += share;
+            metrics::gauge!("agent_r1_engine_time_ratio", "phase" => *phase).set(share);
+        }
+        metrics::gauge!("agent_r1_engine_time_ratio", "phase" => "other")
+            .set((1.0 - accounted).max(0.0));
+        *self = Self::new(stats);
+    }
 }
 
 pub(super) fn run(
@@ -99,6 +147,7 @@ pub(super) fn run(
         running: Vec::new(),
         stats: EngineStats::default(),
         version: 0,
+        window: PhaseWindow::new(&EngineStats::default()),
     };
     worker.stats.slot_bytes = worker.slots.bytes_allocated() as u64;
     let _ = ready.send(Ok(()));
@@ -141,7 +190,10 @@ impl Worker {
                             return Ok(());
                         }
                     }
-                    Err(RecvTimeoutError::Timeout) => continue,
+                    Err(RecvTimeoutError::Timeout) => {
+                        self.window.export_if_due(&self.stats);
+                        continue;
+                    }
                     Err(RecvTimeoutError::Disconnected) => return Ok(()),
                 }
             }
@@ -151,6 +203,7 @@ impl Worker {
                 }
             }
             self.step()?;
+            self.window.export_if_due(&self.stats);
         }
     }
 
