@@ -4,6 +4,7 @@
 //! very same episode path (engine, actors, tools, env scoring). It lives in the library so
 //! that the training loop ([`crate::train`]) builds its run from the same pieces.
 
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -251,9 +252,10 @@ pub fn init_model(
 
 /// A finished supervised warm start.
 pub struct WarmStart {
-    /// The warm-started model directory (tokenizer files copied from the base).
+    /// The warm-started model directory (tokenizer files copied from the base); nothing is
+    /// written there when the warm start was interrupted.
     pub dir: PathBuf,
-    /// What the SFT loop reports (steps, first and last loss).
+    /// What the SFT loop reports (steps, first and last loss, interrupted).
     pub report: SftReport,
     /// Demonstrations trained on.
     pub demonstrations: usize,
@@ -278,7 +280,8 @@ pub struct WarmStartPhase {
 /// model, each with its own demonstrations: the demo recipe first teaches the skills on
 /// mostly gold demonstrations, then gives the policy a habit of answering before the second
 /// hop, so it is imperfect on purpose and RL has something to fix. Blocking; call it outside
-/// async code.
+/// async code. `on_step` may stop it (`Break`): the report says `interrupted` and no model
+/// is saved, since a part-way warm start is not a model anyone asked for.
 #[allow(clippy::too_many_arguments)]
 pub fn warm_start(
     env: &SyntheticMultihopEnv,
@@ -289,7 +292,7 @@ pub fn warm_start(
     placement: Placement,
     sft: &SftConfig,
     phases: &[WarmStartPhase],
-    mut on_step: impl FnMut(usize, f64),
+    mut on_step: impl FnMut(usize, f64) -> ControlFlow<()>,
 ) -> anyhow::Result<WarmStart> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -341,11 +344,17 @@ pub fn warm_start(
                 first_loss: prev.first_loss,
                 last_loss: r.last_loss,
                 tokens: prev.tokens + r.tokens,
+                interrupted: r.interrupted,
             },
         });
+        if report.as_ref().is_some_and(|r| r.interrupted) {
+            break;
+        }
     }
     let report = report.context("the warm start has no phase with steps > 0")?;
-    model.save(out, Some(base))?;
+    if !report.interrupted {
+        model.save(out, Some(base))?;
+    }
     Ok(WarmStart {
         dir: out.to_path_buf(),
         report,

@@ -35,6 +35,7 @@ pub mod records;
 pub mod tasks;
 
 use std::collections::BTreeSet;
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -640,16 +641,13 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
                 &sft,
                 &phases,
                 |step, loss| {
-                    if stop.load(Ordering::SeqCst) {
-                        // Nothing to checkpoint yet: a restart redoes the warm start.
-                        eprintln!(
-                            "interrupted during the warm start (step {step}): nothing to save, \
-                             the next start redoes it; exiting"
-                        );
-                        std::process::exit(0);
-                    }
                     if step % 25 == 0 || step + 1 == total {
                         eprintln!("  sft step {step:>4}  loss {loss:.3}");
+                    }
+                    if stop.load(Ordering::SeqCst) {
+                        ControlFlow::Break(())
+                    } else {
+                        ControlFlow::Continue(())
                     }
                 },
             )?;
@@ -659,7 +657,24 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
                 "loss_first": done.report.first_loss,
                 "loss_last": done.report.last_loss,
                 "seconds": t0.elapsed().as_secs_f64(),
+                "interrupted": done.report.interrupted,
             });
+            if done.report.interrupted {
+                // Nothing to checkpoint yet: a restart redoes the warm start.
+                eprintln!(
+                    "interrupted during the warm start (after {} of {total} steps): nothing \
+                     saved, the next start redoes it",
+                    done.report.steps
+                );
+                return Ok(json!({
+                    "updates": 0,
+                    "interrupted": true,
+                    "warm_start": warm,
+                    "wall_s": started.elapsed().as_secs_f64(),
+                    "run_dir": run_dir.display().to_string(),
+                    "checkpoint": null,
+                }));
+            }
         }
         base_dir = sft_dir;
     }

@@ -2,7 +2,8 @@
 //! warm start, a 40-question world): a whole run writes its logs, checkpoints, rollouts and
 //! curves; a SIGTERM mid-batch saves the sampled trajectories in the checkpoint and a restart
 //! trains on them; a kill -9 after a checkpoint, then a restart, continues from that
-//! checkpoint with the same step count.
+//! checkpoint with the same step count; a SIGTERM during a (long) warm start ends the process
+//! cleanly at the next step.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -375,4 +376,30 @@ fn async_mode_samples_the_next_batch_during_the_update_and_checkpoints_it() {
     let rows = jsonl(&run.join("metrics.jsonl"));
     assert_eq!(steps(&rows), vec![1, 2, 3, 4]);
     assert!(rows.iter().all(|r| r["episodes"] == 4), "{rows:?}");
+}
+
+#[test]
+fn sigterm_during_the_warm_start_stops_at_the_next_step_and_saves_no_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), 2, 2, 2, 1);
+    // A warm start far longer than the test waits: only the signal can end it in time.
+    let mut text = std::fs::read_to_string(&cfg).unwrap();
+    text.push_str("\n[warm_start]\nsteps = 100000\nbatch_size = 2\n");
+    std::fs::write(&cfg, text).unwrap();
+    let run = tmp.path().join("run");
+    let mut t = Trainer::start(&cfg, &run, false);
+    t.wait_line(|l| l.trim_start().starts_with("sft step    0"));
+    t.signal("TERM");
+    let (code, out, err) = t.finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("interrupted during the warm start"), "{err}");
+    let summary = last_json(&out);
+    assert_eq!(summary["interrupted"], true, "{summary}");
+    assert_eq!(summary["updates"], 0, "{summary}");
+    assert_eq!(summary["warm_start"]["interrupted"], true, "{summary}");
+    let steps = summary["warm_start"]["steps"].as_u64().unwrap();
+    assert!((1..100000).contains(&steps), "{summary}");
+    // A part-way warm start is not saved (a restart redoes it), and no checkpoint exists.
+    assert!(!run.join("model-sft/config.json").exists());
+    assert!(!run.join("checkpoints").join("step-1").exists());
 }

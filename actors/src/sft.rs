@@ -5,6 +5,8 @@
 //! are found in token space by rendering each prefix with the generation prompt, so the ids
 //! trained on are the ids the chat template produces at inference time.
 
+use std::ops::ControlFlow;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tch::nn::{self, OptimizerConfig};
@@ -114,14 +116,18 @@ pub struct SftReport {
     pub last_loss: f64,
     /// Assistant tokens trained on.
     pub tokens: usize,
+    /// Whether `on_step` stopped the run before `config.steps` (the model is then part-way).
+    #[serde(default)]
+    pub interrupted: bool,
 }
 
-/// Trains `model` on `data` with a masked next-token loss.
+/// Trains `model` on `data` with a masked next-token loss. `on_step` sees each step's loss
+/// and may stop the run early (a signal during a long warm start), with `Break`.
 pub fn train_sft(
     model: &mut PolicyModel,
     data: &[SftSequence],
     config: &SftConfig,
-    mut on_step: impl FnMut(usize, f64),
+    mut on_step: impl FnMut(usize, f64) -> ControlFlow<()>,
 ) -> Result<SftReport> {
     if data.is_empty() || config.batch_size == 0 || config.steps == 0 {
         return Err(Error::invalid(
@@ -149,6 +155,7 @@ pub fn train_sft(
     let mut cursor = order.len();
     let mut losses = Vec::with_capacity(config.steps);
     let mut tokens = 0usize;
+    let mut interrupted = false;
     for step in 0..config.steps {
         let mut batch = Vec::with_capacity(config.batch_size);
         while batch.len() < config.batch_size.min(data.len()) {
@@ -208,7 +215,10 @@ pub fn train_sft(
         }
         tokens += w.sum(Kind::Float).double_value(&[]) as usize;
         losses.push(loss_v);
-        on_step(step, loss_v);
+        if on_step(step, loss_v).is_break() {
+            interrupted = step + 1 < config.steps;
+            break;
+        }
     }
     let mean = |xs: &[f64]| xs.iter().sum::<f64>() / xs.len().max(1) as f64;
     let k = losses.len().min(10);
@@ -217,6 +227,7 @@ pub fn train_sft(
         first_loss: mean(&losses[..k]),
         last_loss: mean(&losses[losses.len() - k..]),
         tokens,
+        interrupted,
     })
 }
 
