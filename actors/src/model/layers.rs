@@ -130,17 +130,19 @@ impl Attention {
             Some((cache, layer)) => cache.append(layer, &k, &v),
             None => (k, v),
         };
+        // Grouped-query attention without copying keys and values per query head: the
+        // `group` query heads that share KV head j (heads j*group.., as repeat_interleave
+        // would pair them) attend as one head with group*T query rows. Repeating the KV
+        // instead would copy the whole cache every layer of every decode step.
         let group = self.heads / self.kv_heads;
-        let (k, v) = if group > 1 {
-            (
-                k.repeat_interleave_self_int(group, 1, None),
-                v.repeat_interleave_self_int(group, 1, None),
-            )
+        let out = if group > 1 {
+            let q = q.reshape([b, self.kv_heads, group * t, self.head_dim]);
+            let mask = mask.repeat([1, 1, group, 1]);
+            Tensor::scaled_dot_product_attention(&q, &k, &v, Some(mask), 0.0, false, None, false)
+                .view([b, self.heads, t, self.head_dim])
         } else {
-            (k, v)
+            Tensor::scaled_dot_product_attention(&q, &k, &v, Some(mask), 0.0, false, None, false)
         };
-        let out =
-            Tensor::scaled_dot_product_attention(&q, &k, &v, Some(mask), 0.0, false, None, false);
         let out = out
             .transpose(1, 2)
             .reshape([b, t, self.heads * self.head_dim]);
