@@ -122,9 +122,10 @@ pub fn engine(
 /// one, so when a finished turn wakes its episode, the episode's work (parsing, searching,
 /// tokenising the observation) waits for a free core instead of preempting the engine
 /// thread between forward passes, where every preempted microsecond delays all rows of the
-/// batch. Measured on 2 cores at 1024 episodes: replying to a finished turn cost about 250 us
-/// of the engine's time before, most of it spent preempted. The episodes still get their
-/// fair share of CPU time; only wake-up preemption changes.
+/// batch. Measured on 2 cores at 1024 episodes: replying to a finished turn took about 250 us
+/// of the engine thread's time before, and finishing turns fell from 2.1 s to 0.7 s per 42 s
+/// run with it. The episodes still get their fair share of CPU time; only wake-up preemption
+/// changes.
 pub fn actor_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
