@@ -139,7 +139,7 @@ impl Attention {
             let q = q.reshape([b, self.kv_heads, group * t, self.head_dim]);
             let mask = mask.repeat([1, 1, group, 1]);
             Tensor::scaled_dot_product_attention(&q, &k, &v, Some(mask), 0.0, false, None, false)
-                .view([b, self.heads, t, self.head_dim])
+                .reshape([b, self.heads, t, self.head_dim])
         } else {
             Tensor::scaled_dot_product_attention(&q, &k, &v, Some(mask), 0.0, false, None, false)
         };
