@@ -307,9 +307,8 @@ impl Worker {
             };
             let ctx_len = next.request.context.len();
             let budget = ctx_len + next.request.params.max_new_tokens;
-            if (first_new > 0 || !admitted.is_empty())
-                && used + budget > self.config.max_batch_tokens
-            {
+            // The first row is admitted whatever its size (`used` counts every row so far).
+            if used > 0 && used + budget > self.config.max_batch_tokens {
                 break;
             }
             let w = self.waiting.pop_front().expect("front exists");
@@ -331,33 +330,7 @@ impl Worker {
                 continue;
             }
             used += budget;
-            // Reuse the episode's parked KV for the longest common prefix, keeping at least
-            // one token to run so the turn has logits to sample from. A new (or evicted)
-            // episode's prompt usually opens with the same system message and tool list as
-            // every other episode's: the shared prefix.
-            let source = match self.parked.take(w.request.episode) {
-                Some((tokens, kv)) => Some((tokens, kv, false)),
-                None => self
-                    .shared_prefix
-                    .as_ref()
-                    .map(|(tokens, kv)| (tokens.clone(), kv.share(), true)),
-            }
-            .filter(|_| self.config.kv_reuse);
-            let (kv, reused) = match source {
-                Some((tokens, kv, shared)) => {
-                    let common = tokens
-                        .iter()
-                        .zip(&w.request.context)
-                        .take_while(|(a, b)| a == b)
-                        .count();
-                    let reused = common.min(ctx_len - 1);
-                    if shared {
-                        self.stats.shared_prefix_tokens += reused as u64;
-                    }
-                    (Some(kv), reused)
-                }
-                None => (None, 0),
-            };
+            let (kv, reused) = self.reusable_kv(w.request.episode, &w.request.context);
             admitted.push((w, kv, reused));
         }
         if admitted.is_empty() {
@@ -388,6 +361,35 @@ impl Worker {
             });
         }
         self.prefill(first_new)
+    }
+
+    /// The KV a turn starts from and how many of its context tokens that covers: the
+    /// episode's parked KV, else the shared prompt prefix (a new or evicted episode's prompt
+    /// usually opens with the same system message and tool list as every other episode's).
+    /// At least one token is left to run, so the turn has logits to sample from.
+    fn reusable_kv(&mut self, episode: u64, context: &[u32]) -> (Option<ParkedKv>, usize) {
+        if !self.config.kv_reuse {
+            return (None, 0);
+        }
+        let common = |tokens: &[u32]| {
+            let n = tokens
+                .iter()
+                .zip(context)
+                .take_while(|(a, b)| a == b)
+                .count();
+            n.min(context.len() - 1)
+        };
+        if let Some((tokens, kv)) = self.parked.take(episode) {
+            return (Some(kv), common(&tokens));
+        }
+        match &self.shared_prefix {
+            Some((tokens, kv)) => {
+                let reused = common(tokens);
+                self.stats.shared_prefix_tokens += reused as u64;
+                (Some(kv.share()), reused)
+            }
+            None => (None, 0),
+        }
     }
 
     /// Prefills rows `first..` (sorted by prefill length) in buckets of similar length, so
