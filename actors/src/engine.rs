@@ -11,6 +11,7 @@
 //! turn reports the version it was admitted under (the oldest that produced any of its
 //! tokens) and the version it finished under.
 
+mod kv_pool;
 mod parked;
 mod slots;
 mod worker;
@@ -51,6 +52,16 @@ pub struct EngineConfig {
     /// Off, every turn prefills its whole context: the baseline reuse is measured against.
     #[serde(default = "reuse_by_default")]
     pub kv_reuse: bool,
+    /// Whether the parked-KV pool (`parked_kv_bytes`) is touched when the engine starts:
+    /// the process then holds the whole budget from the start, and parking never waits on
+    /// the OS faulting fresh memory in. Off, the pool's memory is faulted in as it is first
+    /// used (resident memory grows with what is parked), on the engine's critical path.
+    #[serde(default = "prefault_by_default")]
+    pub prefault_parked_kv: bool,
+}
+
+fn prefault_by_default() -> bool {
+    true
 }
 
 fn reuse_by_default() -> bool {
@@ -63,12 +74,13 @@ impl Default for EngineConfig {
             max_batch_rows: 64,
             max_batch_tokens: 64 * 2048,
             max_context: 2048,
-            parked_kv_bytes: 1 << 30,
+            parked_kv_bytes: 2 << 30,
             max_pending: 8192,
             admission_timeout: Duration::from_secs(600),
             request_timeout: Duration::from_secs(1800),
             seed: 0,
             kv_reuse: true,
+            prefault_parked_kv: true,
         }
     }
 }
@@ -132,6 +144,10 @@ pub struct EngineStats {
     pub reused_tokens: u64,
     /// Of those, tokens reused from the shared prompt prefix by episodes with nothing parked.
     pub shared_prefix_tokens: u64,
+    /// Turns parked into the spare slots of the KV they were restored from (copying only
+    /// the tokens the turn added); the rest are parked into a new tensor.
+    #[serde(default)]
+    pub parked_in_place: u64,
     /// Parked entries evicted for the byte budget.
     pub evictions: u64,
     /// Tokens in evicted entries (recomputed if their episode returns).

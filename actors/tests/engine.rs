@@ -333,6 +333,72 @@ fn next_turn_reuses_kv_and_matches_recompute_and_eviction() {
     assert_eq!(n2.token_ids, t2.token_ids, "reuse and no reuse must agree");
 }
 
+/// Four turns each of three interleaved episodes: parked in place (the default pool), parked
+/// into new ranges with evictions (a pool of 80 token slots, not prefaulted), and not parked
+/// at all (reuse off) must sample the same tokens.
+#[test]
+fn turns_parked_in_place_or_evicted_sample_what_recompute_samples() {
+    let tmp = tempfile::tempdir().unwrap();
+    make_model(tmp.path());
+    let rt = runtime();
+    let run = |config: EngineConfig| {
+        let engine = start(tmp.path(), config);
+        rt.block_on(async {
+            let mut contexts: Vec<Vec<u32>> =
+                (0..3).map(|e| prompt(e + 1, 20 + e as usize)).collect();
+            let mut outputs = Vec::new();
+            for turn in 0..4 {
+                for (e, context) in contexts.iter_mut().enumerate() {
+                    let out = engine
+                        .generate(TurnRequest {
+                            episode: e as u64,
+                            context: context.clone(),
+                            params: greedy(10),
+                            stop_strings: vec![],
+                        })
+                        .await
+                        .unwrap();
+                    context.extend(&out.token_ids);
+                    context.extend(prompt(40 + turn * 3 + e as u32, 12));
+                    outputs.push(out);
+                }
+            }
+            (outputs, engine.stats().await.unwrap())
+        })
+    };
+    let (pooled, stats) = run(EngineConfig {
+        max_context: 256,
+        ..Default::default()
+    });
+    // Every later turn of every episode fits its first park's spare slots.
+    assert_eq!(stats.parked_in_place, 9, "{stats:?}");
+    assert_eq!(stats.evictions, 0);
+    for out in &pooled[3..] {
+        assert_eq!(out.prefill_tokens, 12 + 1, "{out:?}");
+    }
+    // One token slot of the test model: 2 layers x (keys, values) x 2 heads x 8 dims x 4 B.
+    let (small, small_stats) = run(EngineConfig {
+        max_context: 256,
+        parked_kv_bytes: 80 * 256,
+        prefault_parked_kv: false,
+        ..Default::default()
+    });
+    assert!(small_stats.evictions >= 3, "{small_stats:?}");
+    assert!(small_stats.parked_bytes <= 80 * 256);
+    let (recomputed, _) = run(EngineConfig {
+        max_context: 256,
+        kv_reuse: false,
+        ..Default::default()
+    });
+    for ((a, b), c) in pooled.iter().zip(&small).zip(&recomputed) {
+        assert_eq!(a.token_ids, c.token_ids, "parked in place vs recomputed");
+        assert_eq!(b.token_ids, c.token_ids, "evicted vs recomputed");
+        for (x, y) in a.logprobs.iter().zip(&c.logprobs) {
+            assert!((x - y).abs() < 1e-4);
+        }
+    }
+}
+
 #[test]
 fn stops_bad_requests_and_weight_updates() {
     let tmp = tempfile::tempdir().unwrap();

@@ -58,9 +58,13 @@ pub(crate) struct RolloutArgs {
     /// Rows decoded together by the engine.
     #[arg(long, default_value_t = 64)]
     max_batch: usize,
-    /// Bytes of KV parked for episodes waiting on tools (MiB).
-    #[arg(long, default_value_t = 1024)]
+    /// Size of the pool of KV parked for episodes waiting on tools (MiB).
+    #[arg(long, default_value_t = 2048)]
     parked_kv_mib: usize,
+    /// Fault the parked-KV pool's memory in as it is first used, instead of touching all of
+    /// it when the engine starts (resident memory then grows with what is parked).
+    #[arg(long)]
+    lazy_parked_kv: bool,
     /// Prefill every turn's whole context: no parked or shared-prefix KV (the baseline that
     /// KV reuse is measured against).
     #[arg(long)]
@@ -179,6 +183,7 @@ fn execute(
             parked_kv_bytes: a.parked_kv_mib << 20,
             seed: a.seed as i64,
             kv_reuse: !a.no_kv_reuse,
+            prefault_parked_kv: !a.lazy_parked_kv,
             ..Default::default()
         },
     )?;
@@ -276,6 +281,8 @@ pub(crate) fn run_bench(cmd: BenchRolloutCmd) -> anyhow::Result<()> {
         "concurrency": cmd.common.concurrency,
         "max_batch": cmd.common.max_batch,
         "kv_reuse": !cmd.common.no_kv_reuse,
+        "parked_kv_mib": cmd.common.parked_kv_mib,
+        "parked_kv_prefaulted": !cmd.common.lazy_parked_kv,
         "tool_fault_rate": cmd.common.tool_fault_rate,
         "tool_latency_ms": cmd.common.tool_latency_ms,
         "episodes_completed": s.completed,
@@ -303,6 +310,7 @@ pub(crate) fn run_bench(cmd: BenchRolloutCmd) -> anyhow::Result<()> {
         "prefill_tokens": outcome.prefill_with_reuse,
         "reused_tokens": e.reused_tokens,
         "shared_prefix_tokens": e.shared_prefix_tokens,
+        "kv_parked_in_place": e.parked_in_place,
         "kv_evictions": e.evictions,
         "kv_evicted_tokens": e.evicted_tokens,
         "kv_slot_mb": e.slot_bytes as f64 / 1048576.0,

@@ -1,9 +1,10 @@
-//! KV of sequences waiting on tools, kept under a byte budget.
+//! KV of sequences waiting on tools, in the engine's parked-KV pool.
 //!
 //! Keeping every waiting episode's KV is impossible at scale (4096 episodes x 1k tokens x
-//! 4 KiB is 16 GiB), so parked KV has a budget and the least recently parked entry is evicted
-//! first: an episode that has waited longest is the one whose tool is slowest, so it is the
-//! least likely to be needed soon. An evicted episode's next turn recomputes its prefix.
+//! 4 KiB is 16 GiB), so parked KV lives in a pool of fixed size and the least recently
+//! parked entry is evicted first when a new one does not fit: an episode that has waited
+//! longest is the one whose tool is slowest, so it is the least likely to be needed soon.
+//! An evicted episode's next turn recomputes its prefix.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -17,31 +18,18 @@ struct Entry {
     bytes: usize,
 }
 
-/// Parked KV by episode, with LRU eviction under a byte budget.
-#[derive(Debug)]
+/// Parked KV by episode, evicted least recently parked first.
+#[derive(Debug, Default)]
 pub(crate) struct ParkedStore {
     entries: HashMap<u64, Entry>,
     order: BTreeMap<u64, u64>,
     tick: u64,
-    budget: usize,
     used: usize,
     pub(crate) evictions: u64,
     pub(crate) evicted_tokens: u64,
 }
 
 impl ParkedStore {
-    pub(crate) fn new(budget: usize) -> Self {
-        Self {
-            entries: HashMap::new(),
-            order: BTreeMap::new(),
-            tick: 0,
-            budget,
-            used: 0,
-            evictions: 0,
-            evicted_tokens: 0,
-        }
-    }
-
     pub(crate) fn bytes(&self) -> usize {
         self.used
     }
@@ -50,25 +38,10 @@ impl ParkedStore {
         self.entries.len()
     }
 
-    /// Parks `kv`, whose slots hold `tokens`, evicting older entries to stay in budget.
+    /// Parks `kv`, whose slots hold `tokens`.
     pub(crate) fn insert(&mut self, episode: u64, tokens: Vec<u32>, kv: ParkedKv) {
         self.remove(episode);
         let bytes = kv.bytes();
-        if bytes > self.budget {
-            self.evictions += 1;
-            self.evicted_tokens += tokens.len() as u64;
-            return;
-        }
-        while self.used + bytes > self.budget {
-            let Some((_, oldest)) = self.order.pop_first() else {
-                break;
-            };
-            if let Some(e) = self.entries.remove(&oldest) {
-                self.used -= e.bytes;
-                self.evictions += 1;
-                self.evicted_tokens += e.tokens.len() as u64;
-            }
-        }
         self.tick += 1;
         self.order.insert(self.tick, episode);
         self.used += bytes;
@@ -81,6 +54,25 @@ impl ParkedStore {
                 bytes,
             },
         );
+    }
+
+    /// Drops the least recently parked entry (its pool range is free again); false when
+    /// nothing is parked.
+    pub(crate) fn evict_oldest(&mut self) -> bool {
+        let Some((_, oldest)) = self.order.first_key_value() else {
+            return false;
+        };
+        let oldest = *oldest;
+        if let Some((tokens, _)) = self.take(oldest) {
+            self.count_eviction(tokens.len());
+        }
+        true
+    }
+
+    /// Counts KV of `tokens` tokens that could not be kept (evicted, or never parked).
+    pub(crate) fn count_eviction(&mut self, tokens: usize) {
+        self.evictions += 1;
+        self.evicted_tokens += tokens as u64;
     }
 
     /// Takes an episode's parked KV and the tokens it holds.
@@ -99,5 +91,59 @@ impl ParkedStore {
         self.entries.clear();
         self.order.clear();
         self.used = 0;
+    }
+}
+
+/// How many spare slots to give newly parked KV: a high quantile of how much recent
+/// episodes' KV grew from one parked turn to the next (a tool observation, template tokens
+/// and the next reply). With that many spare slots most next turns park in
+/// place; the rest pay one new tensor, as they would without spare slots. Spare slots
+/// count against the parked budget, so the quantile trades evictions for copies.
+#[derive(Debug)]
+pub(crate) struct SpareSlots {
+    recent: Vec<i64>,
+    next: usize,
+    slots: i64,
+}
+
+impl SpareSlots {
+    /// Growths remembered.
+    const WINDOW: usize = 256;
+    /// Growths at or under the spare slots, of those remembered.
+    const QUANTILE: f64 = 0.9;
+    /// Spare slots are a multiple of this (fewer distinct tensor sizes for the allocator).
+    const GRANULE: i64 = 16;
+    /// Spare slots before any growth is seen.
+    const INITIAL: i64 = 256;
+
+    pub(crate) fn observe(&mut self, growth: i64) {
+        let growth = growth.max(0);
+        if self.recent.len() < Self::WINDOW {
+            self.recent.push(growth);
+        } else {
+            self.recent[self.next] = growth;
+        }
+        self.next = (self.next + 1) % Self::WINDOW;
+        // Re-estimated every 16 growths; sorting 256 numbers is nothing beside one copy.
+        if self.next % 16 == 0 {
+            let mut sorted = self.recent.clone();
+            sorted.sort_unstable();
+            let at = ((sorted.len() - 1) as f64 * Self::QUANTILE).round() as usize;
+            self.slots = (sorted[at] + Self::GRANULE - 1) / Self::GRANULE * Self::GRANULE;
+        }
+    }
+
+    pub(crate) fn slots(&self) -> i64 {
+        self.slots
+    }
+}
+
+impl Default for SpareSlots {
+    fn default() -> Self {
+        Self {
+            recent: Vec::with_capacity(Self::WINDOW),
+            next: 0,
+            slots: Self::INITIAL,
+        }
     }
 }

@@ -11,27 +11,54 @@
 
 use tch::{Device, Kind, Tensor};
 
+#[cfg(doc)]
+use super::kv_pool::KvPool;
+use super::kv_pool::Lease;
 use crate::model::KvStore;
 
-/// Keys and values of one sequence ([layers, 2, len, kv_heads, dim]), moved out of the batch
-/// while it waits for tools.
+/// Keys and values of one sequence, moved out of the batch while it waits for tools.
+///
+/// The tensor ([layers, 2, capacity, kv_heads, dim]) may hold more slots than `len`: the
+/// episode's next turn grows its context by a tool observation and a reply, and parking
+/// that turn then copies only the new tokens into the spare slots instead of allocating
+/// and filling a new tensor (see [`SlotCache::park_into`]).
 #[derive(Debug)]
 pub(crate) struct ParkedKv {
     kv: Tensor,
     pub(crate) len: i64,
+    /// The pool range `kv` lives in, if it is in the pool (freed with this).
+    _lease: Option<Lease>,
 }
 
 impl ParkedKv {
-    /// Another handle on the same (never mutated) tensor.
-    pub(crate) fn share(&self) -> ParkedKv {
-        ParkedKv {
-            kv: self.kv.shallow_clone(),
-            len: self.len,
+    /// Empty parked KV in a pool range (see [`KvPool::lease`]).
+    pub(crate) fn pooled(kv: Tensor, lease: Lease) -> Self {
+        Self {
+            kv,
+            len: 0,
+            _lease: Some(lease),
         }
     }
 
+    /// Another handle on the same tensor. Only for KV that is never parked into again (the
+    /// shared prompt prefix): writes through one handle would show through the other.
+    pub(crate) fn share(&self) -> ParkedKv {
+        debug_assert!(self._lease.is_none(), "pooled KV is parked into again");
+        ParkedKv {
+            kv: self.kv.shallow_clone(),
+            len: self.len,
+            _lease: None,
+        }
+    }
+
+    /// Bytes held, spare slots included.
     pub(crate) fn bytes(&self) -> usize {
         self.kv.numel() * self.kv.kind().elt_size_in_bytes()
+    }
+
+    /// Slots held, spare ones included.
+    pub(crate) fn capacity(&self) -> i64 {
+        self.kv.size()[2]
     }
 }
 
@@ -109,14 +136,42 @@ impl SlotCache {
         self.lens[src] = 0;
     }
 
-    /// Copies row `row`'s keys/values out into a compact tensor of its real length.
+    /// Copies row `row`'s keys/values out into a new heap tensor of its length.
     pub(crate) fn park(&self, row: usize) -> ParkedKv {
         let len = self.lens[row];
         let from = self.row(row, len);
         // `empty`, not `copy()`: tch's copy zero-fills first, a second pass over the bytes.
         let mut kv = Tensor::empty(from.size(), (from.kind(), from.device()));
         kv.copy_(&from);
-        ParkedKv { kv, len }
+        ParkedKv {
+            kv,
+            len,
+            _lease: None,
+        }
+    }
+
+    /// Parks row `row` into `parked`, copying only slots `from..`: the first `from` slots
+    /// of both hold the same tokens (`parked` is what the row was restored from, or empty).
+    /// Gives `parked` back when the row does not fit in it.
+    pub(crate) fn park_into(
+        &self,
+        row: usize,
+        mut parked: ParkedKv,
+        from: i64,
+    ) -> std::result::Result<ParkedKv, ParkedKv> {
+        let len = self.lens[row];
+        let from = from.min(parked.len).min(len);
+        if len > parked.capacity() {
+            return Err(parked);
+        }
+        if len > from {
+            parked
+                .kv
+                .narrow(2, from, len - from)
+                .copy_(&self.all.select(2, row as i64).narrow(2, from, len - from));
+        }
+        parked.len = len;
+        Ok(parked)
     }
 
     /// Writes the first `len` tokens of `parked` into row `row`.

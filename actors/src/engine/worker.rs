@@ -8,7 +8,8 @@ use crossbeam::channel::{Receiver, RecvTimeoutError};
 use tch::{Kind, Tensor};
 use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
-use super::parked::ParkedStore;
+use super::kv_pool::KvPool;
+use super::parked::{ParkedStore, SpareSlots};
 use super::slots::{ParkedKv, SlotCache};
 use super::{Command, EngineConfig, EngineStats, TurnOutput, TurnRequest};
 use crate::model::generate::FinishReason;
@@ -34,11 +35,32 @@ struct Running {
     logprobs: Vec<f32>,
     prefill: usize,
     reused: usize,
+    /// The episode's own parked KV this turn was restored from; parking the turn copies
+    /// only the slots past `reused` into it, when they fit.
+    own_kv: Option<ParkedKv>,
     finish: Option<FinishReason>,
     /// The engine's policy version when the turn was admitted. Weights may be swapped while
     /// the turn decodes (between steps), so this is the oldest version that produced any of
     /// its tokens, and the one reported: staleness is then never under-estimated.
     version: u64,
+}
+
+/// Where an admitted turn's KV starts from.
+enum ReusableKv {
+    /// The episode's own parked KV, covering this many context tokens.
+    Own(ParkedKv, usize),
+    /// The shared prompt prefix, covering this many context tokens.
+    Shared(ParkedKv, usize),
+    None,
+}
+
+impl ReusableKv {
+    fn reused(&self) -> usize {
+        match self {
+            ReusableKv::Own(_, n) | ReusableKv::Shared(_, n) => *n,
+            ReusableKv::None => 0,
+        }
+    }
 }
 
 impl Running {
@@ -53,9 +75,12 @@ struct Worker {
     config: EngineConfig,
     slots: SlotCache,
     parked: ParkedStore,
+    /// Where parked KV lives (the episodes' own; the shared prefix is a heap tensor).
+    pool: KvPool,
     /// KV of one prompt under the current weights, reused for the common prefix of episodes
     /// that have nothing parked (the system message and tools are the same for all).
     shared_prefix: Option<(Vec<u32>, ParkedKv)>,
+    park_spare: SpareSlots,
     waiting: VecDeque<Waiting>,
     running: Vec<Running>,
     stats: EngineStats,
@@ -136,9 +161,32 @@ pub(super) fn run(
         p.kind,
         p.device,
     );
+    // Without reuse nothing is ever parked, so the pool would be memory held for nothing.
+    let pool_bytes = if config.kv_reuse {
+        config.parked_kv_bytes
+    } else {
+        0
+    };
+    let pool = match KvPool::new(
+        pool_bytes,
+        c.num_hidden_layers as i64,
+        c.num_key_value_heads as i64,
+        c.head_dim as i64,
+        p.kind,
+        p.device,
+        config.prefault_parked_kv,
+    ) {
+        Ok(pool) => pool,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
     let mut worker = Worker {
-        parked: ParkedStore::new(config.parked_kv_bytes),
+        parked: ParkedStore::default(),
+        pool,
         shared_prefix: None,
+        park_spare: SpareSlots::default(),
         model,
         tokenizer,
         config,
@@ -300,7 +348,7 @@ impl Worker {
         let first_new = self.running.len();
         let capacity = self.slots.capacity() as usize;
         let vocab = self.model.config().vocab_size as u32;
-        let mut admitted: Vec<(Waiting, Option<ParkedKv>, usize)> = Vec::new();
+        let mut admitted: Vec<(Waiting, ReusableKv)> = Vec::new();
         while first_new + admitted.len() < self.config.max_batch_rows {
             let Some(next) = self.waiting.front() else {
                 break;
@@ -330,25 +378,37 @@ impl Worker {
                 continue;
             }
             used += budget;
-            let (kv, reused) = self.reusable_kv(w.request.episode, &w.request.context);
-            admitted.push((w, kv, reused));
+            let kv = self.reusable_kv(w.request.episode, &w.request.context);
+            admitted.push((w, kv));
         }
         if admitted.is_empty() {
             return Ok(());
         }
         // Rows in order of prefill length, so prefill buckets of similar length are
         // contiguous rows; deciding the order before restoring copies each prefix once.
-        admitted.sort_by_key(|(w, _, reused)| w.request.context.len() - reused);
+        admitted.sort_by_key(|(w, kv)| w.request.context.len() - kv.reused());
         let now = Instant::now();
-        for (w, kv, reused) in admitted {
+        for (w, kv) in admitted {
             let row = self.running.len();
-            match &kv {
-                Some(kv) => self.slots.restore(row, kv, reused as i64),
-                None => self.slots.truncate(row, 0),
-            }
+            let reused = kv.reused();
+            let own_kv = match kv {
+                ReusableKv::Own(kv, reused) => {
+                    self.slots.restore(row, &kv, reused as i64);
+                    Some(kv)
+                }
+                ReusableKv::Shared(kv, reused) => {
+                    self.slots.restore(row, &kv, reused as i64);
+                    None
+                }
+                ReusableKv::None => {
+                    self.slots.truncate(row, 0);
+                    None
+                }
+            };
             self.running.push(Running {
                 prefill: w.request.context.len() - reused,
                 reused,
+                own_kv,
                 request: w.request,
                 reply: w.reply,
                 _permit: w.permit,
@@ -367,9 +427,9 @@ impl Worker {
     /// episode's parked KV, else the shared prompt prefix (a new or evicted episode's prompt
     /// usually opens with the same system message and tool list as every other episode's).
     /// At least one token is left to run, so the turn has logits to sample from.
-    fn reusable_kv(&mut self, episode: u64, context: &[u32]) -> (Option<ParkedKv>, usize) {
+    fn reusable_kv(&mut self, episode: u64, context: &[u32]) -> ReusableKv {
         if !self.config.kv_reuse {
-            return (None, 0);
+            return ReusableKv::None;
         }
         let common = |tokens: &[u32]| {
             let n = tokens
@@ -380,15 +440,16 @@ impl Worker {
             n.min(context.len() - 1)
         };
         if let Some((tokens, kv)) = self.parked.take(episode) {
-            return (Some(kv), common(&tokens));
+            let reused = common(&tokens);
+            return ReusableKv::Own(kv, reused);
         }
         match &self.shared_prefix {
             Some((tokens, kv)) => {
                 let reused = common(tokens);
                 self.stats.shared_prefix_tokens += reused as u64;
-                (Some(kv.share()), reused)
+                ReusableKv::Shared(kv.share(), reused)
             }
-            None => (None, 0),
+            None => ReusableKv::None,
         }
     }
 
@@ -564,7 +625,7 @@ impl Worker {
                 continue;
             }
             let last = self.running.len() - 1;
-            let r = self.running.swap_remove(row);
+            let mut r = self.running.swap_remove(row);
             // The slots hold the context and every generated token but the last (sampled,
             // never fed back).
             let mut tokens = r.request.context.clone();
@@ -579,14 +640,34 @@ impl Worker {
                 metrics::counter!("agent_r1_engine_turns_spanning_weight_update_total")
                     .increment(1);
             } else if self.config.kv_reuse {
-                let kv = self.slots.park(row);
                 if self.shared_prefix.is_none() {
                     // The first prompt seen under these weights becomes the shared prefix
-                    // (its system message and tool list are every episode's).
+                    // (its system message and tool list are every episode's). A copy of its
+                    // own, since the episode's parked KV is written into again.
                     let prompt = r.request.context.clone();
-                    self.shared_prefix = Some((prompt, kv.share()));
+                    self.shared_prefix = Some((prompt, self.slots.park(row)));
                 }
-                self.parked.insert(r.request.episode, tokens, kv);
+                let kv = match r.own_kv.take() {
+                    Some(kv) => {
+                        self.park_spare.observe(self.slots.len(row) - kv.len);
+                        match self.slots.park_into(row, kv, r.reused as i64) {
+                            Ok(kv) => {
+                                self.stats.parked_in_place += 1;
+                                Some(kv)
+                            }
+                            Err(too_small) => {
+                                // Its range is freed first, so the new one may include it.
+                                drop(too_small);
+                                self.park_new(row)
+                            }
+                        }
+                    }
+                    None => self.park_new(row),
+                };
+                match kv {
+                    Some(kv) => self.parked.insert(r.request.episode, tokens, kv),
+                    None => self.parked.count_eviction(tokens.len()),
+                }
             }
             self.slots.move_row(last, row);
             self.stats.turns += 1;
@@ -609,6 +690,28 @@ impl Worker {
         metrics::gauge!("agent_r1_engine_running_sequences").set(self.running.len() as f64);
         metrics::gauge!("agent_r1_engine_waiting_requests").set(self.waiting.len() as f64);
         self.stats.finish_seconds += began.elapsed().as_secs_f64();
+    }
+
+    /// Parks row `row` into a new pool range: with spare slots for the episode's next turn
+    /// when the pool has that much free, else exactly; evicting the least recently parked
+    /// entries until a range fits. `None` when even an empty pool has no room for it.
+    fn park_new(&mut self, row: usize) -> Option<ParkedKv> {
+        let len = self.slots.len(row);
+        let spare = self.park_spare.slots();
+        loop {
+            let (free, _) = self.pool.free();
+            let leased = (free >= len + spare)
+                .then(|| self.pool.lease(len + spare))
+                .flatten()
+                .or_else(|| self.pool.lease(len));
+            if let Some((kv, lease)) = leased {
+                let parked = ParkedKv::pooled(kv, lease);
+                return self.slots.park_into(row, parked, 0).ok();
+            }
+            if !self.parked.evict_oldest() {
+                return None;
+            }
+        }
     }
 
     fn fail_all(&mut self, reason: &str) {
