@@ -16,7 +16,8 @@ fi
 "$BIN" bench generate --device cpu --repeats 3 | tee "$OUT/generate.jsonl"
 : > "$OUT/rollout.jsonl"
 # episodes concurrency fault-rate [extra flags]
-for run in "16 1 0" "64 64 0" "1024 1024 0" "1024 1024 0 --no-kv-reuse" "4096 4096 0" "1024 1024 0.2"; do
+for run in "16 1 0" "64 64 0" "1024 1024 0" "1024 1024 0 --lazy-parked-kv" "1024 1024 0 --no-kv-reuse" \
+  "4096 4096 0" "1024 1024 0.2"; do
   set -- $run
   "$BIN" bench rollout --model "$MODEL" --env synthetic_multihop --device cpu \
     --episodes "$1" --concurrency "$2" --tool-fault-rate "$3" "${@:4}" --json | tee -a "$OUT/rollout.jsonl"
