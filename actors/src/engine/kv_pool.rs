@@ -122,9 +122,13 @@ impl KvPool {
         let want = u32::try_from(capacity.max(1)).ok()?;
         let allocation = ranges.borrow_mut().allocate(want)?;
         // The allocator may round a range up; the spare slots are the episode's to grow into.
-        let got = (ranges.borrow().allocation_size(allocation) as i64)
-            .min(self.slots as i64 - allocation.offset as i64)
-            .max(capacity);
+        let got = i64::from(ranges.borrow().allocation_size(allocation))
+            .min(i64::from(self.slots) - i64::from(allocation.offset));
+        if got < capacity {
+            // Never expected (a range is at least what was asked); refused, not overlapped.
+            ranges.borrow_mut().free(allocation);
+            return None;
+        }
         let token_elems: i64 = self.token_shape.iter().product();
         let [layers, two, heads, dim] = self.token_shape;
         let kv = self

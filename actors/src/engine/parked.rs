@@ -147,3 +147,50 @@ impl Default for SpareSlots {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tch::{Device, Kind};
+
+    use super::*;
+    use crate::engine::slots::SlotCache;
+
+    #[test]
+    fn spare_slots_follow_the_90th_percentile_of_recent_growth() {
+        let mut spare = SpareSlots::default();
+        assert_eq!(spare.slots(), SpareSlots::INITIAL);
+        for _ in 0..16 {
+            spare.observe(100);
+        }
+        // Rounded up to the granule.
+        assert_eq!(spare.slots(), 112);
+        for g in 1..=256 {
+            spare.observe(g);
+        }
+        // The window now holds 1..=256; its 90th percentile is 231, rounded up to 240.
+        assert_eq!(spare.slots(), 240);
+        for _ in 0..256 {
+            spare.observe(-5);
+        }
+        assert_eq!(spare.slots(), 0, "shrinking contexts need no spare slots");
+    }
+
+    #[test]
+    fn the_least_recently_parked_entry_is_evicted_first() {
+        let slots = SlotCache::new(1, 1, 8, 1, 4, Kind::Float, Device::Cpu);
+        let mut store = ParkedStore::default();
+        for episode in [3, 1, 2] {
+            store.insert(episode, vec![0; episode as usize], slots.park(0));
+        }
+        // Parking episode 3 again makes it the most recent.
+        store.insert(3, vec![0; 3], slots.park(0));
+        assert!(store.evict_oldest());
+        assert!(store.take(1).is_none(), "episode 1 was parked longest ago");
+        assert_eq!((store.evictions, store.evicted_tokens), (1, 1));
+        assert!(store.evict_oldest());
+        assert!(store.take(2).is_none());
+        assert_eq!(store.len(), 1);
+        assert!(store.take(3).is_some());
+        assert!(!store.evict_oldest(), "nothing left to evict");
+    }
+}
