@@ -397,6 +397,12 @@ pub struct RolloutSection {
     pub top_p: f64,
     /// Episodes running at once.
     pub concurrency: usize,
+    /// The engine's pool of KV parked for episodes waiting on tools (MiB); 0 parks nothing
+    /// (every turn then recomputes its episode's context past the shared prompt).
+    pub parked_kv_mib: usize,
+    /// Touch the parked-KV pool when the engine starts (resident from the start, no page
+    /// faults on the engine's critical path); false faults it in as it is first used.
+    pub prefault_parked_kv: bool,
 }
 
 impl Default for RolloutSection {
@@ -411,6 +417,8 @@ impl Default for RolloutSection {
             temperature: 1.0,
             top_p: 1.0,
             concurrency: 64,
+            parked_kv_mib: 2048,
+            prefault_parked_kv: true,
         }
     }
 }

@@ -721,6 +721,8 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
         EngineConfig {
             max_batch_rows: r.concurrency.max(1),
             max_context: r.max_context_length,
+            parked_kv_bytes: r.parked_kv_mib.saturating_mul(1 << 20),
+            prefault_parked_kv: r.prefault_parked_kv,
             seed: seed as i64,
             ..Default::default()
         },

@@ -180,7 +180,7 @@ fn execute(
             max_batch_rows: a.max_batch,
             max_batch_tokens: a.max_batch * a.max_context,
             max_context: a.max_context,
-            parked_kv_bytes: a.parked_kv_mib << 20,
+            parked_kv_bytes: a.parked_kv_mib.saturating_mul(1 << 20),
             seed: a.seed as i64,
             kv_reuse: !a.no_kv_reuse,
             prefault_parked_kv: !a.lazy_parked_kv,
