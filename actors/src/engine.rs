@@ -37,7 +37,9 @@ pub struct EngineConfig {
     pub max_batch_tokens: usize,
     /// Longest sequence (context + generation) a row can hold.
     pub max_context: usize,
-    /// Bytes of parked KV kept for episodes waiting on tools.
+    /// Bytes of the pool that KV is parked in for episodes waiting on tools. Allocated on
+    /// the model's device when the engine starts: on a GPU it is reserved in full, beside the
+    /// slots of the running batch (and, in `train`, the learner).
     pub parked_kv_bytes: usize,
     /// Requests accepted (queued or running) before callers wait for admission.
     pub max_pending: usize,
@@ -52,10 +54,11 @@ pub struct EngineConfig {
     /// Off, every turn prefills its whole context: the baseline reuse is measured against.
     #[serde(default = "reuse_by_default")]
     pub kv_reuse: bool,
-    /// Whether the parked-KV pool (`parked_kv_bytes`) is touched when the engine starts:
-    /// the process then holds the whole budget from the start, and parking never waits on
-    /// the OS faulting fresh memory in. Off, the pool's memory is faulted in as it is first
-    /// used (resident memory grows with what is parked), on the engine's critical path.
+    /// Whether the parked-KV pool (`parked_kv_bytes`) is zero-filled when the engine starts.
+    /// On a CPU the process then holds the whole pool from the start, and parking never
+    /// waits on the OS faulting fresh memory in; off, the pool's memory is faulted in as it
+    /// is first used (resident memory grows with what is parked), on the engine's critical
+    /// path. On a GPU the pool is reserved either way; this only adds the fill.
     #[serde(default = "prefault_by_default")]
     pub prefault_parked_kv: bool,
 }
@@ -145,10 +148,11 @@ pub struct EngineStats {
     /// Of those, tokens reused from the shared prompt prefix by episodes with nothing parked.
     pub shared_prefix_tokens: u64,
     /// Turns parked into the spare slots of the KV they were restored from (copying only
-    /// the tokens the turn added); the rest are parked into a new tensor.
+    /// the tokens the turn added); the rest are parked into a new pool range.
     #[serde(default)]
     pub parked_in_place: u64,
-    /// Parked entries evicted for the byte budget.
+    /// Parked entries evicted to make room in the pool, and finished turns that found no
+    /// room to park at all.
     pub evictions: u64,
     /// Tokens in evicted entries (recomputed if their episode returns).
     pub evicted_tokens: u64,

@@ -5,12 +5,14 @@
 //! the faults cost as much as the copies, on the engine's critical path. The pool is one
 //! tensor of the parked budget, touched once when the engine starts (optionally), and
 //! parked KV is a contiguous range of it, handed out by a coalescing range allocator.
-//! Ranges are in token slots; a range's tensor has the same layout as a heap-allocated
-//! parked tensor, so parking and restoring stay one copy each.
+//! Ranges are measured in token slots; a range of n slots is laid out [layers, 2, n,
+//! kv_heads, dim], like a heap-allocated parked tensor, so parking and restoring stay one
+//! copy each. On a GPU the whole pool is reserved when the engine starts.
 
 use std::cell::RefCell;
 use std::rc::Rc;
 
+use offset_allocator::ext::min_allocator_size;
 use offset_allocator::{Allocation, Allocator};
 use tch::{Device, Kind, Tensor};
 
@@ -43,10 +45,12 @@ impl Drop for Lease {
 
 #[derive(Debug)]
 pub(crate) struct KvPool {
-    /// Flat storage: `slots` token slots of `token_elems` elements each.
+    /// Flat storage of `slots` x (elements of one token's keys and values).
     storage: Tensor,
     ranges: Option<Ranges>,
     slots: u32,
+    /// The longest range an empty pool hands out (a little under `slots`: see `lease`).
+    longest: u32,
     /// [layers, 2, kv_heads, dim] of one token slot.
     token_shape: [i64; 4],
 }
@@ -92,10 +96,14 @@ impl KvPool {
                 Self::MAX_RANGES,
             )))
         });
+        let longest = ranges
+            .as_ref()
+            .map_or(0, |r| r.borrow().storage_report().largest_free_region);
         Ok(Self {
             storage,
             ranges,
             slots,
+            longest,
             token_shape,
         })
     }
@@ -114,18 +122,27 @@ impl KvPool {
         }
     }
 
+    /// Whether a range of `capacity` slots fits in the pool at all (when nothing else is
+    /// parked): if not, evicting other episodes' KV to make room is pointless.
+    pub(crate) fn can_ever_hold(&self, capacity: i64) -> bool {
+        u32::try_from(capacity.max(1)).is_ok_and(|c| min_allocator_size(c) <= self.longest)
+    }
+
     /// A tensor of at least `capacity` token slots ([layers, 2, slots, kv_heads, dim],
     /// contiguous, contents undefined) and its lease, or `None` when no free range is that
     /// long.
     pub(crate) fn lease(&self, capacity: i64) -> Option<(Tensor, Lease)> {
         let ranges = self.ranges.as_ref()?;
-        let want = u32::try_from(capacity.max(1)).ok()?;
+        // Rounded up to the allocator's size class. It files a freed range under its size
+        // rounded down and looks a request up by its size rounded up, so a freed range of an
+        // unrounded size (say 1000 slots) would never serve a request of that same size; of a
+        // class size it does. The extra slots are spare slots the episode can grow into.
+        let want = min_allocator_size(u32::try_from(capacity.max(1)).ok()?);
         let allocation = ranges.borrow_mut().allocate(want)?;
-        // The allocator may round a range up; the spare slots are the episode's to grow into.
         let got = i64::from(ranges.borrow().allocation_size(allocation))
             .min(i64::from(self.slots) - i64::from(allocation.offset));
         if got < capacity {
-            // Never expected (a range is at least what was asked); refused, not overlapped.
+            // Never expected (a range is what was asked); refused rather than overlapped.
             ranges.borrow_mut().free(allocation);
             return None;
         }
@@ -159,6 +176,7 @@ mod tests {
         let p = pool(64);
         assert_eq!(p.free(), (64, 64));
         let (mut a, la) = p.lease(16).unwrap();
+        // 16 is a size class of its own.
         let (mut b, lb) = p.lease(16).unwrap();
         assert_eq!(a.size(), [2, 2, 16, 1, 4]);
         let _ = a.fill_(1.0);
@@ -184,6 +202,29 @@ mod tests {
         drop(second);
         // The two freed neighbours make one 32-slot range.
         assert!(p.lease(32).is_some());
+    }
+
+    #[test]
+    fn a_freed_range_serves_the_next_request_of_its_size_in_a_full_pool() {
+        let p = pool(100);
+        // 17 slots round up to the 18-slot size class.
+        let mut leases: Vec<_> = (0..5).map(|_| p.lease(17).unwrap()).collect();
+        assert_eq!(leases[0].0.size()[2], 18);
+        assert_eq!(p.free().0, 10);
+        assert!(p.lease(17).is_none(), "only 10 slots left");
+        drop(leases.remove(1));
+        assert!(
+            p.lease(17).is_some(),
+            "the freed hole must take the same request"
+        );
+    }
+
+    #[test]
+    fn a_range_longer_than_the_pool_can_ever_hold_is_known_up_front() {
+        let p = pool(100);
+        assert!(p.can_ever_hold(96));
+        assert!(!p.can_ever_hold(101));
+        assert!(!pool(0).can_ever_hold(1));
     }
 
     #[test]

@@ -59,12 +59,12 @@ impl ParkedStore {
     /// Drops the least recently parked entry (its pool range is free again); false when
     /// nothing is parked.
     pub(crate) fn evict_oldest(&mut self) -> bool {
-        let Some((_, oldest)) = self.order.first_key_value() else {
+        let Some((_, oldest)) = self.order.pop_first() else {
             return false;
         };
-        let oldest = *oldest;
-        if let Some((tokens, _)) = self.take(oldest) {
-            self.count_eviction(tokens.len());
+        if let Some(e) = self.entries.remove(&oldest) {
+            self.used -= e.bytes;
+            self.count_eviction(e.tokens.len());
         }
         true
     }
@@ -178,12 +178,13 @@ mod tests {
     #[test]
     fn the_least_recently_parked_entry_is_evicted_first() {
         let slots = SlotCache::new(1, 1, 8, 1, 4, Kind::Float, Device::Cpu);
+        let park = || slots.park(0, 0);
         let mut store = ParkedStore::default();
         for episode in [3, 1, 2] {
-            store.insert(episode, vec![0; episode as usize], slots.park(0));
+            store.insert(episode, vec![0; episode as usize], park());
         }
         // Parking episode 3 again makes it the most recent.
-        store.insert(3, vec![0; 3], slots.park(0));
+        store.insert(3, vec![0; 3], park());
         assert!(store.evict_oldest());
         assert!(store.take(1).is_none(), "episode 1 was parked longest ago");
         assert_eq!((store.evictions, store.evicted_tokens), (1, 1));

@@ -136,9 +136,9 @@ impl SlotCache {
         self.lens[src] = 0;
     }
 
-    /// Copies row `row`'s keys/values out into a new heap tensor of its length.
-    pub(crate) fn park(&self, row: usize) -> ParkedKv {
-        let len = self.lens[row];
+    /// Copies row `row`'s first `len` tokens' keys/values out into a new heap tensor.
+    pub(crate) fn park(&self, row: usize, len: i64) -> ParkedKv {
+        let len = len.clamp(0, self.lens[row]);
         let from = self.row(row, len);
         // `empty`, not `copy()`: tch's copy zero-fills first, a second pass over the bytes.
         let mut kv = Tensor::empty(from.size(), (from.kind(), from.device()));

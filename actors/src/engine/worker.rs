@@ -645,7 +645,8 @@ impl Worker {
                     // (its system message and tool list are every episode's). A copy of its
                     // own, since the episode's parked KV is written into again.
                     let prompt = r.request.context.clone();
-                    self.shared_prefix = Some((prompt, self.slots.park(row)));
+                    let kv = self.slots.park(row, prompt.len() as i64);
+                    self.shared_prefix = Some((prompt, kv));
                 }
                 let kv = match r.own_kv.take() {
                     Some(kv) => {
@@ -694,10 +695,18 @@ impl Worker {
 
     /// Parks row `row` into a new pool range: with spare slots for the episode's next turn
     /// when the pool has that much free, else exactly; evicting the least recently parked
-    /// entries until a range fits. `None` when even an empty pool has no room for it.
+    /// entries until a range fits. `None` when the pool could never hold it.
     fn park_new(&mut self, row: usize) -> Option<ParkedKv> {
         let len = self.slots.len(row);
-        let spare = self.park_spare.slots();
+        if !self.pool.can_ever_hold(len) {
+            return None;
+        }
+        // No more than the row could still grow (its context is capped at capacity).
+        let spare = self
+            .park_spare
+            .slots()
+            .min(self.slots.capacity() - len)
+            .max(0);
         loop {
             let (free, _) = self.pool.free();
             let leased = (free >= len + spare)
