@@ -20,10 +20,11 @@ struct Cli {
 ///
 /// libtorch allocates tensors with malloc. By default a block over 128 KiB (adjusted upward
 /// as blocks are freed) gets fresh mmap'd pages, and the first write to each 4 KiB page
-/// faults. The engine parks every finished turn's KV in a new ~1 MB tensor and frees it when
-/// the episode's next turn is restored, so every park paid a few hundred page faults on the
-/// engine thread, between forward passes. Measured at 1024 episodes on 2 cores: KV parking
-/// went from 0.59-0.94 s to 0.38 s, and peak RSS did not grow (1.57-1.65 GB vs 1.71 GB).
+/// faults, so a tensor of a few MB allocated and freed every step pays its page faults every
+/// step. Measured when the engine still parked each finished turn's KV in a new ~1 MB tensor
+/// (1024 episodes, 2 cores): parking went from 0.59-0.94 s to 0.38 s, and peak RSS did not
+/// grow. Parked KV now lives in the engine's own pool; other tensors of that size (the
+/// learner's, the batch's temporaries) still come from malloc.
 /// Blocks above 32 MiB (the largest threshold glibc allows) still get their own mapping;
 /// free memory at a heap's top past 256 MiB is returned to the system.
 fn keep_freed_memory_mapped() {

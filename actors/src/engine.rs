@@ -52,22 +52,18 @@ pub struct EngineConfig {
     pub seed: i64,
     /// Whether a turn reuses KV (its episode's parked KV, or the shared prompt prefix).
     /// Off, every turn prefills its whole context: the baseline reuse is measured against.
-    #[serde(default = "reuse_by_default")]
+    #[serde(default = "on_by_default")]
     pub kv_reuse: bool,
     /// Whether the parked-KV pool (`parked_kv_bytes`) is zero-filled when the engine starts.
     /// On a CPU the process then holds the whole pool from the start, and parking never
     /// waits on the OS faulting fresh memory in; off, the pool's memory is faulted in as it
     /// is first used (resident memory grows with what is parked), on the engine's critical
     /// path. On a GPU the pool is reserved either way; this only adds the fill.
-    #[serde(default = "prefault_by_default")]
+    #[serde(default = "on_by_default")]
     pub prefault_parked_kv: bool,
 }
 
-fn prefault_by_default() -> bool {
-    true
-}
-
-fn reuse_by_default() -> bool {
+fn on_by_default() -> bool {
     true
 }
 

@@ -24,32 +24,29 @@ type Ranges = Rc<RefCell<Allocator>>;
 /// A range of the pool; the range is free again when this is dropped.
 pub(crate) struct Lease {
     ranges: Ranges,
-    allocation: Option<Allocation>,
+    allocation: Allocation,
 }
 
 impl std::fmt::Debug for Lease {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Lease")
-            .field("offset", &self.allocation.map(|a| a.offset))
+            .field("offset", &self.allocation.offset)
             .finish()
     }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        if let Some(a) = self.allocation.take() {
-            self.ranges.borrow_mut().free(a);
-        }
+        self.ranges.borrow_mut().free(self.allocation);
     }
 }
 
 #[derive(Debug)]
 pub(crate) struct KvPool {
-    /// Flat storage of `slots` x (elements of one token's keys and values).
+    /// Flat storage: a whole number of token slots (one token's keys and values each).
     storage: Tensor,
     ranges: Option<Ranges>,
-    slots: u32,
-    /// The longest range an empty pool hands out (a little under `slots`: see `lease`).
+    /// The longest range an empty pool hands out (a little under its slots: see `lease`).
     longest: u32,
     /// [layers, 2, kv_heads, dim] of one token slot.
     token_shape: [i64; 4],
@@ -102,7 +99,6 @@ impl KvPool {
         Ok(Self {
             storage,
             ranges,
-            slots,
             longest,
             token_shape,
         })
@@ -139,13 +135,7 @@ impl KvPool {
         // class size it does. The extra slots are spare slots the episode can grow into.
         let want = min_allocator_size(u32::try_from(capacity.max(1)).ok()?);
         let allocation = ranges.borrow_mut().allocate(want)?;
-        let got = i64::from(ranges.borrow().allocation_size(allocation))
-            .min(i64::from(self.slots) - i64::from(allocation.offset));
-        if got < capacity {
-            // Never expected (a range is what was asked); refused rather than overlapped.
-            ranges.borrow_mut().free(allocation);
-            return None;
-        }
+        let got = i64::from(want);
         let token_elems: i64 = self.token_shape.iter().product();
         let [layers, two, heads, dim] = self.token_shape;
         let kv = self
@@ -156,7 +146,7 @@ impl KvPool {
             kv,
             Lease {
                 ranges: ranges.clone(),
-                allocation: Some(allocation),
+                allocation,
             },
         ))
     }

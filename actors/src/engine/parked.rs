@@ -124,12 +124,12 @@ impl SpareSlots {
             self.recent[self.next] = growth;
         }
         self.next = (self.next + 1) % Self::WINDOW;
-        // Re-estimated every 16 growths; sorting 256 numbers is nothing beside one copy.
+        // Re-estimated every 16 growths; selecting in 256 numbers is nothing beside one copy.
         if self.next % 16 == 0 {
-            let mut sorted = self.recent.clone();
-            sorted.sort_unstable();
-            let at = ((sorted.len() - 1) as f64 * Self::QUANTILE).round() as usize;
-            self.slots = (sorted[at] + Self::GRANULE - 1) / Self::GRANULE * Self::GRANULE;
+            let mut recent = self.recent.clone();
+            let at = ((recent.len() - 1) as f64 * Self::QUANTILE).round() as usize;
+            let (_, &mut quantile, _) = recent.select_nth_unstable(at);
+            self.slots = (quantile + Self::GRANULE - 1) / Self::GRANULE * Self::GRANULE;
         }
     }
 

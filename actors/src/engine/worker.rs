@@ -648,20 +648,16 @@ impl Worker {
                     let kv = self.slots.park(row, prompt.len() as i64);
                     self.shared_prefix = Some((prompt, kv));
                 }
-                let kv = match r.own_kv.take() {
+                // A range too small for the turn is dropped (freed) here, so the new one
+                // `park_new` leases may include it.
+                let in_place = r.own_kv.take().and_then(|kv| {
+                    self.park_spare.observe(self.slots.len(row) - kv.len);
+                    self.slots.park_into(row, kv, r.reused as i64).ok()
+                });
+                let kv = match in_place {
                     Some(kv) => {
-                        self.park_spare.observe(self.slots.len(row) - kv.len);
-                        match self.slots.park_into(row, kv, r.reused as i64) {
-                            Ok(kv) => {
-                                self.stats.parked_in_place += 1;
-                                Some(kv)
-                            }
-                            Err(too_small) => {
-                                // Its range is freed first, so the new one may include it.
-                                drop(too_small);
-                                self.park_new(row)
-                            }
-                        }
+                        self.stats.parked_in_place += 1;
+                        Some(kv)
                     }
                     None => self.park_new(row),
                 };
