@@ -30,6 +30,7 @@ use agent_r1_envs::dataset::LoadOptions;
 use agent_r1_envs::envs::registry::EnvRegistry;
 use agent_r1_envs::synthetic::SyntheticConfig;
 use agent_r1_envs::tools::{ToolRegistry, ToolsConfig};
+use agent_r1_envs::tool_call::ToolCallFormat;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -226,6 +227,10 @@ pub struct ModelSection {
     /// `auto` (float32 on CPU, bf16 on CUDA), `float32` or `bf16` (CUDA only).
     #[serde(default = "default_auto")]
     pub dtype: String,
+    /// How the model writes tool calls: `hermes` (`<tool_call>` spans, Qwen) or
+    /// `llama3_json` (Llama 3.1's JSON object); absent, what its chat template teaches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_format: Option<ToolCallFormat>,
 }
 
 fn default_auto() -> String {

@@ -24,6 +24,7 @@ use agent_r1_envs::envs::synthetic_multihop::{SyntheticMultihopEnv, SyntheticMul
 use agent_r1_envs::synthetic::{demos, DemoConfig, Split, SyntheticConfig};
 use agent_r1_envs::task::Task;
 use agent_r1_envs::tool::Tool;
+use agent_r1_envs::tool_call::ToolCallFormat;
 use agent_r1_envs::tools::search::{CorpusSource, SearchConfig, SearchTool};
 use anyhow::Context;
 
@@ -156,6 +157,8 @@ pub struct RolloutKnobs {
     pub max_context: usize,
     pub max_new_tokens: usize,
     pub temperature: f64,
+    /// The model's tool-call format (`None`: what its chat template teaches).
+    pub tool_call_format: Option<ToolCallFormat>,
 }
 
 /// A rollout setup over `env` and `tools` with the model's chat template.
@@ -167,12 +170,12 @@ pub fn rollout_setup(
     knobs: &RolloutKnobs,
 ) -> anyhow::Result<RolloutSetup> {
     let specs = tools.iter().map(|t| t.spec()).collect();
-    let renderer = Arc::new(TurnRenderer::new(tokenizer.clone(), specs)?);
-    let mut stops = vec![renderer.end_of_turn_id()];
-    stops.extend(tokenizer.tool_call_stop_ids());
-    stops.extend(tokenizer.eos_token_ids());
-    stops.sort_unstable();
-    stops.dedup();
+    let renderer = Arc::new(TurnRenderer::new(
+        tokenizer.clone(),
+        specs,
+        knobs.tool_call_format,
+    )?);
+    let stops = renderer.stop_ids();
     let validate: ArgValidator = Arc::new(|tool: &dyn Tool, args: &serde_json::Value| {
         agent_r1_envs::schema::validate_arguments(&tool.parameters(), args)
     });

@@ -772,6 +772,7 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
         max_context: r.max_context_length,
         max_new_tokens: r.max_response_length,
         temperature: r.temperature,
+        tool_call_format: cfg.model.tool_call_format,
     };
     let mut train_setup = setup::rollout_setup(
         engine.clone(),

@@ -23,6 +23,18 @@ use crate::error::{Error, Result};
 /// `tools` / `<tool_call>` / `<tool_response>` sections that Agent-R1's hermes tool format uses.
 pub const QWEN2_5_CHAT_TEMPLATE: &str = include_str!("chat_template/qwen2_5.jinja");
 
+/// The chat template of Qwen3 (dense) as released in April 2025: Qwen2.5's tool sections plus
+/// `<think>` handling (reasoning kept only after the last user query, `enable_thinking`).
+pub const QWEN3_CHAT_TEMPLATE: &str = include_str!("chat_template/qwen3.jinja");
+
+/// The chat template of Llama 3.1-8B-Instruct: JSON tool calls, the `ipython` role, tools in
+/// the first user message by default.
+pub const LLAMA3_1_CHAT_TEMPLATE: &str = include_str!("chat_template/llama3_1.jinja");
+
+/// The chat template of Mistral-7B-Instruct v0.3: `[AVAILABLE_TOOLS]`, `[TOOL_CALLS]` and
+/// `[TOOL_RESULTS]` around the last user message.
+pub const MISTRAL_V0_3_CHAT_TEMPLATE: &str = include_str!("chat_template/mistral_v0_3.jinja");
+
 const TEMPLATE_NAME: &str = "chat_template";
 
 /// A compiled chat template.
@@ -31,6 +43,7 @@ const TEMPLATE_NAME: &str = "chat_template";
 /// the middle of a rollout.
 pub struct ChatTemplate {
     env: Environment<'static>,
+    source: String,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -66,9 +79,15 @@ impl ChatTemplate {
         env.add_filter("tojson", tojson::tojson_filter);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
-        env.add_template_owned(TEMPLATE_NAME, source.into())
+        let source = source.into();
+        env.add_template_owned(TEMPLATE_NAME, source.clone())
             .map_err(template_error)?;
-        Ok(Self { env })
+        Ok(Self { env, source })
+    }
+
+    /// The template's Jinja source.
+    pub fn source(&self) -> &str {
+        &self.source
     }
 
     /// Renders the conversation.

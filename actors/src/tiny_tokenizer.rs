@@ -1,13 +1,18 @@
-//! Trains a small Qwen2-style byte-level BPE tokenizer and writes it as a Hugging Face model
-//! directory's tokenizer files.
+//! Trains a small byte-level BPE tokenizer in the style of a model family (its pre-tokenizer,
+//! special tokens and chat template) and writes it as a Hugging Face model directory's
+//! tokenizer files.
 //!
 //! Tests, CI and CPU-only runs need a policy small enough to train in seconds, but one that goes
 //! through exactly the code a real Qwen2.5 checkpoint does: the same pre-tokenizer, the same
 //! special and tool tokens, the same chat template with tools, loadable by both
 //! [`crate::tokenizer::HfTokenizer`] and transformers' `AutoTokenizer`. A 150k-token vocabulary
 //! would dominate a tiny model's parameters, so the vocabulary is trained instead of copied.
+//! Real-shaped models (`init-model --shape`) need the real vocabulary size instead: the
+//! trained vocabulary is then padded with byte-sequence entries that no merge produces, so
+//! the tokenizer has exactly the model's vocabulary and still encodes like the trained one.
 
 use std::path::Path;
+use std::str::FromStr;
 
 use serde_json::{json, Map, Value};
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
@@ -20,12 +25,17 @@ use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer};
 
-use crate::chat_template::QWEN2_5_CHAT_TEMPLATE;
+use crate::chat_template::{
+    LLAMA3_1_CHAT_TEMPLATE, MISTRAL_V0_3_CHAT_TEMPLATE, QWEN2_5_CHAT_TEMPLATE, QWEN3_CHAT_TEMPLATE,
+};
 use crate::error::{Error, Result};
 
 /// Qwen2's pre-tokenizer split (contractions, letters, single digits, punctuation runs,
 /// newlines, spaces), so that text splits into the same kind of pieces as in Qwen2.5.
 const QWEN2_PRETOKENIZE_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// Llama 3's split: Qwen2's with digits in runs of up to three.
+const LLAMA3_PRETOKENIZE_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// Control tokens, marked special as in Qwen2.5 (dropped by `skip_special_tokens`).
 pub const SPECIAL_TOKENS: [&str; 3] = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"];
@@ -44,33 +54,143 @@ pub const TAG_TOKENS: [&str; 8] = [
     "</answer>",
 ];
 
-/// The end-of-turn token the chat template writes after every message.
-const EOS_TOKEN: &str = "<|im_end|>";
-/// Qwen2.5's padding token.
-const PAD_TOKEN: &str = "<|endoftext|>";
-/// Qwen2.5's context length; informational for the tiny tokenizer.
-const MODEL_MAX_LENGTH: usize = 32768;
+/// Llama 3.1's control tokens, in its order.
+const LLAMA3_SPECIAL_TOKENS: [&str; 8] = [
+    "<|begin_of_text|>",
+    "<|end_of_text|>",
+    "<|finetune_right_pad_id|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eom_id|>",
+    "<|eot_id|>",
+    "<|python_tag|>",
+];
+
+/// Mistral v0.3's control tokens, in its order.
+const MISTRAL_SPECIAL_TOKENS: [&str; 10] = [
+    "<unk>",
+    "<s>",
+    "</s>",
+    "[INST]",
+    "[/INST]",
+    "[TOOL_CALLS]",
+    "[AVAILABLE_TOOLS]",
+    "[/AVAILABLE_TOOLS]",
+    "[TOOL_RESULTS]",
+    "[/TOOL_RESULTS]",
+];
+
+/// The format tags an agent's prompts use, for families whose tokenizer has no tool tags.
+const AGENT_TAG_TOKENS: [&str; 4] = ["<think>", "</think>", "<answer>", "</answer>"];
+
+/// A model family's tokenizer layout: how text is split, its control tokens, its chat
+/// template and which tokens end a turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TokenizerStyle {
+    /// Qwen2.5-Instruct: ChatML, hermes tool calls.
+    #[default]
+    Qwen2_5,
+    /// Qwen3: Qwen2.5's tokens, its own template (`<think>` handling).
+    Qwen3,
+    /// Llama 3.1-3.3 Instruct: header tokens, JSON tool calls, the `ipython` role.
+    Llama3_1,
+    /// Mistral-7B-Instruct v0.3: `[INST]`, `[TOOL_CALLS]`, `[TOOL_RESULTS]`.
+    Mistral,
+}
+
+/// What a style fixes about a tokenizer.
+struct StyleSpec {
+    regex: &'static str,
+    nfc: bool,
+    specials: &'static [&'static str],
+    tags: &'static [&'static str],
+    bos: Option<&'static str>,
+    eos: &'static str,
+    pad: &'static str,
+    unk: Option<&'static str>,
+    /// The ids `generation_config.json` lists as ending generation.
+    generation_eos: &'static [&'static str],
+    template: &'static str,
+    model_max_length: usize,
+}
+
+impl TokenizerStyle {
+    fn spec(self) -> StyleSpec {
+        match self {
+            TokenizerStyle::Qwen2_5 | TokenizerStyle::Qwen3 => StyleSpec {
+                regex: QWEN2_PRETOKENIZE_REGEX,
+                nfc: true,
+                specials: &SPECIAL_TOKENS,
+                tags: &TAG_TOKENS,
+                bos: None,
+                eos: "<|im_end|>",
+                pad: "<|endoftext|>",
+                unk: None,
+                generation_eos: &["<|im_end|>", "<|endoftext|>"],
+                template: if self == TokenizerStyle::Qwen3 {
+                    QWEN3_CHAT_TEMPLATE
+                } else {
+                    QWEN2_5_CHAT_TEMPLATE
+                },
+                model_max_length: if self == TokenizerStyle::Qwen3 {
+                    40960
+                } else {
+                    32768
+                },
+            },
+            TokenizerStyle::Llama3_1 => StyleSpec {
+                regex: LLAMA3_PRETOKENIZE_REGEX,
+                nfc: false,
+                specials: &LLAMA3_SPECIAL_TOKENS,
+                tags: &AGENT_TAG_TOKENS,
+                bos: Some("<|begin_of_text|>"),
+                eos: "<|eot_id|>",
+                pad: "<|finetune_right_pad_id|>",
+                unk: None,
+                generation_eos: &["<|end_of_text|>", "<|eom_id|>", "<|eot_id|>"],
+                template: LLAMA3_1_CHAT_TEMPLATE,
+                model_max_length: 131072,
+            },
+            TokenizerStyle::Mistral => StyleSpec {
+                regex: LLAMA3_PRETOKENIZE_REGEX,
+                nfc: false,
+                specials: &MISTRAL_SPECIAL_TOKENS,
+                tags: &AGENT_TAG_TOKENS,
+                bos: Some("<s>"),
+                eos: "</s>",
+                pad: "</s>",
+                unk: Some("<unk>"),
+                generation_eos: &["</s>"],
+                template: MISTRAL_V0_3_CHAT_TEMPLATE,
+                model_max_length: 32768,
+            },
+        }
+    }
+}
 
 /// Ids a model config and `generation_config.json` need from a trained tokenizer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TinyTokenizerIds {
     /// Total ids, added tokens included: the model's `vocab_size` must be at least this.
     pub vocab_size: usize,
-    /// `<|im_end|>`, the configured `eos_token`.
+    /// The configured `eos_token` (`<|im_end|>` for Qwen, `<|eot_id|>` for Llama 3.1).
     pub eos_token_id: u32,
-    /// `<|endoftext|>`, the configured `pad_token`.
+    /// The configured `pad_token`.
     pub pad_token_id: u32,
-    /// Every end-of-turn id (`<|im_end|>`, `<|endoftext|>`), as `generation_config.json`'s
-    /// `eos_token_id` lists them for Qwen2.5-Instruct.
+    /// The configured `bos_token`, for families that have one.
+    pub bos_token_id: Option<u32>,
+    /// Every end-of-turn id, as `generation_config.json`'s `eos_token_id` lists them for the
+    /// family's instruct model (`<|im_end|>`, `<|endoftext|>` for Qwen).
     pub eos_token_ids: Vec<u32>,
 }
 
 impl TinyTokenizerIds {
-    /// A `generation_config.json` body for these ids, laid out as Qwen2.5-Instruct's: BOS and
-    /// pad are `<|endoftext|>` (which the tokenizer never inserts), and both end tokens stop.
+    /// A `generation_config.json` body for these ids, laid out as the family's instruct
+    /// model's: for Qwen, BOS and pad are `<|endoftext|>` (which the tokenizer never inserts),
+    /// and every end token stops.
     pub fn generation_config(&self) -> Value {
         json!({
-            "bos_token_id": self.pad_token_id,
+            "bos_token_id": self.bos_token_id.unwrap_or(self.pad_token_id),
             "eos_token_id": self.eos_token_ids,
             "pad_token_id": self.pad_token_id,
         })
@@ -117,9 +237,9 @@ impl TinyTokenizer {
     }
 }
 
-/// Trains a byte-level BPE on `corpus_lines` so that the whole vocabulary, the 3 special and 8
-/// tag tokens and `whole_words` included, has at most `vocab_size` ids (fewer when the corpus
-/// runs out of merges).
+/// Trains a Qwen2.5-style byte-level BPE on `corpus_lines` so that the whole vocabulary, the 3
+/// special and 8 tag tokens and `whole_words` included, has at most `vocab_size` ids (fewer
+/// when the corpus runs out of merges).
 ///
 /// `whole_words` (for example the entity names of a generated world) become single non-special
 /// tokens matched only as whole words. Why: byte-level BPE splits a name differently after a
@@ -140,14 +260,38 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<str>,
 {
+    train_tokenizer(
+        TokenizerStyle::Qwen2_5,
+        corpus_lines,
+        vocab_size,
+        whole_words,
+        false,
+    )
+}
+
+/// Trains a byte-level BPE in `style` (see [`train_tiny_tokenizer`] for the rest). With
+/// `exact`, the vocabulary is padded to exactly `vocab_size` ids with byte sequences no merge
+/// produces, the way a real-shaped model's tokenizer has its full vocabulary.
+pub fn train_tokenizer<I, S>(
+    style: TokenizerStyle,
+    corpus_lines: I,
+    vocab_size: usize,
+    whole_words: &[String],
+    exact: bool,
+) -> Result<TinyTokenizer>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
+    let spec = style.spec();
     let mut words: Vec<&str> = whole_words
         .iter()
         .map(|w| w.trim())
-        .filter(|w| !w.is_empty() && !TAG_TOKENS.contains(w) && !SPECIAL_TOKENS.contains(w))
+        .filter(|w| !w.is_empty() && !spec.tags.contains(w) && !spec.specials.contains(w))
         .collect();
     words.sort_unstable();
     words.dedup();
-    let n_added = SPECIAL_TOKENS.len() + TAG_TOKENS.len() + words.len();
+    let n_added = spec.specials.len() + spec.tags.len() + words.len();
     let alphabet: std::collections::HashSet<char> = ByteLevel::alphabet().into_iter().collect();
     let min_size = alphabet.len() + n_added;
     if vocab_size < min_size {
@@ -160,11 +304,13 @@ where
     }
 
     let mut tokenizer = Tokenizer::new(BPE::default());
-    tokenizer
-        .with_normalizer(Some(NFC))
-        .map_err(|e| Error::Tokenizer(format!("normalizer: {e}")))?;
+    if spec.nfc {
+        tokenizer
+            .with_normalizer(Some(NFC))
+            .map_err(|e| Error::Tokenizer(format!("normalizer: {e}")))?;
+    }
     let split = Split::new(
-        SplitPattern::Regex(QWEN2_PRETOKENIZE_REGEX.into()),
+        SplitPattern::Regex(spec.regex.into()),
         SplitDelimiterBehavior::Isolated,
         false,
     )
@@ -175,11 +321,14 @@ where
     ])));
     tokenizer.with_decoder(Some(ByteLevelDecoder::default()));
 
+    // The trained part stays small when padding: merges learnt from a few KB of text.
+    let bpe_size = vocab_size - n_added;
+    let trained_size = if exact { bpe_size.min(4096) } else { bpe_size };
     let mut trainer: TrainerWrapper = BpeTrainerBuilder::new()
-        .vocab_size(vocab_size - n_added)
+        .vocab_size(trained_size)
         .min_frequency(2)
         .show_progress(false)
-        .initial_alphabet(alphabet)
+        .initial_alphabet(alphabet.clone())
         .build()
         .into();
     let lines: Vec<String> = corpus_lines
@@ -190,16 +339,22 @@ where
     tokenizer
         .train(&mut trainer, lines.iter())
         .map_err(|e| Error::Tokenizer(format!("training: {e}")))?;
+    if exact {
+        tokenizer = pad_vocabulary(&tokenizer, bpe_size, &alphabet)?;
+    }
 
-    // Added after training so that they take the ids after the BPE vocabulary, as in Qwen2.5.
-    let specials: Vec<AddedToken> = SPECIAL_TOKENS
+    // Added after training so that they take the ids after the BPE vocabulary, as in Qwen2.5
+    // and Llama 3.
+    let specials: Vec<AddedToken> = spec
+        .specials
         .iter()
         .map(|t| AddedToken::from(*t, true))
         .collect();
     tokenizer
         .add_special_tokens(specials)
         .map_err(|e| Error::Tokenizer(format!("{e}")))?;
-    let tags: Vec<AddedToken> = TAG_TOKENS
+    let tags: Vec<AddedToken> = spec
+        .tags
         .iter()
         .map(|t| AddedToken::from(*t, false).normalized(false))
         .collect();
@@ -223,20 +378,31 @@ where
             .token_to_id(t)
             .ok_or_else(|| Error::Tokenizer(format!("{t} missing after training")))
     };
-    let eos_token_id = id(EOS_TOKEN)?;
-    let pad_token_id = id(PAD_TOKEN)?;
+    let eos_token_ids = spec
+        .generation_eos
+        .iter()
+        .map(|t| id(t))
+        .collect::<Result<Vec<_>>>()?;
     let ids = TinyTokenizerIds {
         vocab_size: tokenizer.get_vocab_size(true),
-        eos_token_id,
-        pad_token_id,
-        eos_token_ids: vec![eos_token_id, pad_token_id],
+        eos_token_id: id(spec.eos)?,
+        pad_token_id: id(spec.pad)?,
+        bos_token_id: spec.bos.map(id).transpose()?,
+        eos_token_ids,
     };
+    if exact && ids.vocab_size != vocab_size {
+        return Err(Error::Tokenizer(format!(
+            "padded vocabulary has {} ids, not {vocab_size}",
+            ids.vocab_size
+        )));
+    }
 
     let mut added = Map::new();
-    for (token, special, single_word) in SPECIAL_TOKENS
+    for (token, special, single_word) in spec
+        .specials
         .iter()
         .map(|t| (*t, true, false))
-        .chain(TAG_TOKENS.iter().map(|t| (*t, false, false)))
+        .chain(spec.tags.iter().map(|t| (*t, false, false)))
         .chain(words.iter().map(|w| (*w, false, true)))
     {
         added.insert(
@@ -253,19 +419,20 @@ where
     }
     let tokenizer_config = json!({
         "add_bos_token": false,
+        "add_eos_token": false,
         "add_prefix_space": false,
         "added_tokens_decoder": added,
-        "bos_token": null,
-        "chat_template": QWEN2_5_CHAT_TEMPLATE,
+        "bos_token": spec.bos,
+        "chat_template": spec.template,
         "clean_up_tokenization_spaces": false,
-        "eos_token": EOS_TOKEN,
+        "eos_token": spec.eos,
         "errors": "replace",
-        "model_max_length": MODEL_MAX_LENGTH,
-        "pad_token": PAD_TOKEN,
+        "model_max_length": spec.model_max_length,
+        "pad_token": spec.pad,
         "split_special_tokens": false,
         // Loads tokenizer.json as written, whatever the model type, in transformers 4 and 5.
         "tokenizer_class": "PreTrainedTokenizerFast",
-        "unk_token": null,
+        "unk_token": spec.unk,
     });
 
     let tokenizer_json = tokenizer
@@ -276,6 +443,50 @@ where
         tokenizer_config,
         ids,
     })
+}
+
+/// The BPE of `tokenizer` with its vocabulary padded to `size` entries: byte pairs, then
+/// triples, of the byte-level alphabet, in a fixed order, skipping entries it has. No merge
+/// makes them, so encoding is unchanged; they decode to their bytes like any entry.
+fn pad_vocabulary(
+    tokenizer: &Tokenizer,
+    size: usize,
+    alphabet: &std::collections::HashSet<char>,
+) -> Result<Tokenizer> {
+    let mut json: Value = serde_json::from_str(
+        &tokenizer
+            .to_string(false)
+            .map_err(|e| Error::Tokenizer(format!("serialize: {e}")))?,
+    )
+    .map_err(|e| Error::Tokenizer(format!("re-read: {e}")))?;
+    let vocab = json["model"]["vocab"]
+        .as_object_mut()
+        .ok_or_else(|| Error::Tokenizer("BPE model without a vocab".into()))?;
+    let mut sorted: Vec<char> = alphabet.iter().copied().collect();
+    sorted.sort_unstable();
+    let symbols = &sorted;
+    let pairs = symbols
+        .iter()
+        .flat_map(|a| symbols.iter().map(move |b| [*a, *b].iter().collect::<String>()));
+    let triples = symbols.iter().flat_map(|a| {
+        symbols.iter().flat_map(move |b| {
+            symbols
+                .iter()
+                .map(move |c| [*a, *b, *c].iter().collect::<String>())
+        })
+    });
+    let mut next = vocab.len();
+    for entry in pairs.chain(triples) {
+        if next >= size {
+            break;
+        }
+        if !vocab.contains_key(&entry) {
+            vocab.insert(entry, next.into());
+            next += 1;
+        }
+    }
+    Tokenizer::from_str(&json.to_string())
+        .map_err(|e| Error::Tokenizer(format!("padded vocabulary: {e}")))
 }
 
 /// Trains on `corpus` (or [`BUILTIN_CORPUS`] when `None`) and writes the tokenizer files into
@@ -291,6 +502,26 @@ pub fn write_tiny_tokenizer(
         corpus.unwrap_or(BUILTIN_CORPUS).lines(),
         vocab_size,
         whole_words,
+    )?;
+    trained.write_to(dir)?;
+    Ok(trained.ids)
+}
+
+/// [`write_tiny_tokenizer`] in any style; `exact` as in [`train_tokenizer`].
+pub fn write_tokenizer(
+    style: TokenizerStyle,
+    dir: impl AsRef<Path>,
+    corpus: Option<&str>,
+    vocab_size: usize,
+    whole_words: &[String],
+    exact: bool,
+) -> Result<TinyTokenizerIds> {
+    let trained = train_tokenizer(
+        style,
+        corpus.unwrap_or(BUILTIN_CORPUS).lines(),
+        vocab_size,
+        whole_words,
+        exact,
     )?;
     trained.write_to(dir)?;
     Ok(trained.ids)

@@ -13,6 +13,7 @@ mod config;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use agent_r1_envs::tool_call::ToolCallFormat;
 use serde::Serialize;
 
 use crate::chat_template::{ChatTemplate, TemplateVars};
@@ -173,6 +174,15 @@ impl HfTokenizer {
     /// `model_max_length` from the config, when it is a real limit.
     pub fn model_max_length(&self) -> Option<usize> {
         self.config.model_max_length
+    }
+
+    /// The tool-call format the chat template teaches (its `tool_use` template when it has
+    /// several), if it teaches one.
+    pub fn tool_call_format(&self) -> Option<ToolCallFormat> {
+        self.templates
+            .get(TOOL_USE_TEMPLATE)
+            .or_else(|| self.templates.get(DEFAULT_TEMPLATE))
+            .and_then(|t| ToolCallFormat::detect(t.source()))
     }
 
     /// Whether the directory has a chat template.

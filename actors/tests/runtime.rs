@@ -90,7 +90,12 @@ impl Env for ScriptedEnv {
             Message::user(task.question.clone()),
         ])
     }
-    fn on_turn(&self, task: &Task, _text: &str) -> TurnOutcome {
+    fn on_turn(
+        &self,
+        task: &Task,
+        _text: &str,
+        _calls: Vec<Result<ToolCall, CallError>>,
+    ) -> TurnOutcome {
         let mut turns = self.turns.lock().unwrap();
         let t = turns.entry(task.id.clone()).or_default();
         *t += 1;
@@ -181,7 +186,7 @@ fn run(
     tool: Arc<dyn Tool>,
     tasks: Vec<(Task, u64)>,
 ) -> (RolloutReport, Vec<Trajectory>) {
-    let renderer = Arc::new(TurnRenderer::new(f.tokenizer.clone(), vec![tool.spec()]).unwrap());
+    let renderer = Arc::new(TurnRenderer::new(f.tokenizer.clone(), vec![tool.spec()], None).unwrap());
     let end = renderer.end_of_turn_id();
     let setup = RolloutSetup {
         engine: f.engine.clone(),

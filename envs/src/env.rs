@@ -12,7 +12,6 @@ use serde::{Deserialize, Serialize};
 use crate::message::Message;
 use crate::task::Task;
 use crate::tool::{CallError, CallOutcome, ToolCall};
-use crate::tool_call::parse_tool_calls;
 
 /// What an env says after an assistant turn.
 #[derive(Debug, Clone, PartialEq)]
@@ -44,10 +43,16 @@ pub trait Env: Send + Sync + 'static {
     /// The first messages of an episode (system prompt and the question).
     fn reset(&self, task: &Task) -> crate::Result<Vec<Message>>;
 
-    /// Decides what an assistant turn asks for. The default follows Agent-R1: a turn with
-    /// hermes tool calls runs them, a turn without one ends the episode.
-    fn on_turn(&self, _task: &Task, assistant_text: &str) -> TurnOutcome {
-        let calls = parse_tool_calls(assistant_text);
+    /// Decides what an assistant turn asks for. `calls` are the turn's tool calls as the
+    /// model's tool-call format ([`crate::tool_call::ToolCallFormat`]) parsed them from
+    /// `assistant_text`. The default follows Agent-R1: a turn with tool calls runs them, a
+    /// turn without one ends the episode.
+    fn on_turn(
+        &self,
+        _task: &Task,
+        _assistant_text: &str,
+        calls: Vec<Result<ToolCall, CallError>>,
+    ) -> TurnOutcome {
         if calls.is_empty() {
             TurnOutcome::Done
         } else {

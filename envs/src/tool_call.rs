@@ -1,63 +1,130 @@
-//! The hermes tool-call format as Qwen models write it:
-//! `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`.
+//! How a model writes tool calls. The format is a property of the model (what its chat
+//! template taught it), not of the env: Qwen models write hermes `<tool_call>` spans, Llama
+//! 3.1-3.3 write a bare JSON object as the whole turn.
 //!
-//! Parsing never fails as a whole: each call span becomes either a [`ToolCall`] or a
+//! Parsing never fails as a whole: each call becomes either a [`ToolCall`] or a
 //! [`CallError`] that is shown to the model, so malformed output is something to learn from.
 
+pub mod hermes;
+pub mod llama3_json;
+
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::tool::{CallError, ToolCall};
 
-/// Opening tag of a call.
-pub const CALL_OPEN: &str = "<tool_call>";
-/// Closing tag of a call; generation stops here.
-pub const CALL_CLOSE: &str = "</tool_call>";
+pub use hermes::{parse_tool_calls, render_tool_call, CALL_CLOSE, CALL_OPEN};
 
-/// Parses every `<tool_call>...</tool_call>` span of an assistant turn, in order.
-///
-/// A final span with an opening tag but no closing tag (generation ran out of tokens) is
-/// parsed up to the end of the text. `arguments` may be an object or a JSON string holding
-/// one; a missing `arguments` means `{}`.
-pub fn parse_tool_calls(text: &str) -> Vec<Result<ToolCall, CallError>> {
-    let mut calls = Vec::new();
-    let mut rest = text;
-    while let Some(start) = rest.find(CALL_OPEN) {
-        let body_start = start + CALL_OPEN.len();
-        let (body, next) = match rest[body_start..].find(CALL_CLOSE) {
-            Some(end) => (
-                &rest[body_start..body_start + end],
-                &rest[body_start + end + CALL_CLOSE.len()..],
-            ),
-            None => (&rest[body_start..], ""),
-        };
-        calls.push(parse_call_body(body));
-        rest = next;
-    }
-    calls
+/// A model's tool-call format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolCallFormat {
+    /// `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, several per turn (Qwen2.5,
+    /// Qwen3, and Agent-R1's own prompts).
+    #[default]
+    Hermes,
+    /// `{"name": ..., "parameters": {...}}` as the whole assistant turn (Llama 3.1-3.3's JSON
+    /// tool calling).
+    Llama3Json,
 }
 
-/// Parses the JSON between the tags.
+impl ToolCallFormat {
+    /// Every format, in the order messages list them.
+    pub const ALL: [ToolCallFormat; 2] = [ToolCallFormat::Hermes, ToolCallFormat::Llama3Json];
+
+    /// The name used in configs.
+    pub fn name(self) -> &'static str {
+        match self {
+            ToolCallFormat::Hermes => "hermes",
+            ToolCallFormat::Llama3Json => "llama3_json",
+        }
+    }
+
+    /// The calls of an assistant turn, in order.
+    pub fn parse(self, text: &str) -> Vec<Result<ToolCall, CallError>> {
+        match self {
+            ToolCallFormat::Hermes => hermes::parse_tool_calls(text),
+            ToolCallFormat::Llama3Json => llama3_json::parse_tool_calls(text),
+        }
+    }
+
+    /// A call written as the model writes it.
+    pub fn render(self, call: &ToolCall) -> String {
+        match self {
+            ToolCallFormat::Hermes => hermes::render_tool_call(call),
+            ToolCallFormat::Llama3Json => llama3_json::render_tool_call(call),
+        }
+    }
+
+    /// Text after which generation stops because a call is complete (`None`: the model
+    /// ends its turn after a call, with its end-of-turn token).
+    pub fn call_end(self) -> Option<&'static str> {
+        match self {
+            ToolCallFormat::Hermes => Some(CALL_CLOSE),
+            ToolCallFormat::Llama3Json => None,
+        }
+    }
+
+    /// The format a chat template teaches, recognised by what it writes for tool calls:
+    /// `<tool_call>` tags (hermes) or Llama 3.1's `"parameters"` objects and
+    /// `<|python_tag|>`. `None` for a template without tool calls.
+    pub fn detect(chat_template: &str) -> Option<Self> {
+        if chat_template.contains(CALL_OPEN) {
+            Some(ToolCallFormat::Hermes)
+        } else if chat_template.contains("<|python_tag|>")
+            || chat_template.contains("\"parameters\": ")
+        {
+            Some(ToolCallFormat::Llama3Json)
+        } else {
+            None
+        }
+    }
+}
+
+impl std::fmt::Display for ToolCallFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for ToolCallFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|f| f.name() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown tool-call format \"{s}\" (supported: {})",
+                    Self::ALL.map(Self::name).join(", ")
+                )
+            })
+    }
+}
+
+/// Reads one call's JSON object: a string `name`, and its arguments under `arguments`
+/// (hermes) or `parameters` (Llama 3.1), as an object or a JSON string holding one; none
+/// means `{}`.
 pub fn parse_call_body(body: &str) -> Result<ToolCall, CallError> {
     let value: Value =
         serde_json::from_str(body.trim()).map_err(|e| CallError::InvalidJson(e.to_string()))?;
+    call_from_value(&value)
+}
+
+pub(crate) fn call_from_value(value: &Value) -> Result<ToolCall, CallError> {
     let name = match value.get("name") {
         Some(Value::String(name)) if !name.trim().is_empty() => name.trim().to_string(),
         _ => return Err(CallError::MissingName),
     };
-    let arguments = match value.get("arguments") {
+    let arguments = match value.get("arguments").or_else(|| value.get("parameters")) {
         None | Some(Value::Null) => Value::Object(Default::default()),
         Some(Value::String(s)) => serde_json::from_str(s).map_err(|e| {
-            CallError::InvalidArguments(format!("`arguments` is a string but not JSON: {e}"))
+            CallError::InvalidArguments(format!("the arguments are a string but not JSON: {e}"))
         })?,
         Some(other) => other.clone(),
     };
     Ok(ToolCall { name, arguments })
-}
-
-/// Renders a call the way the model is taught to write it.
-pub fn render_tool_call(call: &ToolCall) -> String {
-    let body = serde_json::json!({"name": call.name, "arguments": call.arguments});
-    format!("{CALL_OPEN}\n{body}\n{CALL_CLOSE}")
 }
 
 #[cfg(test)]
@@ -66,126 +133,39 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn parses_object_and_string_arguments() {
-        let text = r#"<think>x</think><tool_call>{"name": "search", "arguments": {"query": "a"}}</tool_call>
-<tool_call>{"name": "calculator", "arguments": "{\"expression\": \"1+2\"}"}</tool_call>"#;
-        let calls = parse_tool_calls(text);
-        assert_eq!(calls.len(), 2);
-        assert_eq!(
-            calls[0].as_ref().unwrap(),
-            &ToolCall {
-                name: "search".into(),
-                arguments: json!({"query": "a"})
-            }
-        );
-        assert_eq!(
-            calls[1].as_ref().unwrap().arguments,
-            json!({"expression": "1+2"})
-        );
-    }
-
-    #[test]
-    fn malformed_calls_become_errors() {
-        let calls = parse_tool_calls(
-            "<tool_call>{not json</tool_call><tool_call>{\"arguments\": {}}</tool_call><tool_call>{\"name\": \"x\", \"arguments\": \"oops\"}",
-        );
-        assert!(matches!(calls[0], Err(CallError::InvalidJson(_))));
-        assert_eq!(calls[1], Err(CallError::MissingName));
-        assert!(matches!(calls[2], Err(CallError::InvalidArguments(_))));
-        assert_eq!(calls.len(), 3);
-    }
-
-    #[test]
-    fn render_then_parse_round_trips() {
+    fn both_formats_parse_into_the_same_call() {
         let call = ToolCall {
             name: "search".into(),
-            arguments: json!({"query": "Who founded X?", "k": 3}),
+            arguments: json!({"query": "Scott Derrickson", "top_k": 3}),
         };
-        assert_eq!(parse_tool_calls(&render_tool_call(&call)), vec![Ok(call)]);
+        let hermes = "<think>I need his nationality.</think>\n<tool_call>\n{\"name\": \"search\", \"arguments\": {\"query\": \"Scott Derrickson\", \"top_k\": 3}}\n</tool_call>";
+        let llama = "{\"name\": \"search\", \"parameters\": {\"query\": \"Scott Derrickson\", \"top_k\": 3}}";
+        assert_eq!(ToolCallFormat::Hermes.parse(hermes), vec![Ok(call.clone())]);
+        assert_eq!(ToolCallFormat::Llama3Json.parse(llama), vec![Ok(call.clone())]);
+        for format in ToolCallFormat::ALL {
+            assert_eq!(format.parse(&format.render(&call)), vec![Ok(call.clone())]);
+        }
     }
 
-    mod properties {
-        use super::*;
-        use proptest::prelude::*;
-
-        /// Pieces a model's output is made of: tags (whole and broken), JSON fragments,
-        /// text and awkward characters.
-        fn fragment() -> impl Strategy<Value = String> {
-            prop_oneof![
-                Just(CALL_OPEN.to_string()),
-                Just(CALL_CLOSE.to_string()),
-                Just("<tool_".to_string()),
-                Just("</tool_call".to_string()),
-                Just("{".to_string()),
-                Just("}".to_string()),
-                Just("\"name\": ".to_string()),
-                Just("\"arguments\": ".to_string()),
-                Just("{\"name\": \"search\", \"arguments\": {\"query\": \"x\"}}".to_string()),
-                Just("\"{\\\"a\\\": 1}\"".to_string()),
-                Just("[1, 2]".to_string()),
-                Just("null".to_string()),
-                Just(",".to_string()),
-                Just("\u{1F600}é\u{0}".to_string()),
-                "[a-z ]{0,8}",
-                any::<String>(),
-            ]
+    #[test]
+    fn names_round_trip_and_unknown_ones_say_what_is_supported() {
+        for format in ToolCallFormat::ALL {
+            assert_eq!(format.name().parse::<ToolCallFormat>(), Ok(format));
         }
+        let e = "pythonic".parse::<ToolCallFormat>().unwrap_err();
+        assert!(e.contains("pythonic") && e.contains("hermes, llama3_json"), "{e}");
+    }
 
-        fn json_value() -> impl Strategy<Value = Value> {
-            let leaf = prop_oneof![
-                Just(Value::Null),
-                any::<bool>().prop_map(Value::from),
-                any::<i64>().prop_map(Value::from),
-                any::<String>().prop_map(Value::from),
-            ];
-            leaf.prop_recursive(3, 16, 4, |inner| {
-                prop_oneof![
-                    prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
-                    prop::collection::btree_map("[a-z_]{1,6}", inner, 0..4)
-                        .prop_map(|m| Value::Object(m.into_iter().collect())),
-                ]
-            })
-        }
-
-        proptest! {
-            #![proptest_config(ProptestConfig::with_cases(512))]
-
-            #[test]
-            fn arbitrary_text_never_panics(text in any::<String>()) {
-                let calls = parse_tool_calls(&text);
-                prop_assert!(calls.len() <= text.matches(CALL_OPEN).count());
-            }
-
-            #[test]
-            fn fragment_soup_never_panics(parts in prop::collection::vec(fragment(), 0..24)) {
-                let text = parts.concat();
-                let calls = parse_tool_calls(&text);
-                // Exactly one outcome per opening tag not swallowed by an earlier span.
-                prop_assert!(calls.len() <= text.matches(CALL_OPEN).count());
-                prop_assert_eq!(calls.is_empty(), !text.contains(CALL_OPEN));
-                for call in calls.iter().flatten() {
-                    prop_assert!(!call.name.trim().is_empty());
-                }
-            }
-
-            #[test]
-            fn rendered_calls_round_trip(
-                name in "[A-Za-z_][A-Za-z0-9_.-]{0,20}",
-                args in prop::collection::btree_map("[a-z_]{1,8}", json_value(), 0..5),
-                before in "[^<]{0,20}",
-                between in "[^<]{0,20}",
-            ) {
-                let call = ToolCall {
-                    name,
-                    arguments: Value::Object(args.into_iter().collect()),
-                };
-                let text = format!(
-                    "{before}{}{between}{}",
-                    render_tool_call(&call),
-                    render_tool_call(&call)
-                );
-                prop_assert_eq!(parse_tool_calls(&text), vec![Ok(call.clone()), Ok(call)]);
-            }
-        }
+    #[test]
+    fn detects_the_format_a_template_teaches() {
+        assert_eq!(
+            ToolCallFormat::detect("{{- '<tool_call>\\n' }}"),
+            Some(ToolCallFormat::Hermes)
+        );
+        assert_eq!(
+            ToolCallFormat::detect("{{- '<|python_tag|>' + tool_call.name }}"),
+            Some(ToolCallFormat::Llama3Json)
+        );
+        assert_eq!(ToolCallFormat::detect("{{ messages[0].content }}"), None);
     }
 }

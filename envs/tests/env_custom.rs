@@ -7,6 +7,7 @@ use agent_r1_envs::message::Message;
 use agent_r1_envs::reward::hotpotqa::best_score;
 use agent_r1_envs::reward::qa::final_answer;
 use agent_r1_envs::task::Task;
+use agent_r1_envs::tool_call::ToolCallFormat;
 use serde_json::{json, Value};
 
 // --- begin docs/envs.md example ---
@@ -83,7 +84,10 @@ fn a_user_env_is_one_type_and_one_registration_line() {
     let first = env.reset(&task).expect("reset");
     assert_eq!(first[0].content, "Be brief.");
     let turn = "<answer>The Paris</answer>";
-    assert_eq!(env.on_turn(&task, turn), TurnOutcome::Done);
+    assert_eq!(
+        env.on_turn(&task, turn, ToolCallFormat::Hermes.parse(turn)),
+        TurnOutcome::Done
+    );
     let mut transcript = first;
     transcript.push(Message::assistant(turn));
     let score = env.score(&task, &transcript);

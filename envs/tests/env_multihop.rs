@@ -9,6 +9,7 @@ use agent_r1_envs::envs::{CorpusSpec, EnvRegistry, SyntheticMultihopEnv};
 use agent_r1_envs::message::{Message, Role};
 use agent_r1_envs::synthetic::{gold_demo, Split};
 use agent_r1_envs::tool::{CallError, CallOutcome, ToolOutput};
+use agent_r1_envs::tool_call::ToolCallFormat;
 use agent_r1_envs::Error;
 use serde_json::json;
 
@@ -97,7 +98,7 @@ fn multihop_qa_turns_and_scores() {
         .tasks[1]
         .clone();
     let call = "<think>who played Corliss Archer?</think>\n<tool_call>\n{\"name\": \"search\", \"arguments\": {\"query\": \"Kiss and Tell 1945\"}}\n</tool_call>";
-    match env.on_turn(&task, call) {
+    match env.on_turn(&task, call, ToolCallFormat::Hermes.parse(call)) {
         TurnOutcome::Calls(calls) => assert_eq!(calls.len(), 1),
         TurnOutcome::Done => panic!("a tool call should continue the episode"),
     }
@@ -115,7 +116,10 @@ fn multihop_qa_turns_and_scores() {
     ];
     assert!((env.step_reward(&task, &outcomes) - 0.15).abs() < 1e-12);
     let final_turn = "<think>She was Chief of Protocol.</think>\n<answer>Chief of Protocol of the United States</answer>";
-    assert_eq!(env.on_turn(&task, final_turn), TurnOutcome::Done);
+    assert_eq!(
+        env.on_turn(&task, final_turn, ToolCallFormat::Hermes.parse(final_turn)),
+        TurnOutcome::Done
+    );
 
     let mut transcript = env.reset(&task).expect("reset");
     transcript.push(Message::assistant(call));

@@ -274,6 +274,7 @@ pub(crate) fn run(a: EvalArgs) -> anyhow::Result<()> {
         max_context: r.max_context_length,
         max_new_tokens: r.max_response_length,
         temperature,
+        tool_call_format: cfg.model.tool_call_format,
     };
     let mut rollout = setup::rollout_setup(
         engine.clone(),

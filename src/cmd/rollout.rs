@@ -14,6 +14,7 @@ use agent_r1_envs::env::Env;
 use agent_r1_envs::synthetic::SyntheticConfig;
 use agent_r1_envs::task::Task;
 use agent_r1_envs::tool::Tool;
+use agent_r1_envs::tool_call::ToolCallFormat;
 
 use super::bench::peak_rss_mb;
 use anyhow::Context;
@@ -31,6 +32,10 @@ pub(crate) struct RolloutArgs {
     /// Model directory.
     #[arg(long)]
     model: PathBuf,
+    /// How the model writes tool calls (hermes, llama3_json); default: what its chat
+    /// template teaches.
+    #[arg(long)]
+    tool_call_format: Option<ToolCallFormat>,
     /// Environment.
     #[arg(long, default_value = "synthetic_multihop")]
     env: String,
@@ -193,6 +198,7 @@ fn execute(
         max_context: a.max_context,
         max_new_tokens: a.max_new_tokens,
         temperature: a.temperature,
+        tool_call_format: a.tool_call_format,
     };
     let env: Arc<dyn Env> = scenario.env.clone();
     let setup = setup::rollout_setup(engine.clone(), tokenizer, env, vec![search], &knobs)?;

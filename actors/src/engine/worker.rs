@@ -151,6 +151,10 @@ pub(super) fn run(
         }
     };
     let c = model.config();
+    if let Err(message) = c.check_context(config.max_context) {
+        let _ = ready.send(Err(Error::invalid("engine max_context", message)));
+        return;
+    }
     let p = model.placement();
     let slots = SlotCache::new(
         c.num_hidden_layers,

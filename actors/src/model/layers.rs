@@ -1,11 +1,12 @@
-//! The building blocks of a Qwen2 / Llama decoder, written to match `transformers`
-//! operation for operation (float32 RMSNorm, rotate-half rotary, SwiGLU), which is what
-//! makes logits agree to 1e-4.
+//! The building blocks of a Qwen2 / Qwen3 / Llama / Mistral decoder, written to match
+//! `transformers` operation for operation (float32 RMSNorm, rotate-half rotary with its
+//! scalings, Qwen3's per-head query/key norms, SwiGLU), which is what makes logits agree to
+//! 1e-4.
 
 use tch::nn::{self, Module};
 use tch::{Kind, Tensor};
 
-use super::config::ModelConfig;
+use super::config::{ModelConfig, RopeScaling};
 use super::kv_cache::KvStore;
 
 /// Root-mean-square layer norm, computed in float32 as transformers does.
@@ -49,6 +50,22 @@ impl Rotary {
             .to_kind(Kind::Float)
             .pow(&exponents)
             .reciprocal();
+        let inv_freq = match config.rope_scaling {
+            RopeScaling::Default => inv_freq,
+            RopeScaling::Linear { factor } => inv_freq / factor,
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings,
+            } => llama3_inv_freq(
+                &inv_freq,
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings as f64,
+            ),
+        };
         Self { inv_freq }
     }
 
@@ -61,6 +78,21 @@ impl Rotary {
             emb.sin().to_kind(kind).unsqueeze(1),
         )
     }
+}
+
+/// Llama 3.1's frequency scaling, as transformers' `_compute_llama3_parameters` computes it
+/// (float32, same operations in the same order): wavelengths longer than the original context
+/// over `low_freq_factor` are stretched by `factor`, shorter than it over `high_freq_factor`
+/// kept, and the band between blended smoothly.
+fn llama3_inv_freq(inv_freq: &Tensor, factor: f64, low: f64, high: f64, original: f64) -> Tensor {
+    let low_freq_wavelen = original / low;
+    let high_freq_wavelen = original / high;
+    let wavelen = inv_freq.reciprocal() * (2.0 * std::f64::consts::PI);
+    let scaled = inv_freq.where_self(&wavelen.le(low_freq_wavelen), &(inv_freq / factor));
+    let smooth = (wavelen.reciprocal() * original - low) / (high - low);
+    let smoothed = (smooth.neg() + 1.0) * &scaled / factor + &smooth * &scaled;
+    let medium = wavelen.ge(high_freq_wavelen).logical_and(&wavelen.le(low_freq_wavelen));
+    smoothed.where_self(&medium, &scaled)
 }
 
 fn rotate_half(x: &Tensor) -> Tensor {
@@ -93,6 +125,8 @@ pub(crate) struct Attention {
     k_proj: nn::Linear,
     v_proj: nn::Linear,
     o_proj: nn::Linear,
+    /// Qwen3's RMSNorm over each head's queries and keys, before the rotary embedding.
+    qk_norm: Option<(RmsNorm, RmsNorm)>,
     heads: i64,
     kv_heads: i64,
     head_dim: i64,
@@ -107,6 +141,13 @@ impl Attention {
             k_proj: linear(&vs / "k_proj", c.hidden_size, kv, c.qkv_bias),
             v_proj: linear(&vs / "v_proj", c.hidden_size, kv, c.qkv_bias),
             o_proj: linear(&vs / "o_proj", q, c.hidden_size, c.o_bias),
+            qk_norm: c.qk_norm.then(|| {
+                let d = c.head_dim as i64;
+                (
+                    RmsNorm::new(&vs / "q_norm", d, c.rms_norm_eps),
+                    RmsNorm::new(&vs / "k_norm", d, c.rms_norm_eps),
+                )
+            }),
             heads: c.num_attention_heads as i64,
             kv_heads: c.num_key_value_heads as i64,
             head_dim: c.head_dim as i64,
@@ -122,10 +163,18 @@ impl Attention {
         cache: Option<(&mut dyn KvStore, usize)>,
     ) -> Tensor {
         let (b, t, _) = x.size3().expect("hidden states are [B, T, H]");
-        let split = |y: Tensor, heads: i64| y.view([b, t, heads, self.head_dim]).transpose(1, 2);
-        let q = apply_rotary(&split(self.q_proj.forward(x), self.heads), cos, sin);
-        let k = apply_rotary(&split(self.k_proj.forward(x), self.kv_heads), cos, sin);
-        let v = split(self.v_proj.forward(x), self.kv_heads);
+        let heads = |y: Tensor, n: i64| y.view([b, t, n, self.head_dim]);
+        let (q, k) = (
+            heads(self.q_proj.forward(x), self.heads),
+            heads(self.k_proj.forward(x), self.kv_heads),
+        );
+        let (q, k) = match &self.qk_norm {
+            Some((q_norm, k_norm)) => (q_norm.forward(&q), k_norm.forward(&k)),
+            None => (q, k),
+        };
+        let q = apply_rotary(&q.transpose(1, 2), cos, sin);
+        let k = apply_rotary(&k.transpose(1, 2), cos, sin);
+        let v = heads(self.v_proj.forward(x), self.kv_heads).transpose(1, 2);
         let (k, v) = match cache {
             Some((cache, layer)) => cache.append(layer, &k, &v),
             None => (k, v),

@@ -4,7 +4,7 @@
 //! second are possible at batch 64, large enough to learn the tool-call format and chained
 //! search on the synthetic multi-hop world.
 
-use super::config::ModelConfig;
+use super::config::{Family, ModelConfig, RopeScaling};
 use crate::{Error, Result};
 
 /// Names of the presets `preset` accepts.
@@ -14,7 +14,7 @@ pub const PRESETS: &[&str] = &["tiny"];
 pub fn preset(name: &str, vocab_size: usize, eos_token_ids: Vec<u32>) -> Result<ModelConfig> {
     match name {
         "tiny" => Ok(ModelConfig {
-            model_type: "qwen2".into(),
+            model_type: Family::Qwen2,
             // A multiple of 64 keeps the embedding matmul aligned; ids past the tokenizer's
             // vocabulary are never produced by it and are learnt away quickly.
             vocab_size: vocab_size.div_ceil(64) * 64,
@@ -26,11 +26,14 @@ pub fn preset(name: &str, vocab_size: usize, eos_token_ids: Vec<u32>) -> Result<
             head_dim: 32,
             rms_norm_eps: 1e-6,
             rope_theta: 10000.0,
+            rope_scaling: RopeScaling::Default,
             max_position_embeddings: 4096,
+            sliding_window: None,
             tie_word_embeddings: true,
             qkv_bias: true,
             o_bias: false,
             mlp_bias: false,
+            qk_norm: false,
             bos_token_id: None,
             eos_token_ids,
         }),

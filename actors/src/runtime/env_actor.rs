@@ -15,7 +15,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use agent_r1_envs::env::{Env, Score, TurnOutcome};
 use agent_r1_envs::message::Message;
 use agent_r1_envs::task::Task;
-use agent_r1_envs::tool::CallOutcome;
+use agent_r1_envs::tool::{CallError, CallOutcome, ToolCall};
 
 /// An env answer, or why the env could not give one.
 pub type EnvReply<T> = RpcReplyPort<Result<T, String>>;
@@ -26,7 +26,12 @@ pub enum EnvMsg {
     /// First messages of an episode.
     Reset(Arc<Task>, EnvReply<Vec<Message>>),
     /// What an assistant turn asks for.
-    OnTurn(Arc<Task>, String, EnvReply<TurnOutcome>),
+    OnTurn(
+        Arc<Task>,
+        String,
+        Vec<Result<ToolCall, CallError>>,
+        EnvReply<TurnOutcome>,
+    ),
     /// Observation messages and the step reward for a turn's call outcomes.
     Observe(Arc<Task>, Vec<CallOutcome>, EnvReply<(Vec<Message>, f64)>),
     /// Score of a finished transcript.
@@ -80,7 +85,9 @@ impl Actor for EnvActor {
             EnvMsg::Reset(task, reply) => {
                 run(reply, || env.reset(&task).map_err(|e| e.to_string()))
             }
-            EnvMsg::OnTurn(task, text, reply) => run(reply, || Ok(env.on_turn(&task, &text))),
+            EnvMsg::OnTurn(task, text, calls, reply) => {
+                run(reply, || Ok(env.on_turn(&task, &text, calls)))
+            }
             EnvMsg::Observe(task, outcomes, reply) => run(reply, || {
                 let messages = env.observe(&task, &outcomes);
                 Ok((messages, env.step_reward(&task, &outcomes)))

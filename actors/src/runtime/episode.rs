@@ -226,8 +226,9 @@ async fn turn(state: &mut EpisodeState) -> Result<Option<String>, ActorProcessin
     };
     state.stream.extend(&step.action_ids);
     let t2 = task.clone();
+    let calls = shared.renderer.parse_tool_calls(&text);
     let decision = ask_env(&shared, "env on_turn", |r| {
-        EnvMsg::OnTurn(t2.clone(), text.clone(), r)
+        EnvMsg::OnTurn(t2.clone(), text.clone(), calls.clone(), r)
     })
     .await?;
     let calls = match decision {

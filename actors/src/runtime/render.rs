@@ -2,62 +2,82 @@
 //!
 //! The context of turn k+1 is the context of turn k, the sampled ids unchanged, the template's
 //! end-of-turn ids, and the ids of the observation messages plus the next generation prompt.
-//! The last part is rendered as a *delta*: the template applied to a fixed dummy conversation
-//! ending with an assistant turn, with and without the observation messages appended; the
-//! difference is what the template adds after an assistant turn. Sampled text is never
-//! decoded and re-encoded, which is what broke Agent-R1's importance ratios.
+//! The last part is rendered as a *suffix*: the template applied to a fixed conversation whose
+//! assistant turn is a marker, followed by the observations; what the template writes after
+//! the marker is what it adds after an assistant turn. The marker makes this independent of
+//! how a template rewrites assistant turns (Qwen3 moves `<think>` blocks, Llama 3.1 trims).
+//! Sampled text is never decoded and re-encoded, which is what broke Agent-R1's importance
+//! ratios.
 
 use std::sync::Arc;
 
 use serde_json::Value;
 
 use agent_r1_envs::message::Message;
+use agent_r1_envs::tool::{CallError, ToolCall};
+use agent_r1_envs::tool_call::ToolCallFormat;
 
 use crate::tokenizer::HfTokenizer;
 use crate::{Error, Result};
 
-/// Renders prompts and observation deltas for one set of tools.
+/// Stands for the sampled action in the rendered conversation; no template rewrites it.
+const ACTION_MARKER: &str = "AGENT_R1_ACTION_MARKER";
+
+/// Renders prompts and observation suffixes for one set of tools and one tool-call format.
 #[derive(Debug)]
 pub struct TurnRenderer {
     tokenizer: Arc<HfTokenizer>,
     tools: Option<Vec<Value>>,
-    dummy: Vec<Message>,
-    dummy_ids: Vec<u32>,
+    format: ToolCallFormat,
     /// Ids the template puts after an assistant message's content (e.g. `<|im_end|>`, `\n`).
     turn_close: Vec<u32>,
 }
 
 impl TurnRenderer {
-    /// Checks that the template renders incrementally and learns its turn-closing ids.
-    pub fn new(tokenizer: Arc<HfTokenizer>, tools: Vec<Value>) -> Result<Self> {
+    /// Checks that the template renders observations as a suffix that tokenizes on its own,
+    /// and learns its turn-closing ids. `format` is the model's tool-call format; `None`
+    /// takes the one its chat template teaches (hermes when it teaches none).
+    pub fn new(
+        tokenizer: Arc<HfTokenizer>,
+        tools: Vec<Value>,
+        format: Option<ToolCallFormat>,
+    ) -> Result<Self> {
         let tools = (!tools.is_empty()).then_some(tools);
-        let t = tools.as_deref();
-        let dummy = vec![Message::user("x"), Message::assistant("y")];
-        let prompt = tokenizer.encode_chat(&dummy[..1], t, true)?;
-        let dummy_ids = tokenizer.encode_chat(&dummy, t, false)?;
-        let content = tokenizer.encode("y", false)?;
-        let mut expected = prompt.clone();
-        expected.extend(&content);
-        if !dummy_ids.starts_with(&expected) {
-            return Err(Error::Template(
-                "the chat template does not render an assistant turn as generation prompt + \
-                 content; token-level episodes need a template that does (ChatML-style)"
-                    .into(),
-            ));
-        }
-        let turn_close = dummy_ids[expected.len()..].to_vec();
-        if turn_close.is_empty() {
+        let format = format
+            .or_else(|| tokenizer.tool_call_format())
+            .unwrap_or_default();
+        let mut renderer = Self {
+            tokenizer,
+            tools,
+            format,
+            turn_close: vec![],
+        };
+        let (_, close) = renderer.split_at_marker(&[], false)?;
+        renderer.turn_close = renderer.tokenizer.encode(&close, false)?;
+        if renderer.turn_close.is_empty() {
             return Err(Error::Template(
                 "the chat template adds nothing after an assistant turn".into(),
             ));
         }
-        Ok(Self {
-            tokenizer,
-            tools,
-            dummy,
-            dummy_ids,
-            turn_close,
-        })
+        // The suffix must tokenize as it does inside the whole text; it does when it starts
+        // with a special token, as every chat template's turn separator does.
+        let probe = [Message::tool("probe result")];
+        let (before, after) = renderer.split_at_marker(&probe, true)?;
+        let whole = renderer
+            .tokenizer
+            .encode(&format!("{before}{ACTION_MARKER}{after}"), false)?;
+        let mut parts = renderer
+            .tokenizer
+            .encode(&format!("{before}{ACTION_MARKER}"), false)?;
+        parts.extend(renderer.tokenizer.encode(&after, false)?);
+        if whole != parts {
+            return Err(Error::Template(
+                "what the chat template writes after an assistant turn does not tokenize on \
+                 its own; cannot append observations as tokens"
+                    .into(),
+            ));
+        }
+        Ok(renderer)
     }
 
     /// The tokenizer.
@@ -70,9 +90,34 @@ impl TurnRenderer {
         self.tools.as_deref()
     }
 
+    /// How the model writes tool calls.
+    pub fn tool_call_format(&self) -> ToolCallFormat {
+        self.format
+    }
+
+    /// The tool calls of a decoded assistant turn, in the model's format.
+    pub fn parse_tool_calls(&self, text: &str) -> Vec<Result<ToolCall, CallError>> {
+        self.format.parse(text)
+    }
+
     /// The id that ends an assistant turn (the model stops on it).
     pub fn end_of_turn_id(&self) -> u32 {
         self.turn_close[0]
+    }
+
+    /// Every id generation stops on: the end of a turn, the tokenizer's end ids, and the end
+    /// of a call when the format has one that is a single token (`</tool_call>`).
+    pub fn stop_ids(&self) -> Vec<u32> {
+        let mut stops = vec![self.end_of_turn_id()];
+        stops.extend(
+            self.format
+                .call_end()
+                .and_then(|end| self.tokenizer.single_token_id(end)),
+        );
+        stops.extend(self.tokenizer.eos_token_ids());
+        stops.sort_unstable();
+        stops.dedup();
+        stops
     }
 
     /// The first context of an episode.
@@ -84,20 +129,17 @@ impl TurnRenderer {
     /// Ids to append after a sampled action so the context continues with `observations`
     /// and the next generation prompt.
     pub fn continuation(&self, action_ids: &[u32], observations: &[Message]) -> Result<Vec<u32>> {
-        let mut ids = self.close_turn(action_ids);
-        let mut convo = self.dummy.clone();
-        convo.extend_from_slice(observations);
-        let full = self
-            .tokenizer
-            .encode_chat(&convo, self.tools.as_deref(), true)?;
-        if !full.starts_with(&self.dummy_ids) {
+        let (_, suffix) = self.split_at_marker(observations, true)?;
+        let suffix = self.tokenizer.encode(&suffix, false)?;
+        if !suffix.starts_with(&self.turn_close) {
             return Err(Error::Template(
-                "observation messages change how earlier turns render; cannot append them as tokens"
+                "observation messages change how an assistant turn ends; cannot append them as \
+                 tokens"
                     .into(),
             ));
         }
-        ids.extend(&full[self.dummy_ids.len()..]);
-        Ok(ids)
+        let skip = usize::from(action_ids.last() == Some(&self.turn_close[0]));
+        Ok(suffix[skip..].to_vec())
     }
 
     /// The ids that close an assistant turn after `action_ids` (the end-of-turn id is not
@@ -107,6 +149,31 @@ impl TurnRenderer {
             self.turn_close[1..].to_vec()
         } else {
             self.turn_close.clone()
+        }
+    }
+
+    /// Renders `user, assistant(marker), observations...` and splits the text around the
+    /// marker.
+    fn split_at_marker(
+        &self,
+        observations: &[Message],
+        add_generation_prompt: bool,
+    ) -> Result<(String, String)> {
+        let mut convo = vec![Message::user("x"), Message::assistant(ACTION_MARKER)];
+        convo.extend_from_slice(observations);
+        let text = self.tokenizer.apply_chat_template(
+            &convo,
+            self.tools.as_deref(),
+            add_generation_prompt,
+        )?;
+        let mut pieces = text.split(ACTION_MARKER);
+        match (pieces.next(), pieces.next(), pieces.next()) {
+            (Some(before), Some(after), None) => Ok((before.to_string(), after.to_string())),
+            _ => Err(Error::Template(
+                "the chat template does not write an assistant turn's content exactly once; \
+                 token-level episodes need one that does"
+                    .into(),
+            )),
         }
     }
 }
