@@ -1,6 +1,8 @@
-//! Numerical parity with Hugging Face `transformers` on tiny random Qwen2 and Llama
-//! checkpoints made in Python: float32 logits within 1e-4, greedy generation of 32 tokens
-//! identical (alone and in a left-padded batch), and checkpoints saved by agent-r1 loading in
+//! Numerical parity with Hugging Face `transformers` on tiny random checkpoints of every
+//! family (Qwen2, Qwen3, Llama, Llama 3.1 with rope scaling, Mistral) that transformers makes
+//! inside the test, stored as float32, bfloat16 or float16 and in one file or sharded: float32
+//! logits and log-probabilities within 1e-4, greedy generation of 32 tokens identical (alone
+//! and in a left-padded batch), and the directory agent-r1 saves loading back in
 //! `transformers` with the same logits.
 //!
 //! Needs the project venv (`make test` creates it). Without it the test fails under CI and is
@@ -85,8 +87,51 @@ fn greedy(n: usize) -> SamplingParams {
     }
 }
 
-fn check_arch(arch: &str) {
-    let Some(python) = venv_python() else { return };
+fn floats(v: &Value) -> Vec<f64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
+}
+
+fn max_diff(ours: &[f64], theirs: &[f64]) -> f64 {
+    assert_eq!(ours.len(), theirs.len(), "lengths");
+    ours.iter()
+        .zip(theirs)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max)
+}
+
+/// transformers' logits for `ids` from the directory `dir`.
+fn transformers_logits(python: &Path, dir: &Path, ids: &[u32]) -> Value {
+    let mut child = Command::new(python)
+        .arg(script())
+        .args(["score", dir.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(serde_json::json!({ "ids": ids }).to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "transformers could not load {}",
+        dir.display()
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    r["logits"].clone()
+}
+
+fn check_arch(arch: &str) -> Option<Value> {
+    let python = venv_python()?;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join(arch);
     let r = reference(&python, &dir, arch);
@@ -98,6 +143,18 @@ fn check_arch(arch: &str) {
     println!("{arch}: max |logit diff| = {diff:.3e}");
     assert!(diff < 1e-4, "{arch}: logits differ by {diff}");
 
+    // Log-probabilities of the prompt's own next tokens.
+    let lp = logits.log_softmax(-1, tch::Kind::Float);
+    let next: Vec<i64> = ids[1..].iter().map(|&i| i as i64).collect();
+    let prompt_lp = lp
+        .narrow(0, 0, next.len() as i64)
+        .gather(1, &tch::Tensor::from_slice(&next).unsqueeze(1), false)
+        .squeeze_dim(1);
+    let prompt_lp = Vec::<f64>::try_from(prompt_lp.to_kind(tch::Kind::Double)).unwrap();
+    let lp_diff = max_diff(&prompt_lp, &floats(&r["prompt_logprobs"]));
+    println!("{arch}: max |prompt log-prob diff| = {lp_diff:.3e}");
+    assert!(lp_diff < 1e-4, "{arch}: prompt log-probs differ by {lp_diff}");
+
     let gen = model
         .generate(std::slice::from_ref(&ids), &greedy(32))
         .unwrap();
@@ -106,7 +163,10 @@ fn check_arch(arch: &str) {
         ids_of(&r["greedy"]),
         "{arch}: greedy generation"
     );
-    assert_eq!(gen[0].logprobs.len(), 32);
+    let ours: Vec<f64> = gen[0].logprobs.iter().map(|&x| f64::from(x)).collect();
+    let gen_diff = max_diff(&ours, &floats(&r["greedy_logprobs"]));
+    println!("{arch}: max |generated log-prob diff| = {gen_diff:.3e}");
+    assert!(gen_diff < 1e-4, "{arch}: generated log-probs differ by {gen_diff}");
 
     // Left-padded batch: a short prompt beside the full one, as transformers pads it.
     let short = ids_of(&r["short_ids"]);
@@ -118,6 +178,13 @@ fn check_arch(arch: &str) {
         "{arch}: padded row"
     );
     assert_eq!(batch[1].token_ids, ids_of(&expected[1]), "{arch}: full row");
+
+    // What agent-r1 saves loads back in transformers with the same logits.
+    let saved = tmp.path().join("saved");
+    model.save(&saved, None).unwrap();
+    let diff = max_abs_diff(&logits, &transformers_logits(&python, &saved, &ids));
+    assert!(diff < 1e-4, "{arch}: saved model's logits differ by {diff}");
+    Some(r)
 }
 
 #[test]
@@ -128,6 +195,28 @@ fn qwen2_matches_transformers() {
 #[test]
 fn llama_matches_transformers() {
     check_arch("llama");
+}
+
+#[test]
+fn qwen3_bf16_sharded_matches_transformers() {
+    check_arch("qwen3");
+}
+
+#[test]
+fn mistral_sharded_matches_transformers() {
+    check_arch("mistral");
+}
+
+#[test]
+fn llama31_rope_scaling_is_applied_past_the_original_context() {
+    let Some(r) = check_arch("llama31") else {
+        return;
+    };
+    // The 200-token prompt runs past original_max_position_embeddings (64); without the
+    // scaling its logits would move by this much, so the parity above is the scaling's.
+    let unscaled = r["unscaled_logit_diff"].as_f64().unwrap();
+    assert_eq!(ids_of(&r["ids"]).len(), 200);
+    assert!(unscaled > 1.0, "scaling changes little: {unscaled}");
 }
 
 #[test]
@@ -144,28 +233,8 @@ fn saved_checkpoint_loads_in_transformers_with_same_logits() {
     let tmp = tempfile::tempdir().unwrap();
     model.save(tmp.path(), None).unwrap();
     let ids: Vec<u32> = (0..30).map(|i| (i * 37 % 200) as u32).collect();
-    let mut child = Command::new(&python)
-        .arg(script())
-        .args(["score", tmp.path().to_str().unwrap()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(serde_json::json!({ "ids": ids }).to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "transformers could not load the saved checkpoint"
-    );
-    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let diff = max_abs_diff(&model.sequence_logits(&ids).unwrap(), &r["logits"]);
+    let theirs = transformers_logits(&python, tmp.path(), &ids);
+    let diff = max_abs_diff(&model.sequence_logits(&ids).unwrap(), &theirs);
     assert!(diff < 1e-4, "saved model: logits differ by {diff}");
 
     // And it loads back into agent-r1 with its value head.
@@ -202,4 +271,19 @@ fn wrong_shape_and_missing_files_name_the_culprit() {
         e.contains("model.safetensors") && e.contains("mlp") && e.contains("shape"),
         "{e}"
     );
+
+    // An unsupported rope type: one line naming the file, the field, the value and what is
+    // supported, before any weight is read.
+    json["intermediate_size"] = 32.into();
+    // (the older top-level layout, as in many hub configs)
+    json.as_object_mut().unwrap().remove("rope_parameters");
+    json["rope_scaling"] = serde_json::json!({"rope_type": "yarn", "factor": 4.0});
+    std::fs::write(&path, json.to_string()).unwrap();
+    let e = PolicyModel::load(tmp.path(), Placement::default(), false)
+        .unwrap_err()
+        .to_string();
+    for needle in ["config.json", "`rope_scaling.rope_type`", "yarn", "default, linear, llama3"] {
+        assert!(e.contains(needle), "{needle:?} not in {e:?}");
+    }
+    assert!(!e.contains('\n'), "{e}");
 }
