@@ -231,6 +231,10 @@ pub struct ModelSection {
     /// `llama3_json` (Llama 3.1's JSON object); absent, what its chat template teaches.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_format: Option<ToolCallFormat>,
+    /// Extra variables for the chat template, as transformers' `apply_chat_template` kwargs
+    /// (`{ enable_thinking = false }` turns Qwen3's reasoning off).
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub chat_template_kwargs: serde_json::Map<String, serde_json::Value>,
 }
 
 fn default_auto() -> String {

@@ -713,7 +713,10 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
         );
     }
 
-    let tokenizer = Arc::new(HfTokenizer::from_dir(&policy_dir)?);
+    let tokenizer = Arc::new(
+        HfTokenizer::from_dir(&policy_dir)?
+            .with_template_kwargs(cfg.model.chat_template_kwargs.clone())?,
+    );
     let r = &cfg.rollout;
     let engine = setup::engine(
         &policy_dir,

@@ -59,6 +59,13 @@ impl std::fmt::Debug for ChatTemplate {
 /// `None`).
 pub type TemplateVars = BTreeMap<String, String>;
 
+/// Extra variables a template reads (`enable_thinking` for Qwen3), by name.
+pub type TemplateKwargs = serde_json::Map<String, serde_json::Value>;
+
+/// Variables the renderer sets itself; a template kwarg may not replace them.
+pub const RESERVED_TEMPLATE_VARS: [&str; 4] =
+    ["messages", "tools", "documents", "add_generation_prompt"];
+
 impl ChatTemplate {
     /// Compiles `source`; a syntax error is an [`Error::Template`] naming the line.
     pub fn new(source: impl Into<String>) -> Result<Self> {
@@ -103,6 +110,25 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         vars: &TemplateVars,
     ) -> Result<String> {
+        self.render_with_kwargs(
+            messages,
+            tools,
+            add_generation_prompt,
+            vars,
+            &TemplateKwargs::new(),
+        )
+    }
+
+    /// [`ChatTemplate::render`] with extra template variables, as transformers passes
+    /// `apply_chat_template`'s other keyword arguments (Qwen3's `enable_thinking`, say).
+    pub fn render_with_kwargs<M: Serialize>(
+        &self,
+        messages: &[M],
+        tools: Option<&[serde_json::Value]>,
+        add_generation_prompt: bool,
+        vars: &TemplateVars,
+        kwargs: &TemplateKwargs,
+    ) -> Result<String> {
         let messages = messages
             .iter()
             .map(message_value)
@@ -111,6 +137,9 @@ impl ChatTemplate {
             .iter()
             .map(|(k, v)| (k.clone(), Value::from(v.as_str())))
             .collect();
+        for (k, v) in kwargs {
+            ctx.insert(k.clone(), Value::from(Serde(v)));
+        }
         ctx.insert("messages".into(), Value::from(Serde(&messages)));
         ctx.insert(
             "tools".into(),

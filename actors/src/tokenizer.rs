@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use agent_r1_envs::tool_call::ToolCallFormat;
 use serde::Serialize;
 
-use crate::chat_template::{ChatTemplate, TemplateVars};
+use crate::chat_template::{ChatTemplate, TemplateKwargs, TemplateVars, RESERVED_TEMPLATE_VARS};
 use crate::error::{Error, Result};
 use config::{DirFiles, TemplateSource, TokenizerConfig};
 
@@ -34,6 +34,7 @@ pub struct HfTokenizer {
     tokenizer: tokenizers::Tokenizer,
     config: TokenizerConfig,
     templates: BTreeMap<String, ChatTemplate>,
+    template_kwargs: TemplateKwargs,
     eos_token_ids: Vec<u32>,
 }
 
@@ -81,8 +82,29 @@ impl HfTokenizer {
             tokenizer,
             config,
             templates,
+            template_kwargs: TemplateKwargs::new(),
             eos_token_ids,
         })
+    }
+
+    /// Passes `kwargs` to the chat template on every render, as transformers'
+    /// `apply_chat_template(..., **kwargs)` does (`{"enable_thinking": false}` for Qwen3).
+    /// A name the renderer sets itself (`messages`, `tools`, ...) is refused.
+    pub fn with_template_kwargs(mut self, kwargs: TemplateKwargs) -> Result<Self> {
+        if let Some(bad) = kwargs
+            .keys()
+            .find(|k| RESERVED_TEMPLATE_VARS.contains(&k.as_str()))
+        {
+            return Err(Error::invalid(
+                "chat_template_kwargs",
+                format!(
+                    "`{bad}` is set by the renderer and cannot be passed (reserved: {})",
+                    RESERVED_TEMPLATE_VARS.join(", ")
+                ),
+            ));
+        }
+        self.template_kwargs = kwargs;
+        Ok(self)
     }
 
     /// The directory this was loaded from.
@@ -202,7 +224,13 @@ impl HfTokenizer {
     ) -> Result<String> {
         let template = self.select_template(tools.is_some())?;
         let vars: TemplateVars = self.config.special_tokens.clone();
-        template.render(messages, tools, add_generation_prompt, &vars)
+        template.render_with_kwargs(
+            messages,
+            tools,
+            add_generation_prompt,
+            &vars,
+            &self.template_kwargs,
+        )
     }
 
     /// Renders and encodes the conversation without adding special tokens a second time (the

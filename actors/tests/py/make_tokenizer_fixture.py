@@ -2,7 +2,8 @@
 """Renders chat-template cases with transformers, as the reference for agent-r1's Rust renderer.
 
 Input (JSON file): {"cases": [{"name": str, "tokenizer_dir": str, "messages": [...],
-"tools": [...] or null, "add_generation_prompt": bool}, ...]}
+"tools": [...] or null, "add_generation_prompt": bool, "kwargs": {...} (optional: extra template
+variables such as enable_thinking)}, ...]}
 Output (JSON file): {"transformers": version, "results": [{"name": str, "text": str,
 "ids": [int, ...]}, ...]}
 
@@ -37,6 +38,7 @@ def main() -> int:
         kwargs = dict(
             tools=case.get("tools"),
             add_generation_prompt=case["add_generation_prompt"],
+            **case.get("kwargs", {}),
         )
         text = tok.apply_chat_template(case["messages"], tokenize=False, **kwargs)
         ids = tok.apply_chat_template(case["messages"], tokenize=True, **kwargs)
