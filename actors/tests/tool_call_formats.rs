@@ -1,0 +1,291 @@
+//! An agent trained from either family calls tools the way its template taught it: a Qwen3
+//! model (hermes `<tool_call>` after a `<think>` block) and a Llama 3.1 model (a bare JSON
+//! object, `"parameters"`) each run a real episode through the runtime, with the real engine,
+//! their family's tokenizer and chat template, and a real tool.
+//!
+//! The models are tiny and random, then taught one episode by supervised steps on the exact
+//! token stream the runtime builds (prompt, action, the template's observation suffix,
+//! answer), so greedy decoding writes the call. The episode must then parse it into the same
+//! tool call in both formats, and its token stream must be what the engine conditioned on:
+//! the log-probabilities the engine recorded equal the model's own over the stored stream.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_r1_actors::engine::{spawn_engine, EngineConfig};
+use agent_r1_actors::model::{ModelConfig, Placement, PolicyModel, SamplingParams};
+use agent_r1_actors::runtime::{run_rollout, EpisodeConfig, RolloutSetup, TurnRenderer};
+use agent_r1_actors::sft::{train_sft, SftConfig, SftSequence};
+use agent_r1_actors::tiny_tokenizer::{train_tokenizer, TokenizerStyle, BUILTIN_CORPUS};
+use agent_r1_actors::tokenizer::HfTokenizer;
+use agent_r1_actors::trajectory::{EpisodeEnd, Trajectory};
+use agent_r1_envs::env::{Env, Score};
+use agent_r1_envs::message::Message;
+use agent_r1_envs::task::Task;
+use agent_r1_envs::tool::{CallOutcome, Tool, ToolOutput};
+use agent_r1_envs::tool_call::ToolCallFormat;
+use async_trait::async_trait;
+use serde_json::{json, Value};
+use tch::Kind;
+
+/// Echoes its text and remembers the arguments of every call.
+#[derive(Default)]
+struct Echo {
+    calls: Mutex<Vec<Value>>,
+}
+
+#[async_trait]
+impl Tool for Echo {
+    fn name(&self) -> &str {
+        "echo"
+    }
+    fn description(&self) -> &str {
+        "Repeats its text."
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
+    }
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(10)
+    }
+    async fn call(&self, args: Value) -> agent_r1_envs::Result<ToolOutput> {
+        self.calls.lock().unwrap().push(args.clone());
+        Ok(ToolOutput::text(format!(
+            "echo: {}",
+            args["text"].as_str().unwrap_or("")
+        )))
+    }
+}
+
+/// A one-question env: the defaults decide turns (calls run, no call ends the episode) and
+/// write observations.
+struct EchoEnv;
+
+impl Env for EchoEnv {
+    fn name(&self) -> &str {
+        "echo"
+    }
+    fn tool_names(&self) -> Vec<String> {
+        vec!["echo".into()]
+    }
+    fn reset(&self, task: &Task) -> agent_r1_envs::Result<Vec<Message>> {
+        Ok(vec![
+            Message::system("Use the echo tool, then answer."),
+            Message::user(task.question.clone()),
+        ])
+    }
+    fn score(&self, _task: &Task, transcript: &[Message]) -> Score {
+        let answered = transcript
+            .last()
+            .is_some_and(|m| m.content.contains("<answer>hi</answer>"));
+        Score {
+            reward: f64::from(u8::from(answered)),
+            metrics: Default::default(),
+        }
+    }
+}
+
+fn task() -> Task {
+    Task {
+        id: "echo-1".into(),
+        data_source: "test".into(),
+        question: "Say hi through the tool.".into(),
+        answers: vec!["hi".into()],
+        prompt: None,
+        extra: Value::Null,
+    }
+}
+
+/// What the model is taught to write in each turn, in its family's format.
+fn actions(format: ToolCallFormat) -> (String, String) {
+    match format {
+        ToolCallFormat::Hermes => (
+            "<think>\nI will use the tool.\n</think>\n\n<tool_call>\n{\"name\": \"echo\", \"arguments\": {\"text\": \"hi\"}}\n</tool_call>".into(),
+            "<think>\nIt said hi.\n</think>\n\n<answer>hi</answer>".into(),
+        ),
+        ToolCallFormat::Llama3Json => (
+            "{\"name\": \"echo\", \"parameters\": {\"text\": \"hi\"}}".into(),
+            "<answer>hi</answer>".into(),
+        ),
+    }
+}
+
+fn model_config(family: &str, vocab: usize) -> ModelConfig {
+    let mut c = json!({
+        "model_type": family, "vocab_size": vocab.div_ceil(64) * 64, "hidden_size": 64,
+        "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 16, "tie_word_embeddings": true,
+        "max_position_embeddings": 4096,
+    });
+    if family == "llama" {
+        c["rope_scaling"] = json!({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 256});
+    }
+    ModelConfig::from_json(&c).unwrap()
+}
+
+fn run_family(style: TokenizerStyle, family: &str, format: ToolCallFormat) {
+    let dir = tempfile::tempdir().unwrap();
+    let trained = train_tokenizer(style, BUILTIN_CORPUS.lines(), 512, &[], false).unwrap();
+    trained.write_to(dir.path()).unwrap();
+    let ids = trained.ids().clone();
+    std::fs::write(
+        dir.path().join("generation_config.json"),
+        ids.generation_config().to_string(),
+    )
+    .unwrap();
+    let tokenizer = Arc::new(HfTokenizer::from_dir(dir.path()).unwrap());
+    let echo = Arc::new(Echo::default());
+    let renderer =
+        Arc::new(TurnRenderer::new(tokenizer.clone(), vec![echo.spec()], None).unwrap());
+    assert_eq!(renderer.tool_call_format(), format, "detected from the template");
+
+    // The episode in token space, as the runtime will build it.
+    let env = EchoEnv;
+    let (first, second) = actions(format);
+    let end = renderer.end_of_turn_id();
+    let prompt = renderer.prompt(&env.reset(&task()).unwrap()).unwrap();
+    let mut action1 = tokenizer.encode(&first, false).unwrap();
+    if format.call_end().is_none() {
+        action1.push(end); // a JSON call is a whole turn
+    }
+    let observation = env.observe(
+        &task(),
+        &[CallOutcome {
+            name: Some("echo".into()),
+            result: Ok(ToolOutput::text("echo: hi")),
+            latency: Duration::ZERO,
+        }],
+    );
+    let continuation = renderer.continuation(&action1, &observation).unwrap();
+    let mut action2 = tokenizer.encode(&second, false).unwrap();
+    action2.push(end);
+    let mut stream = prompt.clone();
+    let mut trained = vec![false; prompt.len()];
+    for (part, is_action) in [(&action1, true), (&continuation, false), (&action2, true)] {
+        stream.extend(part.iter());
+        trained.extend(std::iter::repeat_n(is_action, part.len()));
+    }
+
+    tch::manual_seed(0);
+    let mut model = PolicyModel::new(
+        model_config(family, ids.vocab_size),
+        Placement::default(),
+        false,
+    )
+    .unwrap();
+    let report = train_sft(
+        &mut model,
+        &[SftSequence {
+            ids: stream.clone(),
+            trained,
+        }],
+        &SftConfig {
+            steps: 300,
+            batch_size: 1,
+            learning_rate: 3e-3,
+            final_lr_fraction: 1.0,
+            warmup_steps: 10,
+            ..Default::default()
+        },
+        |_, _| std::ops::ControlFlow::Continue(()),
+    )
+    .unwrap();
+    assert!(report.last_loss < 0.01, "not learnt: {report:?}");
+    let model_dir = dir.path().join("model");
+    model.save(&model_dir, Some(dir.path())).unwrap();
+
+    let load_dir = model_dir.clone();
+    let (engine, _) = spawn_engine(
+        move || PolicyModel::load(&load_dir, Placement::default(), false),
+        None,
+        EngineConfig {
+            max_batch_rows: 2,
+            max_context: 1024,
+            parked_kv_bytes: 8 << 20,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let setup = RolloutSetup {
+        engine,
+        env: Arc::new(EchoEnv),
+        tools: vec![echo.clone() as Arc<dyn Tool>],
+        renderer: renderer.clone(),
+        episode: EpisodeConfig {
+            max_turns: 3,
+            max_context: 1024,
+            sampling: SamplingParams {
+                temperature: 0.0,
+                max_new_tokens: 64,
+                stop_token_ids: renderer.stop_ids(),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        concurrency: 1,
+        tool_queue_capacity: 4,
+        restart: Default::default(),
+        validate: Arc::new(|_, _| Ok(())),
+    };
+    let trajectory = rollout(setup);
+
+    // The call parsed into the same tool call in both formats and ran.
+    assert_eq!(*echo.calls.lock().unwrap(), vec![json!({"text": "hi"})]);
+    assert_eq!(
+        trajectory.end,
+        EpisodeEnd::Completed {
+            reason: "done".into()
+        }
+    );
+    assert_eq!(trajectory.steps.len(), 2);
+    assert_eq!(trajectory.steps[0].tool_calls.len(), 1);
+    assert_eq!(trajectory.reward, 1.0, "answered after the observation");
+
+    // Token-in, token-out: the stored stream is the one built above, actions are the engine's
+    // samples, and the engine's log-probabilities are the model's over the stored stream.
+    assert_eq!(trajectory.token_stream(), stream);
+    assert_eq!(trajectory.steps[0].action_ids, action1);
+    assert_eq!(trajectory.steps[0].observation_ids, continuation);
+    let logits = model.sequence_logits(&stream).unwrap();
+    let logprobs = logits.log_softmax(-1, Kind::Float);
+    let mut worst = 0.0f64;
+    for step in &trajectory.steps {
+        for (i, (&id, &lp)) in step.action_ids.iter().zip(&step.logprobs).enumerate() {
+            let at = (step.context_len + i - 1) as i64;
+            let ours = logprobs.double_value(&[at, i64::from(id)]);
+            worst = worst.max((ours - f64::from(lp)).abs());
+        }
+    }
+    assert!(worst < 1e-4, "engine log-probs differ from the stream's by {worst}");
+}
+
+fn rollout(setup: RolloutSetup) -> Trajectory {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(4);
+        let report = tokio::time::timeout(
+            Duration::from_secs(300),
+            run_rollout(setup, vec![(task(), 0)], tx),
+        )
+        .await
+        .expect("rollout must not hang")
+        .unwrap();
+        assert_eq!(report.summary.completed, 1, "{report:?}");
+        rx.recv().await.expect("one trajectory")
+    })
+}
+
+#[test]
+fn qwen3_agent_calls_tools_in_hermes_format() {
+    run_family(TokenizerStyle::Qwen3, "qwen3", ToolCallFormat::Hermes);
+}
+
+#[test]
+fn llama31_agent_calls_tools_in_json_format() {
+    run_family(TokenizerStyle::Llama3_1, "llama", ToolCallFormat::Llama3Json);
+}
