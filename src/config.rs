@@ -29,8 +29,8 @@ use agent_r1_actors::sft::SftConfig;
 use agent_r1_envs::dataset::LoadOptions;
 use agent_r1_envs::envs::registry::EnvRegistry;
 use agent_r1_envs::synthetic::SyntheticConfig;
-use agent_r1_envs::tools::{ToolRegistry, ToolsConfig};
 use agent_r1_envs::tool_call::ToolCallFormat;
+use agent_r1_envs::tools::{ToolRegistry, ToolsConfig};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 

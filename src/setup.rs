@@ -11,13 +11,13 @@ use std::time::Duration;
 
 use agent_r1_actors::chat_template::{ChatTemplate, TemplateVars, QWEN2_5_CHAT_TEMPLATE};
 use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle};
-use agent_r1_actors::model::presets::{preset, PRESETS};
+use agent_r1_actors::model::presets::{preset, shape, PRESETS};
 use agent_r1_actors::model::{Placement, PolicyModel, SamplingParams};
 use agent_r1_actors::runtime::{ArgValidator, EpisodeConfig, RolloutSetup, TurnRenderer};
 use agent_r1_actors::sft::{
     tokenize_demonstration, train_sft, Demonstration, SftConfig, SftReport,
 };
-use agent_r1_actors::tiny_tokenizer::write_tiny_tokenizer;
+use agent_r1_actors::tiny_tokenizer::{write_tiny_tokenizer, write_tokenizer};
 use agent_r1_actors::tokenizer::HfTokenizer;
 use agent_r1_envs::env::Env;
 use agent_r1_envs::envs::synthetic_multihop::{SyntheticMultihopEnv, SyntheticMultihopOptions};
@@ -27,6 +27,7 @@ use agent_r1_envs::tool::Tool;
 use agent_r1_envs::tool_call::ToolCallFormat;
 use agent_r1_envs::tools::search::{CorpusSource, SearchConfig, SearchTool};
 use anyhow::Context;
+use tch::Kind;
 
 /// The synthetic multi-hop world with its BM25 search tool over the world's corpus.
 pub struct SyntheticScenario {
@@ -218,17 +219,7 @@ pub fn init_model(
         "--preset: unknown preset `{preset_name}` (allowed: {})",
         PRESETS.join(", ")
     );
-    if out.exists() && !force {
-        let non_empty = std::fs::read_dir(out)
-            .with_context(|| format!("--out {}: not a readable directory", out.display()))?
-            .next()
-            .is_some();
-        anyhow::ensure!(
-            !non_empty,
-            "--out {}: directory is not empty (pass --force to overwrite)",
-            out.display()
-        );
-    }
+    check_out_dir(out, force)?;
     let ids = write_tiny_tokenizer(
         out,
         corpus.map(|c| c.text.as_str()),
@@ -251,6 +242,66 @@ pub fn init_model(
         "parameters": model.config().num_parameters(),
         "vocab_size": model.config().vocab_size,
         "tokenizer_vocab_size": ids.vocab_size,
+    }))
+}
+
+/// `--out` must be absent or empty unless `force`.
+fn check_out_dir(out: &Path, force: bool) -> anyhow::Result<()> {
+    if out.exists() && !force {
+        let non_empty = std::fs::read_dir(out)
+            .with_context(|| format!("--out {}: not a readable directory", out.display()))?
+            .next()
+            .is_some();
+        anyhow::ensure!(
+            !non_empty,
+            "--out {}: directory is not empty (pass --force to overwrite)",
+            out.display()
+        );
+    }
+    Ok(())
+}
+
+/// Writes a randomly initialised model of a real model's shape (see [`shape`]): its layers,
+/// widths, heads, rope and exact vocabulary size, with a byte-level BPE tokenizer of that
+/// vocabulary in its family's style (special tokens, chat template), weights stored as
+/// `dtype`. Returns a one-line JSON summary.
+pub fn init_shape(
+    shape_name: &str,
+    out: &Path,
+    corpus: Option<&TokenizerCorpus>,
+    seed: i64,
+    dtype: Kind,
+    force: bool,
+) -> anyhow::Result<serde_json::Value> {
+    let (mut config, style) = shape(shape_name)?;
+    check_out_dir(out, force)?;
+    let ids = write_tokenizer(
+        style,
+        out,
+        corpus.map(|c| c.text.as_str()),
+        config.vocab_size,
+        corpus.map_or(&[][..], |c| &c.whole_words),
+        true,
+    )?;
+    config.bos_token_id = ids.bos_token_id;
+    config.eos_token_ids = vec![ids.eos_token_id];
+    tch::manual_seed(seed);
+    let model = PolicyModel::new(config, Placement::default(), false)?;
+    model.save_as(out, None, dtype)?;
+    let gen_path = out.join("generation_config.json");
+    std::fs::write(
+        &gen_path,
+        serde_json::to_string_pretty(&ids.generation_config())? + "\n",
+    )
+    .with_context(|| format!("{}: cannot write", gen_path.display()))?;
+    Ok(serde_json::json!({
+        "out": out.display().to_string(),
+        "shape": shape_name,
+        "model_type": model.config().model_type,
+        "parameters": model.config().num_parameters(),
+        "vocab_size": model.config().vocab_size,
+        "tokenizer_vocab_size": ids.vocab_size,
+        "dtype": format!("{dtype:?}"),
     }))
 }
 

@@ -1,5 +1,6 @@
-//! The policy model: a decoder-only transformer compatible with Hugging Face Qwen2 / Llama
-//! checkpoints, with a KV cache for incremental decoding and an optional value head.
+//! The policy model: a decoder-only transformer compatible with Hugging Face Qwen2/2.5,
+//! Qwen3 (dense), Llama 3.x and Mistral checkpoints (see [`config::Family`]), with a KV cache
+//! for incremental decoding and an optional value head.
 //!
 //! One type serves the inference engine (no-grad decoding with a cache), the learner
 //! (full-sequence forward with grad) and the critic (the same trunk read through the value
@@ -168,15 +169,29 @@ impl PolicyModel {
         Ok(model)
     }
 
-    /// Writes a Hugging Face directory that `transformers` loads: `config.json`,
-    /// `model.safetensors`, and the tokenizer files copied from `tokenizer_from` if given.
+    /// Writes a Hugging Face directory that `transformers` loads: `config.json`, the
+    /// weights in the model's own precision (`model.safetensors`, sharded past
+    /// [`weights::MAX_SHARD_BYTES`]), and the tokenizer files copied from `tokenizer_from` if
+    /// given.
     pub fn save(&self, dir: &Path, tokenizer_from: Option<&Path>) -> Result<()> {
+        self.save_as(dir, tokenizer_from, self.placement.kind)
+    }
+
+    /// [`PolicyModel::save`] with the weights stored as `kind` (float32, bfloat16 or
+    /// float16), as checkpoints on the hub usually are in bfloat16.
+    pub fn save_as(&self, dir: &Path, tokenizer_from: Option<&Path>, kind: Kind) -> Result<()> {
+        let (_, dtype) = weights::dtype_name(kind)?;
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         let mut tensors: Vec<(String, Tensor)> = self.vs.variables().into_iter().collect();
         tensors.sort_by(|a, b| a.0.cmp(&b.0));
-        weights::save_tensors(&dir.join(weights::WEIGHTS_FILE), &tensors)?;
+        weights::save_weights(dir, &tensors, kind, weights::MAX_SHARD_BYTES)?;
         let config_path = dir.join("config.json");
-        let json = serde_json::to_string_pretty(&self.config.to_json(Some(&self.raw_config)))
+        let mut config = self.config.to_json(Some(&self.raw_config));
+        if let Some(obj) = config.as_object_mut() {
+            obj.remove("torch_dtype");
+            obj.insert("dtype".into(), dtype.into());
+        }
+        let json = serde_json::to_string_pretty(&config)
             .map_err(|e| Error::model(&config_path, e.to_string()))?;
         std::fs::write(&config_path, json).map_err(|e| Error::io(&config_path, e))?;
         if let Some(src) = tokenizer_from {

@@ -465,9 +465,11 @@ fn pad_vocabulary(
     let mut sorted: Vec<char> = alphabet.iter().copied().collect();
     sorted.sort_unstable();
     let symbols = &sorted;
-    let pairs = symbols
-        .iter()
-        .flat_map(|a| symbols.iter().map(move |b| [*a, *b].iter().collect::<String>()));
+    let pairs = symbols.iter().flat_map(|a| {
+        symbols
+            .iter()
+            .map(move |b| [*a, *b].iter().collect::<String>())
+    });
     let triples = symbols.iter().flat_map(|a| {
         symbols.iter().flat_map(move |b| {
             symbols

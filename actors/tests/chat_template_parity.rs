@@ -15,9 +15,9 @@ use std::process::Command;
 use agent_r1_actors::tiny_tokenizer::{
     train_tiny_tokenizer, train_tokenizer, TokenizerStyle, BUILTIN_CORPUS,
 };
-use agent_r1_envs::tool_call::ToolCallFormat;
 use agent_r1_actors::tokenizer::HfTokenizer;
 use agent_r1_envs::message::Message;
+use agent_r1_envs::tool_call::ToolCallFormat;
 use serde_json::{json, Value};
 
 /// The venv python, or why there is none.
@@ -189,7 +189,10 @@ fn cases(dirs: &BTreeMap<&str, PathBuf>) -> Vec<Case> {
         }
     }
     // Qwen3 with thinking turned off: an empty think block after the generation prompt.
-    for (conv_name, messages) in [("prompt_only", to_values(&ep[..2])), ("reasoning", qwen3_episode())] {
+    for (conv_name, messages) in [
+        ("prompt_only", to_values(&ep[..2])),
+        ("reasoning", qwen3_episode()),
+    ] {
         out.push(Case {
             name: format!("qwen3/{conv_name}/enable_thinking=false"),
             dir: dirs["qwen3"].clone(),

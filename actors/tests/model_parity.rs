@@ -153,7 +153,10 @@ fn check_arch(arch: &str) -> Option<Value> {
     let prompt_lp = Vec::<f64>::try_from(prompt_lp.to_kind(tch::Kind::Double)).unwrap();
     let lp_diff = max_diff(&prompt_lp, &floats(&r["prompt_logprobs"]));
     println!("{arch}: max |prompt log-prob diff| = {lp_diff:.3e}");
-    assert!(lp_diff < 1e-4, "{arch}: prompt log-probs differ by {lp_diff}");
+    assert!(
+        lp_diff < 1e-4,
+        "{arch}: prompt log-probs differ by {lp_diff}"
+    );
 
     let gen = model
         .generate(std::slice::from_ref(&ids), &greedy(32))
@@ -166,7 +169,10 @@ fn check_arch(arch: &str) -> Option<Value> {
     let ours: Vec<f64> = gen[0].logprobs.iter().map(|&x| f64::from(x)).collect();
     let gen_diff = max_diff(&ours, &floats(&r["greedy_logprobs"]));
     println!("{arch}: max |generated log-prob diff| = {gen_diff:.3e}");
-    assert!(gen_diff < 1e-4, "{arch}: generated log-probs differ by {gen_diff}");
+    assert!(
+        gen_diff < 1e-4,
+        "{arch}: generated log-probs differ by {gen_diff}"
+    );
 
     // Left-padded batch: a short prompt beside the full one, as transformers pads it.
     let short = ids_of(&r["short_ids"]);
@@ -282,7 +288,12 @@ fn wrong_shape_and_missing_files_name_the_culprit() {
     let e = PolicyModel::load(tmp.path(), Placement::default(), false)
         .unwrap_err()
         .to_string();
-    for needle in ["config.json", "`rope_scaling.rope_type`", "yarn", "default, linear, llama3"] {
+    for needle in [
+        "config.json",
+        "`rope_scaling.rope_type`",
+        "yarn",
+        "default, linear, llama3",
+    ] {
         assert!(e.contains(needle), "{needle:?} not in {e:?}");
     }
     assert!(!e.contains('\n'), "{e}");

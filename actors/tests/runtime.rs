@@ -186,7 +186,8 @@ fn run(
     tool: Arc<dyn Tool>,
     tasks: Vec<(Task, u64)>,
 ) -> (RolloutReport, Vec<Trajectory>) {
-    let renderer = Arc::new(TurnRenderer::new(f.tokenizer.clone(), vec![tool.spec()], None).unwrap());
+    let renderer =
+        Arc::new(TurnRenderer::new(f.tokenizer.clone(), vec![tool.spec()], None).unwrap());
     let end = renderer.end_of_turn_id();
     let setup = RolloutSetup {
         engine: f.engine.clone(),

@@ -136,9 +136,12 @@ fn run_family(style: TokenizerStyle, family: &str, format: ToolCallFormat) {
     .unwrap();
     let tokenizer = Arc::new(HfTokenizer::from_dir(dir.path()).unwrap());
     let echo = Arc::new(Echo::default());
-    let renderer =
-        Arc::new(TurnRenderer::new(tokenizer.clone(), vec![echo.spec()], None).unwrap());
-    assert_eq!(renderer.tool_call_format(), format, "detected from the template");
+    let renderer = Arc::new(TurnRenderer::new(tokenizer.clone(), vec![echo.spec()], None).unwrap());
+    assert_eq!(
+        renderer.tool_call_format(),
+        format,
+        "detected from the template"
+    );
 
     // The episode in token space, as the runtime will build it.
     let env = EchoEnv;
@@ -257,7 +260,10 @@ fn run_family(style: TokenizerStyle, family: &str, format: ToolCallFormat) {
             worst = worst.max((ours - f64::from(lp)).abs());
         }
     }
-    assert!(worst < 1e-4, "engine log-probs differ from the stream's by {worst}");
+    assert!(
+        worst < 1e-4,
+        "engine log-probs differ from the stream's by {worst}"
+    );
 }
 
 fn rollout(setup: RolloutSetup) -> Trajectory {
@@ -287,5 +293,9 @@ fn qwen3_agent_calls_tools_in_hermes_format() {
 
 #[test]
 fn llama31_agent_calls_tools_in_json_format() {
-    run_family(TokenizerStyle::Llama3_1, "llama", ToolCallFormat::Llama3Json);
+    run_family(
+        TokenizerStyle::Llama3_1,
+        "llama",
+        ToolCallFormat::Llama3Json,
+    );
 }

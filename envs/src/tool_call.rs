@@ -141,7 +141,10 @@ mod tests {
         let hermes = "<think>I need his nationality.</think>\n<tool_call>\n{\"name\": \"search\", \"arguments\": {\"query\": \"Scott Derrickson\", \"top_k\": 3}}\n</tool_call>";
         let llama = "{\"name\": \"search\", \"parameters\": {\"query\": \"Scott Derrickson\", \"top_k\": 3}}";
         assert_eq!(ToolCallFormat::Hermes.parse(hermes), vec![Ok(call.clone())]);
-        assert_eq!(ToolCallFormat::Llama3Json.parse(llama), vec![Ok(call.clone())]);
+        assert_eq!(
+            ToolCallFormat::Llama3Json.parse(llama),
+            vec![Ok(call.clone())]
+        );
         for format in ToolCallFormat::ALL {
             assert_eq!(format.parse(&format.render(&call)), vec![Ok(call.clone())]);
         }
@@ -153,7 +156,10 @@ mod tests {
             assert_eq!(format.name().parse::<ToolCallFormat>(), Ok(format));
         }
         let e = "pythonic".parse::<ToolCallFormat>().unwrap_err();
-        assert!(e.contains("pythonic") && e.contains("hermes, llama3_json"), "{e}");
+        assert!(
+            e.contains("pythonic") && e.contains("hermes, llama3_json"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -258,7 +258,8 @@ pub(crate) fn run(a: EvalArgs) -> anyhow::Result<()> {
     let r = &cfg.rollout;
     let concurrency = a.concurrency.unwrap_or(r.concurrency).max(1);
     let tokenizer = Arc::new(
-        HfTokenizer::from_dir(&policy)?.with_template_kwargs(cfg.model.chat_template_kwargs.clone())?,
+        HfTokenizer::from_dir(&policy)?
+            .with_template_kwargs(cfg.model.chat_template_kwargs.clone())?,
     );
     let engine = setup::engine(
         &policy,

@@ -1,26 +1,39 @@
-//! `agent-r1 init-model`: writes a fresh model directory from a built-in preset.
+//! `agent-r1 init-model`: writes a fresh model directory from a built-in preset, or a
+//! randomly initialised model of a real model's shape.
 //!
 //! The result is an ordinary Hugging Face directory (tokenizer, chat template, config,
-//! safetensors), so the tiny model and a downloaded Qwen2.5 go through one loading path.
+//! safetensors), so the tiny model, a real-shaped one and a downloaded Qwen2.5 go through one
+//! loading path.
 
 use std::path::PathBuf;
 
+use agent_r1_actors::model::presets::SHAPES;
 use anyhow::Context;
+use tch::Kind;
 
 /// Flags of `agent-r1 init-model`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct InitModelArgs {
     /// Preset name.
-    #[arg(long, default_value = "tiny")]
+    #[arg(long, default_value = "tiny", conflicts_with = "shape")]
     preset: String,
+    /// A real model's shape, randomly initialised, with a byte-level BPE tokenizer of its
+    /// exact vocabulary size in its family's style: qwen2.5-0.5b, qwen2.5-1.5b, qwen3-1.7b,
+    /// llama3.2-1b.
+    #[arg(long)]
+    shape: Option<String>,
+    /// Stored weight precision of a --shape model: bf16 (as released), float16 or float32.
+    #[arg(long, default_value = "bf16", requires = "shape")]
+    dtype: String,
     /// Output directory (created; must be empty or absent unless --force).
     #[arg(long)]
     out: PathBuf,
     /// Text file to train the tokenizer on (default: the built-in corpus).
     #[arg(long)]
     corpus: Option<PathBuf>,
-    /// Largest tokenizer vocabulary (special and tag tokens included).
-    #[arg(long, default_value_t = 2048)]
+    /// Largest tokenizer vocabulary (special and tag tokens included); a --shape model's is
+    /// its own.
+    #[arg(long, default_value_t = 2048, conflicts_with = "shape")]
     vocab_size: usize,
     /// Seed for the weight initialisation.
     #[arg(long, default_value_t = 0)]
@@ -39,14 +52,39 @@ pub(crate) fn run(args: InitModelArgs) -> anyhow::Result<()> {
         }),
         None => None,
     };
-    let summary = init_model(
-        &args.preset,
-        &args.out,
-        corpus.as_ref(),
-        args.vocab_size,
-        args.seed,
-        args.force,
-    )?;
+    let summary = match &args.shape {
+        Some(shape) => {
+            anyhow::ensure!(
+                SHAPES.contains(&shape.as_str()),
+                "--shape: unknown shape `{shape}` (allowed: {})",
+                SHAPES.join(", ")
+            );
+            let dtype = match args.dtype.as_str() {
+                "bf16" | "bfloat16" => Kind::BFloat16,
+                "float16" | "fp16" => Kind::Half,
+                "float32" | "fp32" => Kind::Float,
+                other => anyhow::bail!(
+                    "--dtype: unknown dtype `{other}` (allowed: bf16, float16, float32)"
+                ),
+            };
+            agent_r1::setup::init_shape(
+                shape,
+                &args.out,
+                corpus.as_ref(),
+                args.seed,
+                dtype,
+                args.force,
+            )?
+        }
+        None => init_model(
+            &args.preset,
+            &args.out,
+            corpus.as_ref(),
+            args.vocab_size,
+            args.seed,
+            args.force,
+        )?,
+    };
     println!("{summary}");
     Ok(())
 }

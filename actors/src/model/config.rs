@@ -188,10 +188,7 @@ impl Fields<'_> {
         let id = |v: &Value| v.as_u64().and_then(|n| u32::try_from(n).ok());
         match self.present(key) {
             None => Ok(vec![]),
-            Some(Value::Array(ids)) => ids
-                .iter()
-                .map(|v| id(v).ok_or_else(|| bad(v)))
-                .collect(),
+            Some(Value::Array(ids)) => ids.iter().map(|v| id(v).ok_or_else(|| bad(v))).collect(),
             Some(v) => Ok(vec![id(v).ok_or_else(|| bad(v))?]),
         }
     }
@@ -260,7 +257,9 @@ impl ModelConfig {
         }
         if let Some(act) = f.present("hidden_act") {
             if act.as_str() != Some("silu") {
-                return Err(format!("unsupported `hidden_act` {act} (supported: \"silu\")"));
+                return Err(format!(
+                    "unsupported `hidden_act` {act} (supported: \"silu\")"
+                ));
             }
         }
 
@@ -378,7 +377,10 @@ impl ModelConfig {
         let mut set = |k: &str, v: Value| {
             obj.insert(k.to_string(), v);
         };
-        set("architectures", serde_json::json!([self.model_type.architecture()]));
+        set(
+            "architectures",
+            serde_json::json!([self.model_type.architecture()]),
+        );
         set("model_type", self.model_type.model_type().into());
         set("vocab_size", self.vocab_size.into());
         set("hidden_size", self.hidden_size.into());
@@ -525,8 +527,12 @@ fn rope(
                 factor: num("factor")?,
                 low_freq_factor: low,
                 high_freq_factor: high,
-                original_max_position_embeddings: match p.present("original_max_position_embeddings") {
-                    Some(v) => positive_int(&format!("{section}.original_max_position_embeddings"), v)?,
+                original_max_position_embeddings: match p
+                    .present("original_max_position_embeddings")
+                {
+                    Some(v) => {
+                        positive_int(&format!("{section}.original_max_position_embeddings"), v)?
+                    }
                     None => max_position_embeddings,
                 },
             }
@@ -608,10 +614,17 @@ mod tests {
         m["model_type"] = json!("mistral");
         m["architectures"] = json!(["MistralForCausalLM"]);
         let c = ModelConfig::from_json(&m).unwrap();
-        assert_eq!(c.sliding_window, Some(4096), "MistralConfig's default window");
+        assert_eq!(
+            c.sliding_window,
+            Some(4096),
+            "MistralConfig's default window"
+        );
         assert!(c.check_context(4096).is_ok());
         let e = c.check_context(8192).unwrap_err();
-        assert!(e.contains("`sliding_window` = 4096") && e.contains("8192"), "{e}");
+        assert!(
+            e.contains("`sliding_window` = 4096") && e.contains("8192"),
+            "{e}"
+        );
         m["sliding_window"] = Value::Null;
         let c = ModelConfig::from_json(&m).unwrap();
         assert_eq!(c.sliding_window, None);
@@ -622,20 +635,82 @@ mod tests {
     #[test]
     fn refusals_name_the_field_the_value_and_what_is_supported() {
         let cases: Vec<(Value, &[&str])> = vec![
-            ({ let mut b = qwen(); b["num_key_value_heads"] = json!(3); b }, &["num_key_value_heads"]),
-            ({ let mut b = qwen(); b["architectures"] = json!(["MistralForCausalLM"]); b },
-             &["`architectures`", "MistralForCausalLM", "Qwen2ForCausalLM"]),
-            ({ let mut b = qwen(); b["hidden_size"] = json!("big"); b }, &["`hidden_size`", "\"big\""]),
-            ({ let mut b = qwen(); b["model_type"] = json!("qwen3_moe"); b },
-             &["`model_type`", "qwen3_moe", "qwen2, qwen3, llama, mistral"]),
-            ({ let mut b = qwen(); b["num_experts"] = json!(64); b }, &["`num_experts`", "64", "dense"]),
-            ({ let mut b = qwen(); b["rope_parameters"]["rope_type"] = json!("yarn"); b },
-             &["`rope_parameters.rope_type`", "yarn", "default, linear, llama3"]),
-            ({ let mut b = llama31(); b["rope_scaling"]["rope_type"] = json!("dynamic"); b },
-             &["`rope_scaling.rope_type`", "dynamic"]),
-            ({ let mut b = llama31(); b["rope_scaling"]["factor"] = json!(-1); b },
-             &["`rope_scaling.factor`", "-1"]),
-            ({ let mut b = qwen(); b["hidden_act"] = json!("gelu"); b }, &["`hidden_act`", "gelu", "silu"]),
+            (
+                {
+                    let mut b = qwen();
+                    b["num_key_value_heads"] = json!(3);
+                    b
+                },
+                &["num_key_value_heads"],
+            ),
+            (
+                {
+                    let mut b = qwen();
+                    b["architectures"] = json!(["MistralForCausalLM"]);
+                    b
+                },
+                &["`architectures`", "MistralForCausalLM", "Qwen2ForCausalLM"],
+            ),
+            (
+                {
+                    let mut b = qwen();
+                    b["hidden_size"] = json!("big");
+                    b
+                },
+                &["`hidden_size`", "\"big\""],
+            ),
+            (
+                {
+                    let mut b = qwen();
+                    b["model_type"] = json!("qwen3_moe");
+                    b
+                },
+                &["`model_type`", "qwen3_moe", "qwen2, qwen3, llama, mistral"],
+            ),
+            (
+                {
+                    let mut b = qwen();
+                    b["num_experts"] = json!(64);
+                    b
+                },
+                &["`num_experts`", "64", "dense"],
+            ),
+            (
+                {
+                    let mut b = qwen();
+                    b["rope_parameters"]["rope_type"] = json!("yarn");
+                    b
+                },
+                &[
+                    "`rope_parameters.rope_type`",
+                    "yarn",
+                    "default, linear, llama3",
+                ],
+            ),
+            (
+                {
+                    let mut b = llama31();
+                    b["rope_scaling"]["rope_type"] = json!("dynamic");
+                    b
+                },
+                &["`rope_scaling.rope_type`", "dynamic"],
+            ),
+            (
+                {
+                    let mut b = llama31();
+                    b["rope_scaling"]["factor"] = json!(-1);
+                    b
+                },
+                &["`rope_scaling.factor`", "-1"],
+            ),
+            (
+                {
+                    let mut b = qwen();
+                    b["hidden_act"] = json!("gelu");
+                    b
+                },
+                &["`hidden_act`", "gelu", "silu"],
+            ),
         ];
         for (config, needles) in cases {
             let e = ModelConfig::from_json(&config).unwrap_err();

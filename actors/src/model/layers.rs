@@ -91,7 +91,9 @@ fn llama3_inv_freq(inv_freq: &Tensor, factor: f64, low: f64, high: f64, original
     let scaled = inv_freq.where_self(&wavelen.le(low_freq_wavelen), &(inv_freq / factor));
     let smooth = (wavelen.reciprocal() * original - low) / (high - low);
     let smoothed = (smooth.neg() + 1.0) * &scaled / factor + &smooth * &scaled;
-    let medium = wavelen.ge(high_freq_wavelen).logical_and(&wavelen.le(low_freq_wavelen));
+    let medium = wavelen
+        .ge(high_freq_wavelen)
+        .logical_and(&wavelen.le(low_freq_wavelen));
     smoothed.where_self(&medium, &scaled)
 }
 

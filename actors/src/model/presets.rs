@@ -1,10 +1,14 @@
-//! Built-in model sizes.
+//! Built-in model sizes: the `tiny` preset, and the shapes of real models (`shape`) for
+//! benchmarks and memory planning at real sizes without real weights.
 //!
 //! `tiny` is sized for the 2-core CPU demo: small enough that thousands of decode steps a
 //! second are possible at batch 64, large enough to learn the tool-call format and chained
 //! search on the synthetic multi-hop world.
 
+use serde_json::json;
+
 use super::config::{Family, ModelConfig, RopeScaling};
+use crate::tiny_tokenizer::TokenizerStyle;
 use crate::{Error, Result};
 
 /// Names of the presets `preset` accepts.
@@ -41,5 +45,79 @@ pub fn preset(name: &str, vocab_size: usize, eos_token_ids: Vec<u32>) -> Result<
             "--preset",
             format!("unknown preset `{other}` (allowed: {})", PRESETS.join(", ")),
         )),
+    }
+}
+
+/// Names of the real model shapes [`shape`] knows.
+pub const SHAPES: &[&str] = &["qwen2.5-0.5b", "qwen2.5-1.5b", "qwen3-1.7b", "llama3.2-1b"];
+
+/// The `config.json` of a real model's shape (layers, widths, heads, vocabulary, rope) and
+/// the tokenizer style of its family, without its weights. Token ids (`bos_token_id`,
+/// `eos_token_id`) are left to the tokenizer the caller writes.
+pub fn shape(name: &str) -> Result<(ModelConfig, TokenizerStyle)> {
+    let (json, style) = match name {
+        "qwen2.5-0.5b" => (
+            json!({"model_type": "qwen2", "vocab_size": 151936, "hidden_size": 896,
+                   "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14,
+                   "num_key_value_heads": 2, "max_position_embeddings": 32768,
+                   "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": true}),
+            TokenizerStyle::Qwen2_5,
+        ),
+        "qwen2.5-1.5b" => (
+            json!({"model_type": "qwen2", "vocab_size": 151936, "hidden_size": 1536,
+                   "intermediate_size": 8960, "num_hidden_layers": 28, "num_attention_heads": 12,
+                   "num_key_value_heads": 2, "max_position_embeddings": 32768,
+                   "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": true}),
+            TokenizerStyle::Qwen2_5,
+        ),
+        "qwen3-1.7b" => (
+            json!({"model_type": "qwen3", "vocab_size": 151936, "hidden_size": 2048,
+                   "intermediate_size": 6144, "num_hidden_layers": 28, "num_attention_heads": 16,
+                   "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960,
+                   "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": true,
+                   "attention_bias": false}),
+            TokenizerStyle::Qwen3,
+        ),
+        "llama3.2-1b" => (
+            json!({"model_type": "llama", "vocab_size": 128256, "hidden_size": 2048,
+                   "intermediate_size": 8192, "num_hidden_layers": 16, "num_attention_heads": 32,
+                   "num_key_value_heads": 8, "head_dim": 64, "max_position_embeddings": 131072,
+                   "rms_norm_eps": 1e-5, "tie_word_embeddings": true,
+                   "rope_scaling": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0,
+                                    "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                    "original_max_position_embeddings": 8192}}),
+            TokenizerStyle::Llama3_1,
+        ),
+        other => {
+            return Err(Error::invalid(
+                "--shape",
+                format!("unknown shape `{other}` (allowed: {})", SHAPES.join(", ")),
+            ))
+        }
+    };
+    let config = ModelConfig::from_json(&json).map_err(|e| Error::invalid("--shape", e))?;
+    Ok((config, style))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_have_their_published_parameter_counts() {
+        // Counts as transformers reports them for the released checkpoints.
+        for (name, params) in [
+            ("qwen2.5-0.5b", 494_032_768),
+            ("qwen2.5-1.5b", 1_543_714_304),
+            ("qwen3-1.7b", 1_720_574_976),
+            ("llama3.2-1b", 1_235_814_400),
+        ] {
+            let (config, _) = shape(name).unwrap();
+            assert_eq!(config.num_parameters(), params, "{name}");
+        }
+        assert!(shape("qwen9-1t")
+            .unwrap_err()
+            .to_string()
+            .contains("allowed"));
     }
 }

@@ -136,25 +136,108 @@ pub fn load_into(
     Ok(())
 }
 
-/// Writes `tensors` as one safetensors file with the metadata `transformers` expects.
-/// Tensors are stored as float32.
-pub fn save_tensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<()> {
+/// The largest shard [`save_weights`] writes before splitting (transformers' default was 5 GB).
+pub const MAX_SHARD_BYTES: usize = 5_000_000_000;
+
+/// The safetensors dtype and config.json `dtype` name of a float kind.
+pub fn dtype_name(kind: Kind) -> Result<(Dtype, &'static str)> {
+    Ok(match kind {
+        Kind::Float => (Dtype::F32, "float32"),
+        Kind::BFloat16 => (Dtype::BF16, "bfloat16"),
+        Kind::Half => (Dtype::F16, "float16"),
+        other => {
+            return Err(Error::invalid(
+                "dtype",
+                format!("cannot save weights as {other:?} (supported: float32, bfloat16, float16)"),
+            ))
+        }
+    })
+}
+
+/// Writes `tensors` into `dir` as `kind`: one `model.safetensors`, or shards of at most
+/// `max_shard_bytes` named as transformers names them with a `model.safetensors.index.json`.
+/// Weight files of an earlier save in `dir` are removed first, so a loader never mixes them.
+pub fn save_weights(
+    dir: &Path,
+    tensors: &[(String, Tensor)],
+    kind: Kind,
+    max_shard_bytes: usize,
+) -> Result<()> {
+    for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let path = entry.map_err(|e| Error::io(dir, e))?.path();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        let stale = name == WEIGHTS_FILE
+            || name == WEIGHTS_INDEX_FILE
+            || (name.starts_with("model-") && name.ends_with(".safetensors"));
+        if stale {
+            std::fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
+        }
+    }
+    let (_, elt) = dtype_name(kind)?;
+    let elt_size = kind.elt_size_in_bytes();
+    let mut shards: Vec<Vec<&(String, Tensor)>> = vec![vec![]];
+    let mut bytes = 0usize;
+    for t in tensors {
+        let size = t.1.numel() * elt_size;
+        if bytes > 0 && bytes + size > max_shard_bytes {
+            shards.push(vec![]);
+            bytes = 0;
+        }
+        shards.last_mut().expect("one shard").push(t);
+        bytes += size;
+    }
+    if shards.len() == 1 {
+        return save_tensors(&dir.join(WEIGHTS_FILE), tensors, kind);
+    }
+    let n = shards.len();
+    let mut weight_map = serde_json::Map::new();
+    let mut total = 0usize;
+    for (i, shard) in shards.iter().enumerate() {
+        let file = format!("model-{:05}-of-{n:05}.safetensors", i + 1);
+        let owned: Vec<(String, Tensor)> = shard
+            .iter()
+            .map(|(name, t)| (name.clone(), t.shallow_clone()))
+            .collect();
+        save_tensors(&dir.join(&file), &owned, kind)?;
+        for (name, t) in &owned {
+            weight_map.insert(name.clone(), file.clone().into());
+            total += t.numel() * elt_size;
+        }
+    }
+    let index = serde_json::json!({
+        "metadata": {"total_size": total, "dtype": elt},
+        "weight_map": weight_map,
+    });
+    let path = dir.join(WEIGHTS_INDEX_FILE);
+    let text = serde_json::to_string_pretty(&index)
+        .map_err(|e| Error::model(&path, format!("cannot serialize: {e}")))?;
+    std::fs::write(&path, text).map_err(|e| Error::io(&path, e))
+}
+
+/// Writes `tensors` as one safetensors file of `kind` with the metadata `transformers`
+/// expects.
+pub fn save_tensors(path: &Path, tensors: &[(String, Tensor)], kind: Kind) -> Result<()> {
+    let (dtype, _) = dtype_name(kind)?;
     let mut buffers: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::with_capacity(tensors.len());
     for (name, t) in tensors {
         let t = t
             .detach()
             .to_device(tch::Device::Cpu)
-            .to_kind(Kind::Float)
+            .to_kind(kind)
             .contiguous();
         let shape: Vec<usize> = t.size().iter().map(|&d| d as usize).collect();
-        let values = Vec::<f32>::try_from(t.flatten(0, -1))?;
-        let bytes: Vec<u8> = values.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let numel = t.numel();
+        let mut bytes = vec![0u8; numel * kind.elt_size_in_bytes()];
+        t.f_copy_data_u8(&mut bytes, numel)?;
         buffers.push((name.clone(), shape, bytes));
     }
     let views = buffers
         .iter()
         .map(|(name, shape, bytes)| {
-            safetensors::tensor::TensorView::new(Dtype::F32, shape.clone(), bytes)
+            safetensors::tensor::TensorView::new(dtype, shape.clone(), bytes)
                 .map(|v| (name.clone(), v))
                 .map_err(|e| Error::model(path, format!("tensor `{name}`: {e}")))
         })

@@ -1,0 +1,175 @@
+//! `agent-r1 init-model --shape` writes real-shaped models that transformers loads: every
+//! shape's architecture, sizes and parameter count as transformers reads them, a tokenizer of
+//! exactly the model's vocabulary whose chat template (with tools) tokenizes as agent-r1's
+//! does, and the same logits from both for a prompt.
+//!
+//! Needs the project venv (`make test` creates it); skipped with a message without it, and a
+//! failure under CI. Each shape is written, checked and deleted in turn (the largest is
+//! 3.4 GB in bfloat16).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use agent_r1_actors::model::{Placement, PolicyModel};
+use agent_r1_actors::tokenizer::HfTokenizer;
+use agent_r1_envs::message::Message;
+use serde_json::{json, Value};
+
+fn venv_python() -> Option<PathBuf> {
+    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
+    let ok = Command::new(&python)
+        .args(["-c", "import transformers, torch"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        Some(python)
+    } else if std::env::var_os("CI").is_some() {
+        panic!(
+            "{} with transformers is required under CI",
+            python.display()
+        );
+    } else {
+        eprintln!(
+            "SKIPPED: no transformers in {} (run `make venv`)",
+            python.display()
+        );
+        None
+    }
+}
+
+fn transformers_view(python: &Path, dir: &Path, ids: &[u32]) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/check_shape.py");
+    let mut child = Command::new(python)
+        .arg(script)
+        .arg(dir)
+        .env("HF_HUB_OFFLINE", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(json!({ "ids": ids }).to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "transformers could not load {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn check_shape(python: &Path, shape: &str, architecture: &str, compare_logits: bool) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join(shape);
+    let out = Command::new(env!("CARGO_BIN_EXE_agent-r1"))
+        .args(["init-model", "--shape", shape, "--out"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "init-model --shape {shape}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+
+    let tokenizer = HfTokenizer::from_dir(&dir).unwrap();
+    let messages = [
+        Message::system("Answer briefly."),
+        Message::user("Who wrote Hamlet?"),
+    ];
+    let tools = [
+        json!({"type": "function", "function": {"name": "search", "description": "Search.",
+        "parameters": {"type": "object", "properties": {"query": {"type": "string"}},
+                       "required": ["query"]}}}),
+    ];
+    let prompt = tokenizer
+        .encode_chat(&messages, Some(&tools), true)
+        .unwrap();
+    let ids = &prompt[prompt.len().saturating_sub(24)..];
+
+    let theirs = transformers_view(python, &dir, ids);
+    assert_eq!(theirs["architecture"], architecture, "{shape}");
+    assert_eq!(theirs["parameters"], summary["parameters"], "{shape}");
+    assert_eq!(
+        theirs["tokenizer_len"], summary["vocab_size"],
+        "{shape}: tokenizer of the model's vocabulary"
+    );
+    assert_eq!(
+        theirs["config"]["vocab_size"], summary["vocab_size"],
+        "{shape}"
+    );
+    let prompt_theirs: Vec<u32> = serde_json::from_value(theirs["prompt_ids"].clone()).unwrap();
+    assert_eq!(prompt, prompt_theirs, "{shape}: chat template with tools");
+
+    if compare_logits {
+        let model = PolicyModel::load(&dir, Placement::default(), false).unwrap();
+        let c = model.config();
+        for (key, ours) in [
+            ("hidden_size", c.hidden_size),
+            ("num_hidden_layers", c.num_hidden_layers),
+            ("num_key_value_heads", c.num_key_value_heads),
+            ("head_dim", c.head_dim),
+        ] {
+            assert_eq!(theirs["config"][key], json!(ours), "{shape}: {key}");
+        }
+        let logits = model.sequence_logits(ids).unwrap();
+        let flat: Vec<f32> = theirs["logits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|r| {
+                r.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_f64().unwrap() as f32)
+            })
+            .collect();
+        let expected = tch::Tensor::from_slice(&flat).view([ids.len() as i64, -1]);
+        let diff = (logits - expected).abs().max().double_value(&[]);
+        assert!(diff < 1e-4, "{shape}: logits differ by {diff}");
+    }
+}
+
+#[test]
+fn every_shape_loads_in_transformers() {
+    let Some(python) = venv_python() else { return };
+    check_shape(&python, "qwen2.5-0.5b", "Qwen2ForCausalLM", true);
+    check_shape(&python, "llama3.2-1b", "LlamaForCausalLM", true);
+    check_shape(&python, "qwen3-1.7b", "Qwen3ForCausalLM", false);
+    check_shape(&python, "qwen2.5-1.5b", "Qwen2ForCausalLM", false);
+}
+
+#[test]
+fn unknown_shapes_and_dtypes_are_refused_in_one_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (args, needle) in [
+        (
+            vec!["--shape", "qwen9-1t"],
+            "--shape: unknown shape `qwen9-1t` (allowed: qwen2.5-0.5b",
+        ),
+        (
+            vec!["--shape", "qwen2.5-0.5b", "--dtype", "int4"],
+            "--dtype: unknown dtype `int4`",
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_agent-r1"))
+            .arg("init-model")
+            .args(&args)
+            .arg("--out")
+            .arg(tmp.path().join("m"))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(needle), "{stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    }
+}
