@@ -1,11 +1,11 @@
 //! `agent-r1 bench ...`: benchmarks that print figures (not timed tests).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use agent_r1_actors::device::parse_placement;
-use agent_r1_actors::model::presets::preset;
-use agent_r1_actors::model::{PolicyModel, SamplingParams};
+use agent_r1_actors::model::presets::{preset, shape};
+use agent_r1_actors::model::{ModelConfig, Placement, PolicyModel, SamplingParams};
 
 /// Which benchmark.
 #[derive(Debug, clap::Subcommand)]
@@ -21,10 +21,14 @@ pub(crate) enum BenchCmd {
 /// Flags of `agent-r1 bench generate`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct GenerateBench {
-    /// A model directory; without it, a randomly initialised preset.
-    #[arg(long)]
+    /// A model directory; without it, a randomly initialised preset or shape.
+    #[arg(long, conflicts_with = "shape")]
     model: Option<PathBuf>,
-    /// Preset used when no --model is given.
+    /// A real model's shape, randomly initialised (qwen2.5-0.5b, qwen2.5-1.5b, qwen3-1.7b,
+    /// llama3.2-1b).
+    #[arg(long)]
+    shape: Option<String>,
+    /// Preset used when neither --model nor --shape is given.
     #[arg(long, default_value = "tiny")]
     preset: String,
     /// Vocabulary size of the preset model.
@@ -70,14 +74,13 @@ fn generate(args: GenerateBench) -> anyhow::Result<()> {
     );
     let placement = parse_placement(&args.device, &args.dtype)?;
     tch::manual_seed(0);
-    let model = match &args.model {
-        Some(dir) => PolicyModel::load(dir, placement, false)?,
-        None => PolicyModel::new(
-            preset(&args.preset, args.vocab_size, vec![])?,
-            placement,
-            false,
-        )?,
-    };
+    let model = ModelChoice {
+        dir: args.model.as_deref(),
+        shape: args.shape.as_deref(),
+        preset: &args.preset,
+        vocab_size: args.vocab_size,
+    }
+    .build(placement, false)?;
     let vocab = model.config().vocab_size as u64;
     let params = SamplingParams {
         temperature: args.temperature,
@@ -126,10 +129,58 @@ fn generate(args: GenerateBench) -> anyhow::Result<()> {
             "best_s": best,
             "tokens_per_s": generated as f64 / mean,
             "best_tokens_per_s": generated as f64 / best,
+            "parameters": model.config().num_parameters(),
+            "peak_rss_mb": peak_rss_mb(),
         });
         println!("{out}");
     }
     Ok(())
+}
+
+/// Which model a benchmark runs: a directory, a real shape or a preset (randomly
+/// initialised), in that order of precedence.
+pub(crate) struct ModelChoice<'a> {
+    pub(crate) dir: Option<&'a Path>,
+    pub(crate) shape: Option<&'a str>,
+    pub(crate) preset: &'a str,
+    pub(crate) vocab_size: usize,
+}
+
+impl ModelChoice<'_> {
+    /// Loads or initialises the model (with a value head when asked).
+    pub(crate) fn build(
+        &self,
+        placement: Placement,
+        value_head: bool,
+    ) -> anyhow::Result<PolicyModel> {
+        Ok(match (self.dir, self.shape) {
+            (Some(dir), _) => PolicyModel::load(dir, placement, value_head)?,
+            (None, Some(name)) => PolicyModel::new(shape(name)?.0, placement, value_head)?,
+            (None, None) => PolicyModel::new(
+                preset(self.preset, self.vocab_size, vec![])?,
+                placement,
+                value_head,
+            )?,
+        })
+    }
+
+    /// The model's config, without building it.
+    pub(crate) fn config(&self) -> anyhow::Result<ModelConfig> {
+        Ok(match (self.dir, self.shape) {
+            (Some(dir), _) => ModelConfig::from_file(&dir.join("config.json"))?.0,
+            (None, Some(name)) => shape(name)?.0,
+            (None, None) => preset(self.preset, self.vocab_size, vec![])?,
+        })
+    }
+
+    /// What the model is called in reports.
+    pub(crate) fn name(&self) -> String {
+        match (self.dir, self.shape) {
+            (Some(dir), _) => dir.display().to_string(),
+            (None, Some(name)) => name.to_string(),
+            (None, None) => self.preset.to_string(),
+        }
+    }
 }
 
 /// Peak resident memory of this process in MiB (`VmHWM`; 0 where /proc is missing).

@@ -4,23 +4,32 @@
 //! sampled tokens each followed by a tool observation that is masked out of the loss), so the
 //! figures say how many rollout tokens per second one learner can absorb, which is what
 //! decides whether the learner or the engine bounds an async run. The model is a randomly
-//! initialised preset: throughput does not depend on what the weights are.
+//! initialised preset or real shape, or a model directory: throughput does not depend on
+//! what the weights are.
+
+use std::path::PathBuf;
 
 use agent_r1_actors::device::parse_placement;
 use agent_r1_actors::learner::{Estimator, Learner, LearnerConfig, LearnerModels};
 use agent_r1_actors::model::generate::FinishReason;
-use agent_r1_actors::model::presets::preset;
-use agent_r1_actors::model::PolicyModel;
 use agent_r1_actors::trajectory::{EpisodeEnd, Step, Trajectory};
 use agent_r1_envs::task::Task;
 use serde_json::json;
 
-use super::bench::{peak_rss_mb, reset_peak_rss};
+use super::bench::{peak_rss_mb, reset_peak_rss, ModelChoice};
 
 /// Flags of `agent-r1 bench learner`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct LearnerBench {
-    /// Preset model (randomly initialised).
+    /// A model directory (its weights are trained on); without it, a randomly initialised
+    /// shape or preset.
+    #[arg(long, conflicts_with = "shape")]
+    model: Option<PathBuf>,
+    /// A real model's shape, randomly initialised (qwen2.5-0.5b, qwen2.5-1.5b, qwen3-1.7b,
+    /// llama3.2-1b).
+    #[arg(long)]
+    shape: Option<String>,
+    /// Preset model (randomly initialised) when neither --model nor --shape is given.
     #[arg(long, default_value = "tiny")]
     preset: String,
     /// Vocabulary size of the preset model.
@@ -91,7 +100,13 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let placement = parse_placement(&args.device, &args.dtype)?;
-    let model_config = preset(&args.preset, args.vocab_size, vec![])?;
+    let choice = ModelChoice {
+        dir: args.model.as_deref(),
+        shape: args.shape.as_deref(),
+        preset: &args.preset,
+        vocab_size: args.vocab_size,
+    };
+    let model_config = choice.config()?;
     let vocab = model_config.vocab_size as u64;
     let batch = synthetic_batch(&args, vocab);
     let tokens_per_trajectory =
@@ -102,7 +117,7 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
         reset_peak_rss();
         tch::manual_seed(args.seed as i64);
         let critic = estimator.needs_critic();
-        let policy = PolicyModel::new(model_config.clone(), placement, critic)?;
+        let policy = choice.build(placement, critic)?;
         let config = LearnerConfig {
             estimator,
             ppo_epochs: args.ppo_epochs,
@@ -173,7 +188,7 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
     }
     let out = json!({
         "bench": "learner",
-        "preset": args.preset,
+        "model": choice.name(),
         "parameters": model_config.num_parameters(),
         "vocab_size": vocab,
         "device": format!("{:?}", placement.device),
@@ -193,7 +208,7 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
         println!(
             "learner throughput: {} ({} parameters), {} trajectories x {} tokens ({} sampled), \
              {:?} {:?}, {} torch threads",
-            args.preset,
+            choice.name(),
             model_config.num_parameters(),
             args.trajectories,
             tokens_per_trajectory,
