@@ -85,10 +85,15 @@ impl PolicyModel {
         placement: Placement,
         value_head: bool,
     ) -> Result<Self> {
-        if placement.device == Device::Cpu && placement.kind != Kind::Float {
+        if placement.device == Device::Cpu
+            && !matches!(placement.kind, Kind::Float | Kind::BFloat16)
+        {
             return Err(Error::invalid(
                 "dtype",
-                format!("{:?} is not supported on CPU (use float32)", placement.kind),
+                format!(
+                    "{:?} is not supported on CPU (supported: float32, bfloat16)",
+                    placement.kind
+                ),
             ));
         }
         let mut vs = VarStore::new(placement.device);

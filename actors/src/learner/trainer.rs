@@ -6,9 +6,9 @@
 use std::path::Path;
 use std::time::Instant;
 
-use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
+use rand_chacha::ChaCha12Rng;
 use tch::{Kind, Tensor};
 
 use super::advantages::estimate;
@@ -89,7 +89,9 @@ pub struct Learner {
     critic_opt: Option<ParamOptimizer>,
     version: u64,
     updates: usize,
-    rng: StdRng,
+    /// Mini-batch shuffles. ChaCha (what `StdRng` is) because its position can be saved:
+    /// a resumed run continues the same sequence of shuffles.
+    rng: ChaCha12Rng,
 }
 
 /// Trainable variables of `model`, sorted by name so that sums over them (the gradient
@@ -228,7 +230,7 @@ impl Learner {
             "learner ready"
         );
         Ok(Self {
-            rng: StdRng::seed_from_u64(config.seed),
+            rng: ChaCha12Rng::seed_from_u64(config.seed),
             version: config.initial_version,
             config,
             policy,
@@ -272,6 +274,25 @@ impl Learner {
         out
     }
 
+    /// The policy's weights as the optimizer trains them, in float32 and sorted by name
+    /// (value head excluded): the master copies when the policy is stored in bfloat16,
+    /// which [`Self::policy_weights`] gives rounded.
+    pub fn master_weights(&self) -> Vec<(String, Tensor)> {
+        let mut names: Vec<String> = self
+            .policy
+            .var_store()
+            .variables()
+            .into_iter()
+            .filter(|(name, t)| !name.starts_with(VALUE_HEAD) && t.requires_grad())
+            .map(|(name, _)| name)
+            .collect();
+        names.sort();
+        names
+            .into_iter()
+            .zip(self.actor_opt.master_weights())
+            .collect()
+    }
+
     /// Saves the policy as a Hugging Face directory (value head included when shared), and a
     /// separate critic under `dir/critic`.
     pub fn save(&self, dir: &Path, tokenizer_from: Option<&Path>) -> Result<()> {
@@ -293,6 +314,13 @@ impl Learner {
             "learner.updates".into(),
             Tensor::from_slice(&[self.updates as i64]),
         ));
+        let seed: Vec<i64> = self.rng.get_seed().iter().map(|&b| i64::from(b)).collect();
+        tensors.push(("learner.shuffle_seed".into(), Tensor::from_slice(&seed)));
+        let pos = self.rng.get_word_pos();
+        tensors.push((
+            "learner.shuffle_word_pos".into(),
+            Tensor::from_slice(&[(pos >> 64) as i64, pos as u64 as i64]),
+        ));
         Tensor::write_safetensors(&tensors, path).map_err(Error::from)
     }
 
@@ -307,6 +335,28 @@ impl Learner {
         }
         if let Some((_, t)) = tensors.iter().find(|(n, _)| n == "learner.updates") {
             self.updates = usize::try_from(t.int64_value(&[0])).unwrap_or(0);
+        }
+        let find = |name: &str| tensors.iter().find(|(n, _)| n == name).map(|(_, t)| t);
+        if let (Some(seed), Some(pos)) = (
+            find("learner.shuffle_seed"),
+            find("learner.shuffle_word_pos"),
+        ) {
+            let bytes = Vec::<i64>::try_from(seed)?;
+            let seed: [u8; 32] = bytes
+                .iter()
+                .map(|&b| u8::try_from(b).ok())
+                .collect::<Option<Vec<u8>>>()
+                .and_then(|v| v.try_into().ok())
+                .ok_or_else(|| {
+                    Error::invalid(
+                        "optimizer state",
+                        format!("{}: `learner.shuffle_seed` is not 32 bytes", path.display()),
+                    )
+                })?;
+            let hi = pos.int64_value(&[0]) as u64 as u128;
+            let lo = pos.int64_value(&[1]) as u64 as u128;
+            self.rng = ChaCha12Rng::from_seed(seed);
+            self.rng.set_word_pos((hi << 64) | lo);
         }
         Ok(())
     }
