@@ -321,6 +321,9 @@ pub struct AlgorithmSection {
     pub mini_batch_size: usize,
     /// Trajectories per forward/backward pass (>= 1).
     pub micro_batch_size: usize,
+    /// Positions whose vocabulary logits exist at once in the learner (>= 1): bounds its
+    /// logits memory to this many x vocab_size floats.
+    pub logits_chunk_tokens: usize,
     /// Peak policy learning rate.
     pub actor_lr: f64,
     /// Peak critic learning rate.
@@ -364,6 +367,7 @@ impl Default for AlgorithmSection {
             ppo_epochs: l.ppo_epochs,
             mini_batch_size: l.mini_batch_size,
             micro_batch_size: l.micro_batch_size,
+            logits_chunk_tokens: l.logits_chunk_tokens,
             actor_lr: l.actor_lr,
             critic_lr: l.critic_lr,
             weight_decay: l.weight_decay,
@@ -839,6 +843,7 @@ impl TrainConfig {
         }
         at_least("algorithm.ppo_epochs", a.ppo_epochs, 1)?;
         at_least("algorithm.micro_batch_size", a.micro_batch_size, 1)?;
+        at_least("algorithm.logits_chunk_tokens", a.logits_chunk_tokens, 1)?;
         if a.kl.kind.parse::<KlKind>().is_err() {
             return Err(ConfigError::range(
                 "algorithm.kl.kind",
@@ -990,6 +995,7 @@ impl TrainConfig {
             ppo_epochs: a.ppo_epochs,
             mini_batch_size: a.mini_batch_size,
             micro_batch_size: a.micro_batch_size,
+            logits_chunk_tokens: a.logits_chunk_tokens,
             actor_lr: a.actor_lr,
             critic_lr: a.critic_lr,
             weight_decay: a.weight_decay,

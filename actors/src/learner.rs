@@ -18,6 +18,7 @@ mod handle;
 mod optim;
 mod staleness;
 pub mod stats;
+mod token_stats;
 pub mod trainer;
 
 pub use config::{Estimator, KlConfig, KlPlacement, LearnerConfig};

@@ -69,6 +69,9 @@ pub(crate) struct LearnerBench {
     /// Trajectories per forward/backward pass.
     #[arg(long, default_value_t = 8)]
     micro_batch_size: usize,
+    /// Positions whose vocabulary logits exist at once (the learner's logits memory bound).
+    #[arg(long, default_value_t = 1024)]
+    logits_chunk_tokens: usize,
     /// cpu, cuda, cuda:N or auto.
     #[arg(long, default_value = "auto")]
     device: String,
@@ -123,6 +126,7 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
             ppo_epochs: args.ppo_epochs,
             mini_batch_size: args.mini_batch_size,
             micro_batch_size: args.micro_batch_size,
+            logits_chunk_tokens: args.logits_chunk_tokens,
             actor_lr: 1e-6,
             max_len: tokens_per_trajectory,
             seed: args.seed,
@@ -200,6 +204,7 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
         "ppo_epochs": args.ppo_epochs,
         "mini_batch_size": args.mini_batch_size,
         "micro_batch_size": args.micro_batch_size,
+        "logits_chunk_tokens": args.logits_chunk_tokens,
         "results": results,
     });
     if args.json {

@@ -102,6 +102,10 @@ pub struct LearnerConfig {
     pub mini_batch_size: usize,
     /// Trajectories per forward/backward pass; gradients accumulate over a mini-batch.
     pub micro_batch_size: usize,
+    /// Positions whose vocabulary logits exist at once when log-probabilities and entropies
+    /// are computed (and backpropagated): the bound on the learner's logits memory,
+    /// `logits_chunk_tokens x vocab_size` floats, whatever the sequence length.
+    pub logits_chunk_tokens: usize,
     /// Peak policy learning rate (AdamW).
     pub actor_lr: f64,
     /// Peak critic learning rate (AdamW); also the value head's rate when it shares the trunk.
@@ -160,6 +164,7 @@ impl Default for LearnerConfig {
             ppo_epochs: 1,
             mini_batch_size: 0,
             micro_batch_size: 8,
+            logits_chunk_tokens: 1024,
             actor_lr: 1e-6,
             critic_lr: 1e-5,
             weight_decay: 0.01,
@@ -231,6 +236,9 @@ impl LearnerConfig {
         }
         if self.micro_batch_size == 0 {
             return Err(Error::invalid("micro_batch_size", "must be at least 1"));
+        }
+        if self.logits_chunk_tokens == 0 {
+            return Err(Error::invalid("logits_chunk_tokens", "must be at least 1"));
         }
         if self.max_len < 2 {
             return Err(Error::invalid("max_len", "must be at least 2"));

@@ -17,6 +17,7 @@ use super::config::{KlPlacement, LearnerConfig};
 use super::optim::ParamOptimizer;
 use super::staleness::filter_stale;
 use super::stats::UpdateStats;
+use super::token_stats::{self, Positions};
 use crate::algo::{self, LossAgg};
 use crate::model::{PolicyModel, VALUE_HEAD};
 use crate::trajectory::Trajectory;
@@ -361,29 +362,23 @@ impl Learner {
         Ok(())
     }
 
-    /// Logits `[b, L, V]` (f32, at the sampling temperature) and hidden states `[b, L, H]`
-    /// of the positions that predict each target token.
-    fn policy_logits(&self, batch: &TrainBatch) -> (Tensor, Tensor) {
+    /// Hidden states `[b, L, H]` of `model` at the positions that predict each target
+    /// token.
+    fn hidden(model: &PolicyModel, batch: &TrainBatch) -> Tensor {
         let t = batch.ids.size()[1];
-        let hidden = self
-            .policy
+        model
             .forward(&batch.ids, &batch.input_mask, None)
-            .narrow(1, 0, t - 1);
-        let mut logits = self.policy.logits(&hidden).to_kind(Kind::Float);
-        if self.config.temperature != 1.0 {
-            logits /= self.config.temperature;
-        }
-        (logits, hidden)
+            .narrow(1, 0, t - 1)
     }
 
-    /// Log-probabilities `[b, L]` of the target tokens under `logits`.
-    fn target_logprobs(logits: &Tensor, batch: &TrainBatch) -> Tensor {
+    /// The target token `[b, L]` of each position.
+    fn targets(batch: &TrainBatch) -> Tensor {
         let t = batch.ids.size()[1];
-        let targets = batch.ids.narrow(1, 1, t - 1);
-        logits
-            .log_softmax(-1, Kind::Float)
-            .gather(-1, &targets.unsqueeze(-1), false)
-            .squeeze_dim(-1)
+        batch.ids.narrow(1, 1, t - 1)
+    }
+
+    fn chunk(&self) -> i64 {
+        self.config.logits_chunk_tokens as i64
     }
 
     /// Critic values `[b, L]` of the states before each target token.
@@ -428,16 +423,17 @@ impl Learner {
                     values.push(v);
                 }
                 if let (true, Some(reference)) = (want_ref, &self.reference) {
-                    let t = mb.ids.size()[1];
-                    let hidden =
-                        reference
-                            .forward(&mb.ids, &mb.input_mask, None)
-                            .narrow(1, 0, t - 1);
-                    let mut logits = reference.logits(&hidden).to_kind(Kind::Float);
-                    if self.config.temperature != 1.0 {
-                        logits /= self.config.temperature;
-                    }
-                    refs.push(Self::target_logprobs(&logits, &mb));
+                    let positions = Positions::all(&Self::targets(&mb));
+                    let h = positions.gather(&Self::hidden(reference, &mb));
+                    let (logp, _) = token_stats::values(
+                        reference,
+                        &h,
+                        &positions,
+                        self.config.temperature,
+                        self.chunk(),
+                    )
+                    .expect("log-probabilities of a float tensor");
+                    refs.push(positions.scatter(&logp));
                 }
                 start += micro;
             }
@@ -655,9 +651,25 @@ impl Learner {
             }
             let mut loss: Option<Tensor> = None;
             let mut hidden = None;
+            // The policy's log-probabilities and entropies enter the loss as leaves; their
+            // gradients go through the vocabulary projection chunk by chunk afterwards (see
+            // `token_stats`), so no [tokens x vocab] tensor of the micro-batch exists.
+            let mut policy_leaves = None;
             if ctx.train_policy {
-                let (logits, h) = self.policy_logits(&mb);
-                let logp = Self::target_logprobs(&logits, &mb);
+                let h = Self::hidden(&self.policy, &mb);
+                let positions = Positions::masked(&mask, &Self::targets(&mb));
+                let h_rows = positions.gather(&h);
+                let (logp_v, ent_v) = token_stats::values(
+                    &self.policy,
+                    &h_rows.detach(),
+                    &positions,
+                    self.config.temperature,
+                    self.chunk(),
+                )?;
+                let logp_leaf = logp_v.set_requires_grad(true);
+                let ent_leaf = ent_v.set_requires_grad(self.config.entropy_coef != 0.0);
+                let logp = positions.scatter(&logp_leaf);
+                let entropy = positions.scatter(&ent_leaf);
                 let pl = algo::ppo_policy_loss(
                     &logp,
                     &mb.old_logprobs,
@@ -668,18 +680,11 @@ impl Learner {
                 )?;
                 let mut actor = pl.loss.shallow_clone();
                 if self.config.entropy_coef != 0.0 {
-                    let ent = algo::agg_loss(
-                        &algo::entropy_from_logits(&logits)?,
-                        &mask,
-                        self.config.loss_agg,
-                    )?;
+                    let ent = algo::agg_loss(&entropy, &mask, self.config.loss_agg)?;
                     step.entropy += w * ent.double_value(&[]);
                     actor -= ent * self.config.entropy_coef;
                 } else {
-                    let ent = tch::no_grad(|| {
-                        algo::entropy_from_logits(&logits.detach())
-                            .and_then(|e| algo::masked_mean(&e, &mask))
-                    })?;
+                    let ent = tch::no_grad(|| algo::masked_mean(&entropy.detach(), &mask))?;
                     step.entropy += w * ent.double_value(&[]);
                 }
                 if let (Some(kl), Some(reference)) = (self.config.kl, ctx.ref_logprobs) {
@@ -696,6 +701,7 @@ impl Learner {
                 step.approx_kl += w * pl.approx_kl.double_value(&[]);
                 loss = Some(actor);
                 hidden = Some(h);
+                policy_leaves = Some((positions, h_rows, logp_leaf, ent_leaf));
             }
             if let (Some(returns), Some(old_values)) = (ctx.returns, ctx.old_values) {
                 if let Some(vpreds) = self.critic_values(&mb, hidden.as_ref()) {
@@ -721,7 +727,31 @@ impl Learner {
                 finite = false;
                 continue;
             }
-            (loss * w).backward();
+            let loss = loss * w;
+            match policy_leaves {
+                None => loss.backward(),
+                Some((positions, h_rows, logp_leaf, ent_leaf)) => {
+                    let with_entropy = ent_leaf.requires_grad();
+                    let leaves: Vec<&Tensor> = if with_entropy {
+                        vec![&logp_leaf, &ent_leaf]
+                    } else {
+                        vec![&logp_leaf]
+                    };
+                    let grads = Tensor::run_backward(&[&loss], &leaves, true, false);
+                    let grad_rows = token_stats::backward(
+                        &self.policy,
+                        &h_rows.detach(),
+                        &positions,
+                        self.config.temperature,
+                        self.chunk(),
+                        &grads[0],
+                        with_entropy.then(|| &grads[1]),
+                    )?;
+                    // One pass through the trunk: the policy's part through the hidden
+                    // rows, the value loss's (a shared critic) through the loss itself.
+                    (loss + (h_rows * grad_rows).sum(Kind::Float)).backward();
+                }
+            }
         }
         let actor_norm = if ctx.train_policy {
             self.actor_opt.grad_norm()
