@@ -497,3 +497,32 @@ fn stops_bad_requests_and_weight_updates() {
         assert!(bad.to_string().contains("nope"));
     });
 }
+
+#[test]
+fn a_sliding_window_shorter_than_the_served_context_is_refused_at_start() {
+    let config = ModelConfig::from_json(&serde_json::json!({
+        "model_type": "mistral", "vocab_size": 96, "hidden_size": 32, "intermediate_size": 64,
+        "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "sliding_window": 256
+    }))
+    .unwrap();
+    let start = |max_context: usize| {
+        let config = config.clone();
+        spawn_engine(
+            move || PolicyModel::new(config, Placement::default(), false),
+            None,
+            EngineConfig {
+                max_context,
+                parked_kv_bytes: 1 << 20,
+                ..Default::default()
+            },
+        )
+    };
+    let e = start(512).err().expect("refused").to_string();
+    assert!(
+        e.contains("`sliding_window` = 256") && e.contains("512") && !e.contains('\n'),
+        "{e}"
+    );
+    // Within the window, attention is exact and the engine runs.
+    assert!(start(256).is_ok());
+}
