@@ -116,6 +116,9 @@ pub struct TrainConfig {
     /// Advantage estimator and optimiser.
     #[serde(default)]
     pub algorithm: AlgorithmSection,
+    /// Where the critic of `gae` / `step_gae` lives.
+    #[serde(default)]
+    pub critic: CriticSection,
     /// How episodes are sampled.
     #[serde(default)]
     pub rollout: RolloutSection,
@@ -134,6 +137,20 @@ pub struct TrainConfig {
     /// Supervised warm start before RL (synthetic env only).
     #[serde(default)]
     pub warm_start: WarmStartSection,
+}
+
+/// `[critic]`: the critic of the estimators that have one (`gae`, `step_gae`). By default it
+/// is a value head on the policy's own trunk; `separate = true` trains a model of its own, as
+/// Agent-R1 does: a copy of the policy's starting weights (or `model`) with a value head, at
+/// `algorithm.critic_lr` with its own AdamW, checkpointed beside the policy (`policy/critic`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CriticSection {
+    /// Train a separate critic model instead of a value head on the policy's trunk.
+    pub separate: bool,
+    /// The separate critic's starting weights (a model directory; default: the policy's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<PathBuf>,
 }
 
 /// `[warm_start]`: a short supervised warm start on generated demonstrations before RL, so
@@ -612,6 +629,7 @@ impl TrainConfig {
         self.validate_env(files)?;
         self.validate_tools()?;
         self.validate_algorithm()?;
+        self.validate_critic(files)?;
         self.validate_rollout()?;
         self.validate_training()?;
         self.validate_warm_start()?;
@@ -620,6 +638,38 @@ impl TrainConfig {
         self.learner_config()
             .validate()
             .map_err(|e| ConfigError::new("algorithm", e.to_string()))?;
+        Ok(())
+    }
+
+    fn validate_critic(&self, files: FileCheck) -> Result<(), ConfigError> {
+        let c = &self.critic;
+        if (c.separate || c.model.is_some()) && !self.algorithm.estimator.needs_critic() {
+            return Err(ConfigError::new(
+                "critic",
+                format!(
+                    "a separate critic is set but estimator {:?} has none (estimators with a \
+                     critic: gae, step_gae)",
+                    self.algorithm.estimator.as_str()
+                ),
+            ));
+        }
+        if c.model.is_some() && !c.separate {
+            return Err(ConfigError::new(
+                "critic.model",
+                "is only read with `separate = true`",
+            ));
+        }
+        if let (Some(dir), FileCheck::Require) = (&c.model, files) {
+            if !dir.join("config.json").is_file() {
+                return Err(ConfigError::new(
+                    "critic.model",
+                    format!(
+                        "{}: no config.json there (expected a Hugging Face model directory)",
+                        dir.display()
+                    ),
+                ));
+            }
+        }
         Ok(())
     }
 

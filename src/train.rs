@@ -42,7 +42,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use agent_r1_actors::engine::{EngineConfig, EngineHandle};
-use agent_r1_actors::learner::{spawn_learner, LearnerHandle, LearnerModels, UpdateStats};
+use agent_r1_actors::learner::{
+    spawn_learner, LearnerHandle, LearnerModels, UpdateStats, CRITIC_DIR,
+};
 use agent_r1_actors::model::PolicyModel;
 use agent_r1_actors::runtime::{run_rollout, RolloutSetup};
 use agent_r1_actors::sft::SftConfig;
@@ -735,12 +737,32 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
     learner_config.seed = seed.wrapping_add(state.step);
     let needs_critic = learner_config.estimator.needs_critic();
     let with_reference = learner_config.kl.is_some();
+    // A separate critic resumes from its checkpoint (`policy/critic`), else starts from
+    // `critic.model` or the policy's starting weights with a fresh value head.
+    let critic_dir = (needs_critic && cfg.critic.separate).then(|| {
+        let saved = policy_dir.join(CRITIC_DIR);
+        if saved.join("config.json").is_file() {
+            saved
+        } else {
+            cfg.critic
+                .model
+                .clone()
+                .unwrap_or_else(|| policy_dir.clone())
+        }
+    });
+    if let Some(dir) = &critic_dir {
+        eprintln!("critic: a separate model, from {}", dir.display());
+    }
     let (learner, _learner_thread) = {
         let (policy_dir, reference_dir) = (policy_dir.clone(), base_dir.clone());
+        let value_head_on_policy = needs_critic && critic_dir.is_none();
         spawn_learner(
             move || {
                 tch::manual_seed(seed as i64);
-                let policy = PolicyModel::load(&policy_dir, placement, needs_critic)?;
+                let policy = PolicyModel::load(&policy_dir, placement, value_head_on_policy)?;
+                let critic = critic_dir
+                    .map(|dir| PolicyModel::load(&dir, placement, true))
+                    .transpose()?;
                 let reference = if with_reference {
                     Some(PolicyModel::load(&reference_dir, placement, false)?)
                 } else {
@@ -748,7 +770,7 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
                 };
                 Ok(LearnerModels {
                     policy,
-                    critic: None,
+                    critic,
                     reference,
                 })
             },

@@ -25,7 +25,15 @@ fn every_example_config_parses_and_validates() {
         seen.push(path.file_name().unwrap().to_string_lossy().into_owned());
     }
     seen.sort();
-    assert_eq!(seen, ["demo.toml", "grpo.toml", "hotpotqa_qwen2.5.toml"]);
+    assert_eq!(
+        seen,
+        [
+            "demo.toml",
+            "grpo.toml",
+            "hotpotqa_qwen2.5.toml",
+            "ppo_critic.toml"
+        ]
+    );
     // The demo needs no files at all.
     TrainConfig::load(
         &Path::new(ROOT).join("examples/demo.toml"),
@@ -65,4 +73,34 @@ fn check_config_prints_the_resolved_config_or_one_precise_error() {
         stderr.contains("bad.toml: `algorithm.ppo_epochs`: got 0; allowed: >= 1"),
         "{stderr}"
     );
+}
+
+#[test]
+fn a_separate_critic_needs_an_estimator_with_a_critic() {
+    let base = "[model]\npreset = \"tiny\"\n[env]\nname = \"synthetic_multihop\"\n";
+    let grpo = format!("{base}[algorithm]\nestimator = \"grpo\"\n[critic]\nseparate = true\n");
+    let e = TrainConfig::from_toml_str(&grpo)
+        .unwrap()
+        .validate(FileCheck::Skip)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("critic") && e.contains("grpo") && e.contains("gae, step_gae"),
+        "{e}"
+    );
+    let stray = format!("{base}[algorithm]\nestimator = \"gae\"\n[critic]\nmodel = \"x\"\n");
+    let e = TrainConfig::from_toml_str(&stray)
+        .unwrap()
+        .validate(FileCheck::Skip)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("critic.model") && e.contains("separate = true"),
+        "{e}"
+    );
+    let ok = format!("{base}[algorithm]\nestimator = \"gae\"\n[critic]\nseparate = true\n");
+    TrainConfig::from_toml_str(&ok)
+        .unwrap()
+        .validate(FileCheck::Skip)
+        .unwrap();
 }

@@ -356,6 +356,52 @@ fn sigterm_saves_pending_trajectories_and_kill_9_resumes_at_the_checkpoint_step(
 }
 
 #[test]
+fn ppo_with_a_separate_critic_trains_checkpoints_and_resumes_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), 3, 2, 4, 2);
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace(
+            "estimator = \"grpo\"",
+            "estimator = \"gae\"\ncritic_lr = 1e-3\ncritic_warmup_updates = 1",
+        )
+        .replace("[rollout]", "[critic]\nseparate = true\n\n[rollout]");
+    std::fs::write(&cfg, text).unwrap();
+    let run = tmp.path().join("run");
+    let (code, out, err) = Trainer::start(&cfg, &run, false).finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(last_json(&out)["updates"], 3);
+    let rows = jsonl(&run.join("metrics.jsonl"));
+    assert_eq!(steps(&rows), vec![1, 2, 3]);
+    assert!(rows.iter().all(|r| r["value_loss"].is_number()), "{rows:?}");
+    // The critic is a model of its own beside the policy, which has no value head.
+    let policy = run.join("checkpoints/step-2/policy");
+    assert!(policy.join("critic/model.safetensors").is_file());
+    let weights = std::fs::read(policy.join("model.safetensors")).unwrap();
+    assert!(!String::from_utf8_lossy(&weights[..4096.min(weights.len())]).contains("value_head"));
+    let critic = std::fs::read(policy.join("critic/model.safetensors")).unwrap();
+    assert!(String::from_utf8_lossy(&critic).contains("value_head.weight"));
+
+    // A resume loads the critic from the checkpoint.
+    let cfg_more = tmp.path().join("more.toml");
+    std::fs::write(
+        &cfg_more,
+        std::fs::read_to_string(&cfg)
+            .unwrap()
+            .replace("updates = 3", "updates = 4"),
+    )
+    .unwrap();
+    let (code, out, err) = Trainer::start(&cfg_more, &run, true).finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("resumed from step 3"), "{err}");
+    assert!(
+        err.contains("critic: a separate model, from ") && err.contains("step-3/policy/critic"),
+        "{err}"
+    );
+    assert_eq!(last_json(&out)["updates"], 4);
+}
+
+#[test]
 fn async_mode_samples_the_next_batch_during_the_update_and_checkpoints_it() {
     let tmp = tempfile::tempdir().unwrap();
     let cfg = config(tmp.path(), 4, 2, 4, 2);

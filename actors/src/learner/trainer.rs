@@ -95,6 +95,9 @@ pub struct Learner {
     rng: ChaCha12Rng,
 }
 
+/// Where [`Learner::save`] writes a separate critic, inside the policy's directory.
+pub const CRITIC_DIR: &str = "critic";
+
 /// Trainable variables of `model`, sorted by name so that sums over them (the gradient
 /// norm) run in the same order every time and runs are reproducible; `keep` picks by name.
 fn params(model: &PolicyModel, keep: impl Fn(&str) -> bool) -> Vec<Tensor> {
@@ -295,11 +298,11 @@ impl Learner {
     }
 
     /// Saves the policy as a Hugging Face directory (value head included when shared), and a
-    /// separate critic under `dir/critic`.
+    /// separate critic under `dir/critic` ([`CRITIC_DIR`]).
     pub fn save(&self, dir: &Path, tokenizer_from: Option<&Path>) -> Result<()> {
         self.policy.save(dir, tokenizer_from)?;
         if let Critic::Separate(c) = &self.critic {
-            c.save(&dir.join("critic"), None)?;
+            c.save(&dir.join(CRITIC_DIR), None)?;
         }
         Ok(())
     }
