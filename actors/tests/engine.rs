@@ -518,7 +518,10 @@ fn a_sliding_window_shorter_than_the_served_context_is_refused_at_start() {
             },
         )
     };
-    let e = start(512).err().expect("refused").to_string();
+    let e = match start(512) {
+        Ok(_) => panic!("a 512-token context past a 256-token window must be refused"),
+        Err(e) => e.to_string(),
+    };
     assert!(
         e.contains("`sliding_window` = 256") && e.contains("512") && !e.contains('\n'),
         "{e}"
