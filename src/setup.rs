@@ -17,7 +17,7 @@ use agent_r1_actors::runtime::{ArgValidator, EpisodeConfig, RolloutSetup, TurnRe
 use agent_r1_actors::sft::{
     tokenize_demonstration, train_sft, Demonstration, SftConfig, SftReport,
 };
-use agent_r1_actors::tiny_tokenizer::{write_tiny_tokenizer, write_tokenizer};
+use agent_r1_actors::tiny_tokenizer::{write_tiny_tokenizer, write_tokenizer, TinyTokenizerIds};
 use agent_r1_actors::tokenizer::HfTokenizer;
 use agent_r1_envs::env::Env;
 use agent_r1_envs::envs::synthetic_multihop::{SyntheticMultihopEnv, SyntheticMultihopOptions};
@@ -230,12 +230,7 @@ pub fn init_model(
     tch::manual_seed(seed);
     let model = PolicyModel::new(config, Placement::default(), false)?;
     model.save(out, None)?;
-    let gen_path = out.join("generation_config.json");
-    std::fs::write(
-        &gen_path,
-        serde_json::to_string_pretty(&ids.generation_config())? + "\n",
-    )
-    .with_context(|| format!("{}: cannot write", gen_path.display()))?;
+    write_generation_config(out, &ids)?;
     Ok(serde_json::json!({
         "out": out.display().to_string(),
         "preset": preset_name,
@@ -243,6 +238,16 @@ pub fn init_model(
         "vocab_size": model.config().vocab_size,
         "tokenizer_vocab_size": ids.vocab_size,
     }))
+}
+
+/// `generation_config.json` with the tokenizer's end ids.
+fn write_generation_config(out: &Path, ids: &TinyTokenizerIds) -> anyhow::Result<()> {
+    let path = out.join("generation_config.json");
+    std::fs::write(
+        &path,
+        serde_json::to_string_pretty(&ids.generation_config())? + "\n",
+    )
+    .with_context(|| format!("{}: cannot write", path.display()))
 }
 
 /// `--out` must be absent or empty unless `force`.
@@ -288,12 +293,7 @@ pub fn init_shape(
     tch::manual_seed(seed);
     let model = PolicyModel::new(config, Placement::default(), false)?;
     model.save_as(out, None, dtype)?;
-    let gen_path = out.join("generation_config.json");
-    std::fs::write(
-        &gen_path,
-        serde_json::to_string_pretty(&ids.generation_config())? + "\n",
-    )
-    .with_context(|| format!("{}: cannot write", gen_path.display()))?;
+    write_generation_config(out, &ids)?;
     Ok(serde_json::json!({
         "out": out.display().to_string(),
         "shape": shape_name,
