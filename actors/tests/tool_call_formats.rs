@@ -299,3 +299,25 @@ fn llama31_agent_calls_tools_in_json_format() {
         ToolCallFormat::Llama3Json,
     );
 }
+
+#[test]
+fn a_mistral_agent_is_refused_at_start_with_the_templates_reason() {
+    // Mistral v0.3's template wants a 9-character `tool_call_id` on every tool result; the
+    // runtime's observations have none, so the renderer refuses before any episode runs.
+    let dir = tempfile::tempdir().unwrap();
+    train_tokenizer(
+        TokenizerStyle::Mistral,
+        BUILTIN_CORPUS.lines(),
+        512,
+        &[],
+        false,
+    )
+    .unwrap()
+    .write_to(dir.path())
+    .unwrap();
+    let tokenizer = Arc::new(HfTokenizer::from_dir(dir.path()).unwrap());
+    let e = TurnRenderer::new(tokenizer, vec![Echo::default().spec()], None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("Tool call IDs"), "{e}");
+}
