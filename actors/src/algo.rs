@@ -33,7 +33,7 @@ mod test_util;
 mod value_loss;
 
 pub use agg::{agg_loss, LossAgg};
-pub use entropy::entropy_from_logits;
+pub use entropy::{entropy_from_log_probs, entropy_from_logits};
 pub use filter::filter_zero_variance_groups;
 pub use gae::gae;
 pub use group::{broadcast_to_tokens, grpo_advantages, rloo_advantages, GRPO_EPS};

@@ -20,9 +20,6 @@ use crate::chat_template::{ChatTemplate, TemplateKwargs, TemplateVars, RESERVED_
 use crate::error::{Error, Result};
 use config::{DirFiles, TemplateSource, TokenizerConfig};
 
-/// The tag that closes a hermes tool call; generation stops there so the env can run the tool.
-pub const TOOL_CALL_END: &str = "</tool_call>";
-
 /// End-of-turn tokens of the ChatML family, recognised when present even if the config does
 /// not list them, so a model that ends a turn either way stops.
 const CHATML_END_TOKENS: [&str; 2] = ["<|im_end|>", "<|endoftext|>"];
@@ -185,12 +182,6 @@ impl HfTokenizer {
             [id] => Some(*id),
             _ => None,
         }
-    }
-
-    /// Ids that should stop generation after a tool call: `</tool_call>` when it is a single
-    /// token (as in Qwen2.5), else empty and the engine must match the stop string on text.
-    pub fn tool_call_stop_ids(&self) -> Vec<u32> {
-        self.single_token_id(TOOL_CALL_END).into_iter().collect()
     }
 
     /// `model_max_length` from the config, when it is a real limit.
@@ -383,6 +374,7 @@ mod tests {
     use super::*;
     use crate::tiny_tokenizer::{train_tiny_tokenizer, BUILTIN_CORPUS};
     use agent_r1_envs::message::Message;
+    use agent_r1_envs::tool_call::CALL_CLOSE;
 
     fn tiny_dir() -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
@@ -429,8 +421,8 @@ mod tests {
         assert_eq!(tok.eos_token_ids(), &[im_end, eot]);
         assert_eq!(tok.pad_token_id(), eot);
         assert_eq!(
-            tok.tool_call_stop_ids(),
-            vec![tok.token_to_id(TOOL_CALL_END).unwrap()]
+            tok.single_token_id(CALL_CLOSE),
+            Some(tok.token_to_id(CALL_CLOSE).unwrap())
         );
         assert_eq!(tok.id_to_token(im_end).as_deref(), Some("<|im_end|>"));
         // Special tokens are dropped on request; the tool tags are not special.

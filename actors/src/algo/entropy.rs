@@ -25,7 +25,15 @@ pub fn entropy_from_logits(logits: &Tensor) -> Result<Tensor> {
     } else {
         Kind::Float
     };
-    let log_p = logits.to_kind(kind).log_softmax(-1, kind);
+    Ok(entropy_from_log_probs(
+        &logits.to_kind(kind).log_softmax(-1, kind),
+    ))
+}
+
+/// [`entropy_from_logits`] from log-probabilities already computed (`log_softmax` of the
+/// logits, float32 or float64), for callers that need both.
+pub fn entropy_from_log_probs(log_p: &Tensor) -> Tensor {
+    let kind = log_p.kind();
     let p = log_p.exp();
     // Where p == 0 exactly (logit -inf), log p is -inf and 0 * -inf would be NaN: clamp log p
     // to the most negative finite number, which leaves every other term untouched.
@@ -34,7 +42,7 @@ pub fn entropy_from_logits(logits: &Tensor) -> Result<Tensor> {
     } else {
         f32::MIN as f64
     };
-    Ok(-(p * log_p.clamp_min(floor)).sum_dim_intlist(-1, false, kind))
+    -(p * log_p.clamp_min(floor)).sum_dim_intlist(-1, false, kind)
 }
 
 #[cfg(test)]

@@ -15,7 +15,6 @@ use tch::{Kind, Tensor};
 
 use crate::algo;
 use crate::model::PolicyModel;
-use crate::Result;
 
 /// Positions of a `[B, L]` batch picked by a mask, and their target ids.
 pub(crate) struct Positions {
@@ -67,23 +66,20 @@ impl Positions {
     }
 }
 
-/// Target log-probabilities and entropies `[C]` for hidden rows `h` `[C, H]`.
-fn chunk_stats(
-    model: &PolicyModel,
-    h: &Tensor,
-    targets: &Tensor,
-    temperature: f64,
-) -> Result<(Tensor, Tensor)> {
+/// Float32 log-probabilities `[C, V]` at the sampling temperature for hidden rows `[C, H]`.
+fn log_probs(model: &PolicyModel, h: &Tensor, temperature: f64) -> Tensor {
     let mut logits = model.logits(h).to_kind(Kind::Float);
     if temperature != 1.0 {
         logits /= temperature;
     }
-    let logp = logits
-        .log_softmax(-1, Kind::Float)
+    logits.log_softmax(-1, Kind::Float)
+}
+
+/// The log-probability `[C]` of each row's target under `log_p` `[C, V]`.
+fn of_targets(log_p: &Tensor, targets: &Tensor) -> Tensor {
+    log_p
         .gather(-1, &targets.unsqueeze(-1), false)
-        .squeeze_dim(-1);
-    let entropy = algo::entropy_from_logits(&logits)?;
-    Ok((logp, entropy))
+        .squeeze_dim(-1)
 }
 
 fn spans(n: i64, chunk: i64) -> impl Iterator<Item = (i64, i64)> {
@@ -92,33 +88,30 @@ fn spans(n: i64, chunk: i64) -> impl Iterator<Item = (i64, i64)> {
         .map(move |start| (start, chunk.min(n - start)))
 }
 
-/// Log-probabilities and entropies `[N]` of the positions' targets under `model`, from the
-/// hidden rows `h` `[N, H]`, without gradients.
+/// Log-probabilities `[N]` of the positions' targets under `model`, from the hidden rows
+/// `h` `[N, H]`, and with `with_entropy` the entropies `[N]` too; without gradients.
 pub(crate) fn values(
     model: &PolicyModel,
     h: &Tensor,
     positions: &Positions,
     temperature: f64,
     chunk: i64,
-) -> Result<(Tensor, Tensor)> {
+    with_entropy: bool,
+) -> (Tensor, Option<Tensor>) {
     tch::no_grad(|| {
-        let mut logps = Vec::new();
-        let mut entropies = Vec::new();
+        let empty = || Tensor::zeros([0], (Kind::Float, h.device()));
+        let (mut logps, mut entropies) = (vec![empty()], vec![empty()]);
         for (start, len) in spans(positions.len(), chunk) {
-            let (lp, en) = chunk_stats(
-                model,
-                &h.narrow(0, start, len),
-                &positions.targets.narrow(0, start, len),
-                temperature,
-            )?;
-            logps.push(lp);
-            entropies.push(en);
+            let log_p = log_probs(model, &h.narrow(0, start, len), temperature);
+            logps.push(of_targets(&log_p, &positions.targets.narrow(0, start, len)));
+            if with_entropy {
+                entropies.push(algo::entropy_from_log_probs(&log_p));
+            }
         }
-        if logps.is_empty() {
-            let empty = Tensor::zeros([0], (Kind::Float, h.device()));
-            return Ok((empty.shallow_clone(), empty));
-        }
-        Ok((Tensor::cat(&logps, 0), Tensor::cat(&entropies, 0)))
+        (
+            Tensor::cat(&logps, 0),
+            with_entropy.then(|| Tensor::cat(&entropies, 0)),
+        )
     })
 }
 
@@ -133,27 +126,21 @@ pub(crate) fn backward(
     chunk: i64,
     grad_logp: &Tensor,
     grad_entropy: Option<&Tensor>,
-) -> Result<Tensor> {
-    let mut grads = Vec::new();
+) -> Tensor {
+    let mut grads = vec![h.new_zeros([0, h.size()[1]], (h.kind(), h.device()))];
     for (start, len) in spans(positions.len(), chunk) {
         let hc = h.narrow(0, start, len).detach().set_requires_grad(true);
-        let (lp, en) = chunk_stats(
-            model,
-            &hc,
-            &positions.targets.narrow(0, start, len),
-            temperature,
-        )?;
+        let log_p = log_probs(model, &hc, temperature);
+        let lp = of_targets(&log_p, &positions.targets.narrow(0, start, len));
         let mut surrogate = (lp * grad_logp.narrow(0, start, len)).sum(Kind::Float);
         if let Some(ge) = grad_entropy {
+            let en = algo::entropy_from_log_probs(&log_p);
             surrogate += (en * ge.narrow(0, start, len)).sum(Kind::Float);
         }
         surrogate.backward();
         grads.push(hc.grad().to_kind(h.kind()));
     }
-    if grads.is_empty() {
-        return Ok(h.zeros_like());
-    }
-    Ok(Tensor::cat(&grads, 0))
+    Tensor::cat(&grads, 0)
 }
 
 #[cfg(test)]
@@ -205,17 +192,20 @@ mod tests {
             // Whole: every position's logits at once, autograd end to end.
             zero_grads(&model);
             let leaf = h.detach().set_requires_grad(true);
-            let (lp, en) = chunk_stats(&model, &leaf, &targets, 0.7).unwrap();
+            let log_p = log_probs(&model, &leaf, 0.7);
+            let (lp, en) = (
+                of_targets(&log_p, &targets),
+                algo::entropy_from_log_probs(&log_p),
+            );
             ((&lp * &g_logp).sum(Kind::Float) + (&en * &g_ent).sum(Kind::Float)).backward();
             let (whole_h, whole_w) = (leaf.grad().copy(), head_grad(&model));
 
             // Chunked: 3 positions at a time.
             zero_grads(&model);
-            let (vlp, ven) = values(&model, &h, &positions, 0.7, 3).unwrap();
+            let (vlp, ven) = values(&model, &h, &positions, 0.7, 3, true);
             assert!(vlp.allclose(&lp.detach(), 1e-6, 1e-6, false));
-            assert!(ven.allclose(&en.detach(), 1e-6, 1e-6, false));
-            let chunked_h =
-                backward(&model, &h, &positions, 0.7, 3, &g_logp, Some(&g_ent)).unwrap();
+            assert!(ven.unwrap().allclose(&en.detach(), 1e-6, 1e-6, false));
+            let chunked_h = backward(&model, &h, &positions, 0.7, 3, &g_logp, Some(&g_ent));
             let chunked_w = head_grad(&model);
             let diff = |a: &Tensor, b: &Tensor| (a - b).abs().max().double_value(&[]);
             assert!(

@@ -101,6 +101,14 @@ pub const CRITIC_DIR: &str = "critic";
 /// Trainable variables of `model`, sorted by name so that sums over them (the gradient
 /// norm) run in the same order every time and runs are reproducible; `keep` picks by name.
 fn params(model: &PolicyModel, keep: impl Fn(&str) -> bool) -> Vec<Tensor> {
+    named_params(model, keep)
+        .into_iter()
+        .map(|(_, t)| t)
+        .collect()
+}
+
+/// [`params`] with their names.
+fn named_params(model: &PolicyModel, keep: impl Fn(&str) -> bool) -> Vec<(String, Tensor)> {
     let mut vars: Vec<(String, Tensor)> = model
         .var_store()
         .variables()
@@ -108,7 +116,12 @@ fn params(model: &PolicyModel, keep: impl Fn(&str) -> bool) -> Vec<Tensor> {
         .filter(|(name, t)| keep(name) && t.requires_grad())
         .collect();
     vars.sort_by(|a, b| a.0.cmp(&b.0));
-    vars.into_iter().map(|(_, t)| t).collect()
+    vars
+}
+
+/// The policy's parameters the actor optimizer trains: all but the value head.
+fn is_actor_param(name: &str) -> bool {
+    !name.starts_with(VALUE_HEAD)
 }
 
 /// Rows `index` of a `[B, ..]` tensor.
@@ -206,7 +219,7 @@ impl Learner {
         }
         let shared = matches!(critic, Critic::Shared);
         let actor_opt = ParamOptimizer::new(
-            params(&policy, |name| !name.starts_with(VALUE_HEAD)),
+            params(&policy, is_actor_param),
             config.actor_lr,
             config.weight_decay,
             config.betas,
@@ -282,17 +295,9 @@ impl Learner {
     /// (value head excluded): the master copies when the policy is stored in bfloat16,
     /// which [`Self::policy_weights`] gives rounded.
     pub fn master_weights(&self) -> Vec<(String, Tensor)> {
-        let mut names: Vec<String> = self
-            .policy
-            .var_store()
-            .variables()
+        named_params(&self.policy, is_actor_param)
             .into_iter()
-            .filter(|(name, t)| !name.starts_with(VALUE_HEAD) && t.requires_grad())
             .map(|(name, _)| name)
-            .collect();
-        names.sort();
-        names
-            .into_iter()
             .zip(self.actor_opt.master_weights())
             .collect()
     }
@@ -434,8 +439,8 @@ impl Learner {
                         &positions,
                         self.config.temperature,
                         self.chunk(),
-                    )
-                    .expect("log-probabilities of a float tensor");
+                        false,
+                    );
                     refs.push(positions.scatter(&logp));
                 }
                 start += micro;
@@ -662,15 +667,19 @@ impl Learner {
                 let h = Self::hidden(&self.policy, &mb);
                 let positions = Positions::masked(&mask, &Self::targets(&mb));
                 let h_rows = positions.gather(&h);
+                // Entropy is always reported, and trained on with an entropy bonus.
                 let (logp_v, ent_v) = token_stats::values(
                     &self.policy,
                     &h_rows.detach(),
                     &positions,
                     self.config.temperature,
                     self.chunk(),
-                )?;
+                    true,
+                );
                 let logp_leaf = logp_v.set_requires_grad(true);
-                let ent_leaf = ent_v.set_requires_grad(self.config.entropy_coef != 0.0);
+                let ent_leaf = ent_v
+                    .expect("asked for")
+                    .set_requires_grad(self.config.entropy_coef != 0.0);
                 let logp = positions.scatter(&logp_leaf);
                 let entropy = positions.scatter(&ent_leaf);
                 let pl = algo::ppo_policy_loss(
@@ -749,7 +758,7 @@ impl Learner {
                         self.chunk(),
                         &grads[0],
                         with_entropy.then(|| &grads[1]),
-                    )?;
+                    );
                     // One pass through the trunk: the policy's part through the hidden
                     // rows, the value loss's (a shared critic) through the loss itself.
                     (loss + (h_rows * grad_rows).sum(Kind::Float)).backward();
