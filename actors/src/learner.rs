@@ -6,7 +6,8 @@
 //! trajectories become right-padded tensors (`batch`), stale tokens are dropped in async
 //! mode (`staleness`), advantages come from the configured estimator (`advantages`),
 //! then `ppo_epochs` passes over shuffled mini-batches with gradient accumulation
-//! ([`trainer`]). Log-probabilities are recomputed under the current policy; the importance
+//! over micro-batches (`micro_batches`: a sequence count or a token budget; activations
+//! optionally recomputed per layer) ([`trainer`]). Log-probabilities are recomputed under the current policy; the importance
 //! ratio is taken against the log-probabilities the engine sampled with. A step whose loss or
 //! gradient is not finite is skipped, counted and logged, never applied. After an update the
 //! caller publishes the new weights to the engine ([`LearnerHandle::publish`]).
@@ -15,6 +16,7 @@ mod advantages;
 mod batch;
 pub mod config;
 mod handle;
+mod micro_batches;
 mod optim;
 mod staleness;
 pub mod stats;

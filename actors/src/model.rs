@@ -11,6 +11,7 @@ pub mod generate;
 pub mod kv_cache;
 mod layers;
 pub mod presets;
+pub mod recompute;
 pub mod sampling;
 pub mod weights;
 
@@ -22,10 +23,11 @@ use tch::{Device, Kind, Tensor};
 
 pub use config::ModelConfig;
 pub use kv_cache::{KvCache, KvStore};
+pub use recompute::LayerCheckpoints;
 pub use sampling::SamplingParams;
 
 use crate::{Error, Result};
-use layers::{DecoderLayer, RmsNorm, Rotary};
+use layers::{AttnMask, DecoderLayer, RmsNorm, Rotary};
 
 /// Name prefix of the value head's weights (`value_head.weight`, `value_head.bias`).
 pub const VALUE_HEAD: &str = "value_head";
@@ -273,12 +275,33 @@ impl PolicyModel {
         let mut x = self.embed_tokens.forward(ids);
         for (i, layer) in self.layers.iter().enumerate() {
             let layer_cache = cache.as_mut().map(|c| (&mut **c as &mut dyn KvStore, i));
-            x = layer.forward(&x, &cos, &sin, &mask, layer_cache);
+            x = layer.forward(&x, &cos, &sin, AttnMask::Explicit(&mask), layer_cache);
         }
         if let Some(cache) = cache {
             cache.end_chunk(t);
         }
         self.norm.forward(&x)
+    }
+
+    /// [`PolicyModel::forward`] for right-padded sequences without a cache (training
+    /// batches): `input_mask` [B, T] must mark a prefix of each row. Attention is causal
+    /// without a mask tensor, which a fused kernel runs without keeping `[T x T]` scores
+    /// for the backward pass; real tokens' states are those of [`PolicyModel::forward`].
+    pub fn forward_right_padded(&self, ids: &Tensor, input_mask: &Tensor) -> Tensor {
+        let (cos, sin) = self.right_padded_rotary(input_mask);
+        let mut x = self.embed_tokens.forward(ids);
+        for layer in &self.layers {
+            x = layer.forward(&x, &cos, &sin, AttnMask::Causal, None);
+        }
+        self.norm.forward(&x)
+    }
+
+    /// cos and sin of right-padded rows (positions count real tokens; padding repeats the
+    /// last).
+    fn right_padded_rotary(&self, input_mask: &Tensor) -> (Tensor, Tensor) {
+        let counts = input_mask.to_kind(Kind::Int64).cumsum(1, Kind::Int64);
+        let positions = (counts - 1).clamp_min(0);
+        self.rotary.cos_sin(&positions, self.placement.kind)
     }
 
     /// Vocabulary logits [.., V] from hidden states [.., H].

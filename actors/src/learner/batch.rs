@@ -33,6 +33,8 @@ pub(crate) struct TrainBatch {
     pub(crate) group_ids: Vec<i64>,
     /// Per trajectory: its episode id (for logs).
     pub(crate) episode_ids: Vec<u64>,
+    /// Per trajectory: its real tokens (at most `max_len`).
+    pub(crate) lengths: Vec<usize>,
     /// Trajectories cut at `max_len`.
     pub(crate) truncated: usize,
 }
@@ -43,23 +45,34 @@ impl TrainBatch {
         self.ids.size()[0]
     }
 
-    /// Rows `index` (Int64 on the batch's device) of every tensor, for mini- and micro-batches.
+    /// Target positions per row (`L = T - 1`).
+    pub(crate) fn cols(&self) -> i64 {
+        self.ids.size()[1] - 1
+    }
+
+    /// Rows `index` of every tensor, for micro-batches, cut to the longest of those rows:
+    /// what lies past it is padding, which a right-padded causal pass never reads.
     pub(crate) fn select(&self, index: &[i64]) -> TrainBatch {
         let idx = Tensor::from_slice(index).to_device(self.ids.device());
         let pick = |v: &[f64]| index.iter().map(|&i| v[i as usize]).collect::<Vec<_>>();
+        let lengths: Vec<usize> = index.iter().map(|&i| self.lengths[i as usize]).collect();
+        let t = lengths.iter().copied().max().unwrap_or(0).max(2) as i64;
+        let cut_t = |x: &Tensor| x.index_select(0, &idx).narrow(1, 0, t);
+        let cut_l = |x: &Tensor| x.index_select(0, &idx).narrow(1, 0, t - 1);
         TrainBatch {
-            ids: self.ids.index_select(0, &idx),
-            input_mask: self.input_mask.index_select(0, &idx),
-            action_mask: self.action_mask.index_select(0, &idx),
-            old_logprobs: self.old_logprobs.index_select(0, &idx),
-            token_rewards: self.token_rewards.index_select(0, &idx),
-            token_version: self.token_version.index_select(0, &idx),
+            ids: cut_t(&self.ids),
+            input_mask: cut_t(&self.input_mask),
+            action_mask: cut_l(&self.action_mask),
+            old_logprobs: cut_l(&self.old_logprobs),
+            token_rewards: cut_l(&self.token_rewards),
+            token_version: cut_l(&self.token_version),
             scores: pick(&self.scores),
             group_ids: index.iter().map(|&i| self.group_ids[i as usize]).collect(),
             episode_ids: index
                 .iter()
                 .map(|&i| self.episode_ids[i as usize])
                 .collect(),
+            lengths,
             truncated: 0,
         }
     }
@@ -94,8 +107,10 @@ pub(crate) fn build_batch(
     let mut versions = vec![0i64; b * l];
     let mut scores = Vec::with_capacity(b);
     let mut truncated = 0;
+    let mut lengths = Vec::with_capacity(b);
     for (r, (traj, stream)) in trajectories.iter().zip(&streams).enumerate() {
         let len = stream.len().min(max_len);
+        lengths.push(len);
         if stream.len() > max_len {
             truncated += 1;
         }
@@ -165,6 +180,7 @@ pub(crate) fn build_batch(
         scores,
         group_ids: trajectories.iter().map(|t| t.group_id as i64).collect(),
         episode_ids: trajectories.iter().map(|t| t.episode_id).collect(),
+        lengths,
         truncated,
     })
 }
@@ -307,5 +323,11 @@ pub(crate) mod tests {
         assert_eq!(sub.episode_ids, vec![2]);
         assert_eq!(sub.group_ids, vec![5]);
         assert_eq!(rows(&sub.action_mask)[0], vec![1., 1.]);
+        // The shorter row alone is cut to its own length: no padding columns.
+        assert_eq!(batch.lengths, vec![2, 3]);
+        let short = batch.select(&[0]);
+        assert_eq!(short.ids.size(), vec![1, 2]);
+        assert_eq!(rows(&short.action_mask)[0], vec![1.]);
+        assert_eq!(short.cols(), 1);
     }
 }

@@ -106,6 +106,13 @@ pub struct LearnerConfig {
     /// are computed (and backpropagated): the bound on the learner's logits memory,
     /// `logits_chunk_tokens x vocab_size` floats, whatever the sequence length.
     pub logits_chunk_tokens: usize,
+    /// Keep only each decoder layer's input during the forward pass and recompute the
+    /// layer in the backward pass (one more forward): activation memory of one layer instead
+    /// of all of them.
+    pub recompute: bool,
+    /// When nonzero, micro-batches are packed by this many padded tokens (sequences x the
+    /// longest one) instead of `micro_batch_size` sequences; at least `max_len`.
+    pub max_tokens_per_micro_batch: usize,
     /// Peak policy learning rate (AdamW).
     pub actor_lr: f64,
     /// Peak critic learning rate (AdamW); also the value head's rate when it shares the trunk.
@@ -165,6 +172,8 @@ impl Default for LearnerConfig {
             mini_batch_size: 0,
             micro_batch_size: 8,
             logits_chunk_tokens: 1024,
+            recompute: false,
+            max_tokens_per_micro_batch: 0,
             actor_lr: 1e-6,
             critic_lr: 1e-5,
             weight_decay: 0.01,
@@ -242,6 +251,16 @@ impl LearnerConfig {
         }
         if self.max_len < 2 {
             return Err(Error::invalid("max_len", "must be at least 2"));
+        }
+        if self.max_tokens_per_micro_batch != 0 && self.max_tokens_per_micro_batch < self.max_len {
+            return Err(Error::invalid(
+                "max_tokens_per_micro_batch",
+                format!(
+                    "{} is below the longest sequence trained on ({} tokens): use 0 (off) or \
+                     at least {}",
+                    self.max_tokens_per_micro_batch, self.max_len, self.max_len
+                ),
+            ));
         }
         if self.queue_capacity == 0 {
             return Err(Error::invalid("queue_capacity", "must be at least 1"));

@@ -41,11 +41,6 @@ impl Positions {
         }
     }
 
-    /// Every position of `targets` `[B, L]`.
-    pub(crate) fn all(targets: &Tensor) -> Self {
-        Self::masked(&targets.ones_like(), targets)
-    }
-
     /// Number of positions.
     pub(crate) fn len(&self) -> i64 {
         self.index.size()[0]

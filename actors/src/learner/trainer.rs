@@ -14,12 +14,13 @@ use tch::{Kind, Tensor};
 use super::advantages::estimate;
 use super::batch::{build_batch, TrainBatch};
 use super::config::{KlPlacement, LearnerConfig};
+use super::micro_batches::MicroBatching;
 use super::optim::ParamOptimizer;
 use super::staleness::filter_stale;
 use super::stats::UpdateStats;
 use super::token_stats::{self, Positions};
 use crate::algo::{self, LossAgg};
-use crate::model::{PolicyModel, VALUE_HEAD};
+use crate::model::{LayerCheckpoints, PolicyModel, VALUE_HEAD};
 use crate::trajectory::Trajectory;
 use crate::{Error, Result};
 
@@ -127,6 +128,11 @@ fn is_actor_param(name: &str) -> bool {
 /// Rows `index` of a `[B, ..]` tensor.
 fn rows(t: &Tensor, index: &Tensor) -> Tensor {
     t.index_select(0, index)
+}
+
+/// Rows `index` of a `[B, L]` tensor, cut to a micro-batch's `cols` target positions.
+fn rows_cut(t: &Tensor, index: &Tensor, cols: i64) -> Tensor {
+    t.index_select(0, index).narrow(1, 0, cols)
 }
 
 /// Per row: whether `t` holds a non-finite number where `mask` is non-zero.
@@ -371,12 +377,21 @@ impl Learner {
     }
 
     /// Hidden states `[b, L, H]` of `model` at the positions that predict each target
-    /// token.
-    fn hidden(model: &PolicyModel, batch: &TrainBatch) -> Tensor {
-        let t = batch.ids.size()[1];
-        model
-            .forward(&batch.ids, &batch.input_mask, None)
-            .narrow(1, 0, t - 1)
+    /// token; with `recompute`, only each layer's input is kept and the returned checkpoints
+    /// finish the backward pass (see [`LayerCheckpoints`]).
+    fn hidden(
+        model: &PolicyModel,
+        batch: &TrainBatch,
+        recompute: bool,
+    ) -> (Tensor, Option<LayerCheckpoints>) {
+        let l = batch.cols();
+        if recompute {
+            let (h, checkpoints) = model.forward_checkpointed(&batch.ids, &batch.input_mask);
+            (h.narrow(1, 0, l), Some(checkpoints))
+        } else {
+            let h = model.forward_right_padded(&batch.ids, &batch.input_mask);
+            (h.narrow(1, 0, l), None)
+        }
     }
 
     /// The target token `[b, L]` of each position.
@@ -389,64 +404,73 @@ impl Learner {
         self.config.logits_chunk_tokens as i64
     }
 
-    /// Critic values `[b, L]` of the states before each target token.
-    fn critic_values(&self, batch: &TrainBatch, policy_hidden: Option<&Tensor>) -> Option<Tensor> {
+    /// Critic values `[b, L]` of the states before each target token, from the policy's
+    /// hidden states when the critic shares its trunk and they are at hand; with a separate
+    /// critic and `recompute`, the checkpoints that finish its backward pass.
+    fn critic_values(
+        &self,
+        batch: &TrainBatch,
+        policy_hidden: Option<&Tensor>,
+        recompute: bool,
+    ) -> (Option<Tensor>, Option<LayerCheckpoints>) {
+        let values =
+            |model: &PolicyModel, h: &Tensor| model.values(h).map(|v| v.to_kind(Kind::Float));
         match &self.critic {
-            Critic::None => None,
-            Critic::Shared => {
-                let hidden = match policy_hidden {
-                    Some(h) => h.shallow_clone(),
-                    None => {
-                        let t = batch.ids.size()[1];
-                        self.policy
-                            .forward(&batch.ids, &batch.input_mask, None)
-                            .narrow(1, 0, t - 1)
-                    }
-                };
-                self.policy.values(&hidden).map(|v| v.to_kind(Kind::Float))
-            }
+            Critic::None => (None, None),
+            Critic::Shared => match policy_hidden {
+                Some(h) => (values(&self.policy, h), None),
+                // Only the value head trains here (critic warm-up): no layer needs gradients.
+                None => {
+                    let (h, _) = Self::hidden(&self.policy, batch, false);
+                    (values(&self.policy, &h.detach()), None)
+                }
+            },
             Critic::Separate(c) => {
-                let t = batch.ids.size()[1];
-                let hidden = c
-                    .forward(&batch.ids, &batch.input_mask, None)
-                    .narrow(1, 0, t - 1);
-                c.values(&hidden).map(|v| v.to_kind(Kind::Float))
+                let (h, checkpoints) = Self::hidden(c, batch, recompute);
+                (values(c, &h), checkpoints)
             }
         }
     }
 
-    /// Rollout-time values and reference log-probabilities, without grad, in micro-batches.
+    /// Rollout-time values and reference log-probabilities `[B, L]`, without grad, in the
+    /// update's micro-batches.
     fn prepass(&self, batch: &TrainBatch) -> (Option<Tensor>, Option<Tensor>) {
         let n = batch.rows();
-        let micro = self.config.micro_batch_size as i64;
         let want_ref = self.config.kl.is_some();
+        let all: Vec<i64> = (0..n).collect();
+        let full = || Tensor::zeros([n, batch.cols()], (Kind::Float, batch.ids.device()));
         tch::no_grad(|| {
-            let mut values = Vec::new();
-            let mut refs = Vec::new();
-            let mut start = 0;
-            while start < n {
-                let index: Vec<i64> = (start..(start + micro).min(n)).collect();
-                let mb = batch.select(&index);
-                if let Some(v) = self.critic_values(&mb, None) {
-                    values.push(v);
+            let mut values: Option<Tensor> = None;
+            let mut refs: Option<Tensor> = None;
+            for micro in MicroBatching::of(&self.config).split(&all, &batch.lengths) {
+                let idx = Tensor::from_slice(&micro).to_device(batch.ids.device());
+                let mb = batch.select(&micro);
+                let pad = |t: Tensor| t.constant_pad_nd([0, batch.cols() - mb.cols()]);
+                if let (Some(v), _) = self.critic_values(&mb, None, false) {
+                    let _ = values
+                        .get_or_insert_with(full)
+                        .index_copy_(0, &idx, &pad(v));
                 }
                 if let (true, Some(reference)) = (want_ref, &self.reference) {
-                    let positions = Positions::all(&Self::targets(&mb));
-                    let h = positions.gather(&Self::hidden(reference, &mb));
+                    // Only action tokens carry a KL term.
+                    let positions = Positions::masked(&mb.action_mask, &Self::targets(&mb));
+                    let (hidden, _) = Self::hidden(reference, &mb, false);
                     let (logp, _) = token_stats::values(
                         reference,
-                        &h,
+                        &positions.gather(&hidden),
                         &positions,
                         self.config.temperature,
                         self.chunk(),
                         false,
                     );
-                    refs.push(positions.scatter(&logp));
+                    let _ = refs.get_or_insert_with(full).index_copy_(
+                        0,
+                        &idx,
+                        &pad(positions.scatter(&logp)),
+                    );
                 }
-                start += micro;
             }
-            let cat = |v: Vec<Tensor>| (!v.is_empty()).then(|| Tensor::cat(&v, 0));
-            (cat(values), cat(refs))
+            (values, refs)
         })
     }
 
@@ -649,10 +673,12 @@ impl Learner {
         // dashboards' gauges) NaN although the other steps trained normally.
         let mut step = Sums::default();
         let mut finite = true;
-        for micro in chunk.chunks(self.config.micro_batch_size) {
-            let idx = Tensor::from_slice(micro).to_device(device);
-            let mb = ctx.batch.select(micro);
-            let mask = rows(ctx.train_mask, &idx);
+        let recompute = self.config.recompute;
+        for micro in MicroBatching::of(&self.config).split(chunk, &ctx.batch.lengths) {
+            let idx = Tensor::from_slice(&micro).to_device(device);
+            let mb = ctx.batch.select(&micro);
+            let cols = mb.cols();
+            let mask = rows_cut(ctx.train_mask, &idx, cols);
             let w = self.agg_weight(&mask) / total;
             if w == 0.0 {
                 continue;
@@ -663,8 +689,10 @@ impl Learner {
             // gradients go through the vocabulary projection chunk by chunk afterwards (see
             // `token_stats`), so no [tokens x vocab] tensor of the micro-batch exists.
             let mut policy_leaves = None;
+            let mut policy_checkpoints = None;
             if ctx.train_policy {
-                let h = Self::hidden(&self.policy, &mb);
+                let (h, checkpoints) = Self::hidden(&self.policy, &mb, recompute);
+                policy_checkpoints = checkpoints;
                 let positions = Positions::masked(&mask, &Self::targets(&mb));
                 let h_rows = positions.gather(&h);
                 // Entropy is always reported, and trained on with an entropy bonus.
@@ -685,7 +713,7 @@ impl Learner {
                 let pl = algo::ppo_policy_loss(
                     &logp,
                     &mb.old_logprobs,
-                    &rows(ctx.advantages, &idx),
+                    &rows_cut(ctx.advantages, &idx, cols),
                     &mask,
                     &self.config.clip,
                     self.config.loss_agg,
@@ -701,7 +729,8 @@ impl Learner {
                 }
                 if let (Some(kl), Some(reference)) = (self.config.kl, ctx.ref_logprobs) {
                     if kl.placement == KlPlacement::Loss {
-                        let k = algo::kl_estimate(&logp, &rows(reference, &idx), kl.kind)?;
+                        let k =
+                            algo::kl_estimate(&logp, &rows_cut(reference, &idx, cols), kl.kind)?;
                         let k = algo::agg_loss(&k, &mask, self.config.loss_agg)?;
                         step.kl += w * k.double_value(&[]);
                         actor += k * kl.coef;
@@ -715,12 +744,15 @@ impl Learner {
                 hidden = Some(h);
                 policy_leaves = Some((positions, h_rows, logp_leaf, ent_leaf));
             }
+            let mut critic_checkpoints = None;
             if let (Some(returns), Some(old_values)) = (ctx.returns, ctx.old_values) {
-                if let Some(vpreds) = self.critic_values(&mb, hidden.as_ref()) {
+                let (vpreds, checkpoints) = self.critic_values(&mb, hidden.as_ref(), recompute);
+                critic_checkpoints = checkpoints;
+                if let Some(vpreds) = vpreds {
                     let vl = algo::value_loss(
                         &vpreds,
-                        &rows(returns, &idx),
-                        &rows(old_values, &idx),
+                        &rows_cut(returns, &idx, cols),
+                        &rows_cut(old_values, &idx, cols),
                         &mask,
                         self.config.cliprange_value,
                         self.config.loss_agg,
@@ -763,6 +795,12 @@ impl Learner {
                     // rows, the value loss's (a shared critic) through the loss itself.
                     (loss + (h_rows * grad_rows).sum(Kind::Float)).backward();
                 }
+            }
+            if let Some(checkpoints) = policy_checkpoints {
+                checkpoints.backward(&self.policy);
+            }
+            if let (Some(checkpoints), Critic::Separate(c)) = (critic_checkpoints, &self.critic) {
+                checkpoints.backward(c);
             }
         }
         let actor_norm = if ctx.train_policy {

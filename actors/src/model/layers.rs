@@ -120,6 +120,17 @@ fn linear(vs: nn::Path<'_>, inp: usize, out: usize, bias: bool) -> nn::Linear {
     nn::linear(vs, inp as i64, out as i64, config)
 }
 
+/// Which keys each query attends to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum AttnMask<'a> {
+    /// A boolean mask `[B, 1, T, S]` (padding anywhere, a cache before the chunk).
+    Explicit(&'a Tensor),
+    /// Causal over the chunk alone: exact for right-padded sequences without a cache (a real
+    /// token never sees the padding after it), and no mask tensor exists, so attention
+    /// runs in a fused kernel that keeps no `[T x S]` tensor for the backward pass.
+    Causal,
+}
+
 /// Grouped-query self-attention.
 #[derive(Debug)]
 pub(crate) struct Attention {
@@ -161,7 +172,7 @@ impl Attention {
         x: &Tensor,
         cos: &Tensor,
         sin: &Tensor,
-        mask: &Tensor,
+        mask: AttnMask<'_>,
         cache: Option<(&mut dyn KvStore, usize)>,
     ) -> Tensor {
         let (b, t, _) = x.size3().expect("hidden states are [B, T, H]");
@@ -186,18 +197,37 @@ impl Attention {
         // would pair them) attend as one head with group*T query rows. Repeating the KV
         // instead would copy the whole cache every layer of every decode step.
         let group = self.heads / self.kv_heads;
-        let out = if group > 1 {
-            let q = q.reshape([b, self.kv_heads, group * t, self.head_dim]);
-            let mask = mask.repeat([1, 1, group, 1]);
-            Tensor::scaled_dot_product_attention(&q, &k, &v, Some(mask), 0.0, false, None, false)
-                .reshape([b, self.heads, t, self.head_dim])
-        } else {
-            Tensor::scaled_dot_product_attention(&q, &k, &v, Some(mask), 0.0, false, None, false)
+        let out = match mask {
+            AttnMask::Causal => Tensor::scaled_dot_product_attention(
+                &q,
+                &k,
+                &v,
+                None::<Tensor>,
+                0.0,
+                true,
+                None,
+                group > 1,
+            ),
+            AttnMask::Explicit(mask) => Self::masked(&q, &k, &v, mask, group),
         };
         let out = out
             .transpose(1, 2)
             .reshape([b, t, self.heads * self.head_dim]);
         self.o_proj.forward(&out)
+    }
+
+    /// Attention under an explicit mask: `q` `[B, heads, T, D]`, `k`/`v` `[B, kv_heads, S, D]`.
+    fn masked(q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor, group: i64) -> Tensor {
+        let (b, heads, t, d) = q.size4().expect("queries are [B, heads, T, D]");
+        let kv_heads = heads / group;
+        if group > 1 {
+            let q = q.reshape([b, kv_heads, group * t, d]);
+            let mask = mask.repeat([1, 1, group, 1]);
+            Tensor::scaled_dot_product_attention(&q, k, v, Some(mask), 0.0, false, None, false)
+                .reshape([b, heads, t, d])
+        } else {
+            Tensor::scaled_dot_product_attention(q, k, v, Some(mask), 0.0, false, None, false)
+        }
     }
 }
 
@@ -268,7 +298,7 @@ impl DecoderLayer {
         x: &Tensor,
         cos: &Tensor,
         sin: &Tensor,
-        mask: &Tensor,
+        mask: AttnMask<'_>,
         cache: Option<(&mut dyn KvStore, usize)>,
     ) -> Tensor {
         let attn = self

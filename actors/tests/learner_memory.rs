@@ -1,0 +1,166 @@
+//! The learner's memory knobs change memory, not the update: activations recomputed per
+//! decoder layer (`recompute`), micro-batches packed by a token budget
+//! (`max_tokens_per_micro_batch`) and the logits chunk size give the same gradients and the
+//! same weights as the plain pass, for the policy and for a separate critic.
+//!
+//! How much memory each saves is measured by `agent-r1 bench learner` at a real shape (the
+//! README's figures), not here.
+
+mod learner_common;
+
+use agent_r1_actors::learner::{
+    Estimator, KlConfig, KlPlacement, Learner, LearnerConfig, LearnerModels, UpdateStats,
+};
+use agent_r1_actors::model::{Placement, PolicyModel};
+use agent_r1_actors::trajectory::Trajectory;
+use learner_common::{model_config, trajectory, TestStep, INIT};
+use tch::{Kind, Tensor};
+
+/// Trajectories of very different lengths (6 to 40 tokens), with process-free outcome
+/// rewards that differ, so the token budget packs them unevenly.
+fn batch() -> Vec<Trajectory> {
+    (0..10u64)
+        .map(|e| {
+            let prompt: Vec<u32> = (0..(2 + e % 4))
+                .map(|i| ((e * 3 + i) % 16) as u32)
+                .collect();
+            let steps = (0..(1 + e % 5))
+                .map(|k| TestStep::plain((e * 5 + k) as u32, 2 + (e as usize * 3) % 6, 0))
+                .collect();
+            trajectory(e, e / 2, &prompt, steps, (e % 3) as f64 / 2.0)
+        })
+        .collect()
+}
+
+/// PPO with a separate critic, an entropy bonus and KL in the loss, two mini-batches of
+/// micro-batches: every path the memory knobs touch.
+fn base() -> LearnerConfig {
+    LearnerConfig {
+        estimator: Estimator::Gae,
+        kl: Some(KlConfig {
+            placement: KlPlacement::Loss,
+            coef: 0.1,
+            ..Default::default()
+        }),
+        entropy_coef: 0.01,
+        actor_lr: 1e-3,
+        critic_lr: 1e-3,
+        lr_warmup_steps: 0,
+        grad_clip: 1e9,
+        mini_batch_size: 5,
+        micro_batch_size: 2,
+        max_len: 64,
+        ..Default::default()
+    }
+}
+
+/// A learner over fixed seeded weights (policy, separate critic, reference).
+fn learner(config: LearnerConfig) -> Learner {
+    let _guard = INIT.lock().unwrap_or_else(|e| e.into_inner());
+    tch::manual_seed(21);
+    let policy = PolicyModel::new(model_config(), Placement::default(), false).unwrap();
+    let critic = PolicyModel::new(model_config(), Placement::default(), true).unwrap();
+    let reference = PolicyModel::new(model_config(), Placement::default(), false).unwrap();
+    Learner::new(
+        LearnerModels {
+            policy,
+            critic: Some(critic),
+            reference: Some(reference),
+        },
+        config,
+    )
+    .unwrap()
+}
+
+fn flat(l: &Learner) -> Tensor {
+    let parts: Vec<Tensor> = l
+        .master_weights()
+        .iter()
+        .map(|(_, t)| t.to_kind(Kind::Double).flatten(0, -1))
+        .collect();
+    Tensor::cat(&parts, 0)
+}
+
+/// Two updates; the stats of each and the policy's weights after them, flattened.
+fn run(config: LearnerConfig) -> (Vec<UpdateStats>, Tensor) {
+    let mut l = learner(config);
+    let stats = (0..2).map(|_| l.update(batch()).unwrap()).collect();
+    (stats, flat(&l))
+}
+
+fn relative(a: f64, b: f64) -> f64 {
+    (a - b).abs() / b.abs().max(1e-12)
+}
+
+#[test]
+fn recomputation_token_budgets_and_logit_chunks_train_the_same() {
+    let (plain_stats, plain_weights) = run(LearnerConfig {
+        logits_chunk_tokens: 1 << 20,
+        ..base()
+    });
+    let initial = flat(&learner(base()));
+    let plain_update = &plain_weights - &initial;
+    let norm = |t: &Tensor| t.norm().double_value(&[]);
+    assert!(norm(&plain_update) > 0.0);
+    for (what, config) in [
+        (
+            "recompute",
+            LearnerConfig {
+                recompute: true,
+                ..base()
+            },
+        ),
+        (
+            "token budget",
+            LearnerConfig {
+                max_tokens_per_micro_batch: 80,
+                ..base()
+            },
+        ),
+        (
+            "all three",
+            LearnerConfig {
+                recompute: true,
+                max_tokens_per_micro_batch: 64,
+                logits_chunk_tokens: 3,
+                ..base()
+            },
+        ),
+    ] {
+        let (stats, weights) = run(config);
+        for (s, p) in stats.iter().zip(&plain_stats) {
+            assert_eq!(s.optimizer_steps, p.optimizer_steps, "{what}");
+            for (name, a, b) in [
+                ("policy_loss", s.policy_loss, p.policy_loss),
+                ("grad_norm", s.grad_norm, p.grad_norm),
+                (
+                    "critic_grad_norm",
+                    s.critic_grad_norm.unwrap(),
+                    p.critic_grad_norm.unwrap(),
+                ),
+                ("value_loss", s.value_loss.unwrap(), p.value_loss.unwrap()),
+                ("entropy", s.entropy, p.entropy),
+                ("kl", s.kl.unwrap(), p.kl.unwrap()),
+            ] {
+                assert!(relative(a, b) < 1e-4, "{what}: {name} {a} vs {b}");
+            }
+        }
+        let diff = norm(&(&weights - &plain_weights)) / norm(&plain_update);
+        println!("{what}: relative difference of the update {diff:.2e}");
+        assert!(diff < 1e-3, "{what}: the update differs by {diff}");
+    }
+}
+
+#[test]
+fn a_token_budget_below_the_longest_sequence_is_refused() {
+    let e = LearnerConfig {
+        max_len: 4096,
+        max_tokens_per_micro_batch: 1000,
+        ..Default::default()
+    }
+    .validate()
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("max_tokens_per_micro_batch"), "{e}");
+    assert!(e.contains("4096"), "{e}");
+}
