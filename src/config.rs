@@ -119,6 +119,9 @@ pub struct TrainConfig {
     /// Where the critic of `gae` / `step_gae` lives.
     #[serde(default)]
     pub critic: CriticSection,
+    /// How the learner bounds its memory.
+    #[serde(default)]
+    pub learner: LearnerSection,
     /// How episodes are sampled.
     #[serde(default)]
     pub rollout: RolloutSection,
@@ -151,6 +154,35 @@ pub struct CriticSection {
     /// The separate critic's starting weights (a model directory; default: the policy's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<PathBuf>,
+}
+
+/// `[learner]`: how the learner bounds its memory. None of these changes the update (the
+/// gradients are the same up to float summation order); they trade time for memory. The
+/// memory planner (`check-config`, and `train` at start-up) says which one to turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LearnerSection {
+    /// Positions whose vocabulary logits exist at once (>= 1): the logits memory is about
+    /// this many x vocab_size x 4 bytes, a few times over.
+    pub logits_chunk_tokens: usize,
+    /// Recompute each decoder layer in the backward pass instead of keeping its
+    /// activations: one more forward pass, one layer's activations instead of all.
+    pub recompute: bool,
+    /// Pack micro-batches by padded tokens (sequences x the longest) instead of
+    /// `algorithm.micro_batch_size` sequences; 0 = off, otherwise at least
+    /// `rollout.max_context_length`.
+    pub max_tokens_per_micro_batch: usize,
+}
+
+impl Default for LearnerSection {
+    fn default() -> Self {
+        let l = LearnerConfig::default();
+        Self {
+            logits_chunk_tokens: l.logits_chunk_tokens,
+            recompute: l.recompute,
+            max_tokens_per_micro_batch: l.max_tokens_per_micro_batch,
+        }
+    }
 }
 
 /// `[warm_start]`: a short supervised warm start on generated demonstrations before RL, so
@@ -336,11 +368,9 @@ pub struct AlgorithmSection {
     pub ppo_epochs: usize,
     /// Trajectories per optimizer step (0 = the whole batch).
     pub mini_batch_size: usize,
-    /// Trajectories per forward/backward pass (>= 1).
+    /// Trajectories per forward/backward pass (>= 1); see also
+    /// `learner.max_tokens_per_micro_batch`.
     pub micro_batch_size: usize,
-    /// Positions whose vocabulary logits exist at once in the learner (>= 1): bounds its
-    /// logits memory to this many x vocab_size floats.
-    pub logits_chunk_tokens: usize,
     /// Peak policy learning rate.
     pub actor_lr: f64,
     /// Peak critic learning rate.
@@ -384,7 +414,6 @@ impl Default for AlgorithmSection {
             ppo_epochs: l.ppo_epochs,
             mini_batch_size: l.mini_batch_size,
             micro_batch_size: l.micro_batch_size,
-            logits_chunk_tokens: l.logits_chunk_tokens,
             actor_lr: l.actor_lr,
             critic_lr: l.critic_lr,
             weight_decay: l.weight_decay,
@@ -630,6 +659,7 @@ impl TrainConfig {
         self.validate_tools()?;
         self.validate_algorithm()?;
         self.validate_critic(files)?;
+        self.validate_learner()?;
         self.validate_rollout()?;
         self.validate_training()?;
         self.validate_warm_start()?;
@@ -638,6 +668,23 @@ impl TrainConfig {
         self.learner_config()
             .validate()
             .map_err(|e| ConfigError::new("algorithm", e.to_string()))?;
+        Ok(())
+    }
+
+    fn validate_learner(&self) -> Result<(), ConfigError> {
+        let l = &self.learner;
+        at_least("learner.logits_chunk_tokens", l.logits_chunk_tokens, 1)?;
+        let longest = self.rollout.max_context_length;
+        if l.max_tokens_per_micro_batch != 0 && l.max_tokens_per_micro_batch < longest {
+            return Err(ConfigError::range(
+                "learner.max_tokens_per_micro_batch",
+                l.max_tokens_per_micro_batch,
+                &format!(
+                    "0 (off) or at least rollout.max_context_length ({longest}), the longest \
+                     sequence trained on"
+                ),
+            ));
+        }
         Ok(())
     }
 
@@ -893,7 +940,6 @@ impl TrainConfig {
         }
         at_least("algorithm.ppo_epochs", a.ppo_epochs, 1)?;
         at_least("algorithm.micro_batch_size", a.micro_batch_size, 1)?;
-        at_least("algorithm.logits_chunk_tokens", a.logits_chunk_tokens, 1)?;
         if a.kl.kind.parse::<KlKind>().is_err() {
             return Err(ConfigError::range(
                 "algorithm.kl.kind",
@@ -1045,7 +1091,9 @@ impl TrainConfig {
             ppo_epochs: a.ppo_epochs,
             mini_batch_size: a.mini_batch_size,
             micro_batch_size: a.micro_batch_size,
-            logits_chunk_tokens: a.logits_chunk_tokens,
+            logits_chunk_tokens: self.learner.logits_chunk_tokens,
+            recompute: self.learner.recompute,
+            max_tokens_per_micro_batch: self.learner.max_tokens_per_micro_batch,
             actor_lr: a.actor_lr,
             critic_lr: a.critic_lr,
             weight_decay: a.weight_decay,

@@ -10,6 +10,7 @@ pub mod device;
 pub mod engine;
 pub mod error;
 pub mod learner;
+pub mod memory_plan;
 pub mod model;
 pub mod runtime;
 pub mod sft;

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 
 use agent_r1_actors::device::parse_placement;
 use agent_r1_actors::learner::{Estimator, Learner, LearnerConfig, LearnerModels};
+use agent_r1_actors::memory_plan::{MemoryPlan, PlanInput};
 use agent_r1_actors::model::generate::FinishReason;
 use agent_r1_actors::trajectory::{EpisodeEnd, Step, Trajectory};
 use agent_r1_envs::task::Task;
@@ -72,6 +73,13 @@ pub(crate) struct LearnerBench {
     /// Positions whose vocabulary logits exist at once (the learner's logits memory bound).
     #[arg(long, default_value_t = 1024)]
     logits_chunk_tokens: usize,
+    /// Recompute each decoder layer in the backward pass instead of keeping its activations.
+    #[arg(long)]
+    recompute: bool,
+    /// Pack micro-batches by this many padded tokens instead of --micro-batch-size
+    /// sequences (0 = off).
+    #[arg(long, default_value_t = 0)]
+    max_tokens_per_micro_batch: usize,
     /// cpu, cuda, cuda:N or auto.
     #[arg(long, default_value = "auto")]
     device: String,
@@ -127,11 +135,28 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
             mini_batch_size: args.mini_batch_size,
             micro_batch_size: args.micro_batch_size,
             logits_chunk_tokens: args.logits_chunk_tokens,
+            recompute: args.recompute,
+            max_tokens_per_micro_batch: args.max_tokens_per_micro_batch,
             actor_lr: 1e-6,
             max_len: tokens_per_trajectory,
             seed: args.seed,
             ..Default::default()
         };
+        // Every trajectory has the same shape, so the largest micro-batch is known exactly.
+        let rows_per_micro = match args.max_tokens_per_micro_batch {
+            0 => args.micro_batch_size,
+            budget => (budget / tokens_per_trajectory).max(1),
+        }
+        .min(args.trajectories);
+        let plan = MemoryPlan::predict(&PlanInput {
+            device: placement.device,
+            model: &model_config,
+            kind: placement.kind,
+            learner: &config,
+            separate_critic: None,
+            engine: None,
+            action_tokens: Some(rows_per_micro * args.steps * args.action_tokens),
+        });
         let mut learner = Learner::new(
             LearnerModels {
                 policy,
@@ -187,6 +212,8 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
             "action_tokens_per_s": actions / mean,
             "best_tokens_per_s": tokens / best,
             "peak_rss_mb": peak_rss_mb(),
+            "predicted_peak_mb": plan.total() as f64 / (1u64 << 20) as f64,
+            "plan": plan.terms.iter().map(|t| json!({"term": t.name, "mb": t.bytes as f64 / (1u64 << 20) as f64})).collect::<Vec<_>>(),
             "updates": runs,
         }));
     }
@@ -205,6 +232,8 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
         "mini_batch_size": args.mini_batch_size,
         "micro_batch_size": args.micro_batch_size,
         "logits_chunk_tokens": args.logits_chunk_tokens,
+        "recompute": args.recompute,
+        "max_tokens_per_micro_batch": args.max_tokens_per_micro_batch,
         "results": results,
     });
     if args.json {
@@ -223,18 +252,25 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
             tch::get_num_threads()
         );
         println!(
-            "{:<14} {:>12} {:>12} {:>14} {:>14} {:>12}",
-            "estimator", "mean s/upd", "best s/upd", "tokens/s", "action tok/s", "peak RSS MB"
+            "{:<14} {:>12} {:>12} {:>14} {:>14} {:>12} {:>12}",
+            "estimator",
+            "mean s/upd",
+            "best s/upd",
+            "tokens/s",
+            "action tok/s",
+            "peak RSS MB",
+            "planned MB"
         );
         for r in &results {
             println!(
-                "{:<14} {:>12.2} {:>12.2} {:>14.0} {:>14.0} {:>12.0}",
+                "{:<14} {:>12.2} {:>12.2} {:>14.0} {:>14.0} {:>12.0} {:>12.0}",
                 r["estimator"].as_str().unwrap_or("?"),
                 r["mean_update_s"].as_f64().unwrap_or(0.0),
                 r["best_update_s"].as_f64().unwrap_or(0.0),
                 r["tokens_per_s"].as_f64().unwrap_or(0.0),
                 r["action_tokens_per_s"].as_f64().unwrap_or(0.0),
                 r["peak_rss_mb"].as_f64().unwrap_or(0.0),
+                r["predicted_peak_mb"].as_f64().unwrap_or(0.0),
             );
         }
     }

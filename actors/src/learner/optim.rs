@@ -23,6 +23,10 @@ use crate::{Error, Result};
 /// AdamW's `eps`, as torch's default.
 const EPS: f64 = 1e-8;
 
+/// Elements per slice of a large parameter when the gradient norm is summed (in float64)
+/// and when AdamW steps it: the temporaries stay this small.
+const NORM_SLICE: i64 = 1 << 22;
+
 /// One AdamW optimizer and its schedule.
 #[derive(Debug)]
 pub(crate) struct ParamOptimizer {
@@ -117,7 +121,19 @@ impl ParamOptimizer {
                 .iter()
                 .map(Tensor::grad)
                 .filter(Tensor::defined)
-                .map(|g| g.to_kind(tch::Kind::Double).square().sum(tch::Kind::Double))
+                .flat_map(|g| {
+                    // In slices, so the float64 copies stay small beside an embedding's
+                    // gradient (hundreds of millions of elements).
+                    g.flatten(0, -1)
+                        .split(NORM_SLICE, 0)
+                        .into_iter()
+                        .map(|part| {
+                            part.to_kind(tch::Kind::Double)
+                                .square()
+                                .sum(tch::Kind::Double)
+                        })
+                        .collect::<Vec<_>>()
+                })
                 .collect();
             if norms.is_empty() {
                 return 0.0;
@@ -161,25 +177,41 @@ impl ParamOptimizer {
                 if !g.defined() {
                     continue;
                 }
-                let g = g.to_kind(tch::Kind::Float);
                 let p = master.as_mut().unwrap_or(param);
-                let (m, v) = moments.get_or_insert_with(|| (g.zeros_like(), g.zeros_like()));
+                // Float32 whatever the parameter's precision: the master's or the parameter's.
+                let (m, v) = moments.get_or_insert_with(|| (p.zeros_like(), p.zeros_like()));
                 *t += 1;
-                if self.weight_decay != 0.0 {
-                    let _ = p.g_mul_scalar_(1.0 - lr * self.weight_decay);
-                }
-                let _ = m.lerp_(&g, 1.0 - b1);
-                let _ = v.g_mul_scalar_(b2);
-                let _ = v.addcmul_(&(&g * (1.0 - b2)), &g);
                 let step_size = lr / (1.0 - b1.powf(*t as f64));
                 let bias2_sqrt = (1.0 - b2.powf(*t as f64)).sqrt();
-                // p -= step_size * m / (sqrt(v) / bias2_sqrt + eps), with one temporary: the
-                // step size goes into the denominator.
-                let mut denom = v.sqrt();
-                let _ = denom.g_div_scalar_(bias2_sqrt);
-                let _ = denom.g_add_scalar_(EPS);
-                let _ = denom.g_div_scalar_(-step_size);
-                let _ = p.addcdiv_(m, &denom);
+                // Elementwise, so it runs on row slices of a large parameter (an embedding)
+                // to keep its two temporaries small.
+                let rows = p.size().first().copied().unwrap_or(1).max(1);
+                let slice_rows = (NORM_SLICE / (p.numel() as i64 / rows).max(1)).max(1);
+                for start in (0..rows).step_by(slice_rows as usize) {
+                    let n = slice_rows.min(rows - start);
+                    let cut = |x: &Tensor| {
+                        if p.dim() == 0 {
+                            x.shallow_clone()
+                        } else {
+                            x.narrow(0, start, n)
+                        }
+                    };
+                    let g = cut(&g).to_kind(tch::Kind::Float);
+                    let (mut p, mut m, mut v) = (cut(p), cut(m), cut(v));
+                    if self.weight_decay != 0.0 {
+                        let _ = p.g_mul_scalar_(1.0 - lr * self.weight_decay);
+                    }
+                    let _ = m.lerp_(&g, 1.0 - b1);
+                    let _ = v.g_mul_scalar_(b2);
+                    let _ = v.addcmul_(&(&g * (1.0 - b2)), &g);
+                    // p -= step_size * m / (sqrt(v) / bias2_sqrt + eps), with one temporary:
+                    // the step size goes into the denominator.
+                    let mut denom = v.sqrt();
+                    let _ = denom.g_div_scalar_(bias2_sqrt);
+                    let _ = denom.g_add_scalar_(EPS);
+                    let _ = denom.g_div_scalar_(-step_size);
+                    let _ = p.addcdiv_(&m, &denom);
+                }
                 if let Some(master) = master {
                     param.copy_(master);
                 }

@@ -1,0 +1,367 @@
+//! The memory planner: the peak a training run will need on its device, term by term, from
+//! the model's shape and the configuration alone (nothing is allocated).
+//!
+//! Each term counts what this crate's code keeps at the learner's peak, the end of a
+//! micro-batch's forward pass and the start of its backward pass, when every persistent
+//! buffer exists at once: the policy's weights, gradients, float32 master copy and AdamW
+//! moments; a separate critic's of the same; the frozen reference; the engine's copy of the
+//! weights, its slots and its parked-KV pool (reserved when it starts); and the micro-batch's
+//! activations and vocabulary-logits chunk. The activation term follows the decoder's code
+//! (`model/layers.rs`): what autograd saves per token and layer (norm inputs and outputs,
+//! projections, rotary halves, attention output and log-sum-exp, the SwiGLU intermediates),
+//! or with recomputation each layer's input plus one layer's worth. `agent-r1 bench learner`
+//! prints this prediction beside the measured peak.
+
+use std::fmt;
+
+use tch::{Device, Kind};
+
+use crate::learner::LearnerConfig;
+use crate::model::ModelConfig;
+
+/// Fixed cost of a process using the device: the CUDA context and libraries' workspaces on
+/// a GPU; libtorch's code, the tokenizer and the process's own heap on a CPU.
+fn runtime_overhead(device: Device) -> u64 {
+    match device {
+        Device::Cpu => 512 << 20,
+        _ => 1 << 30,
+    }
+}
+
+/// The engine's share of a training run's device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EnginePlan {
+    /// Rows decoded together (the slots' rows).
+    pub rows: usize,
+    /// Longest context a row holds.
+    pub max_context: usize,
+    /// The parked-KV pool, reserved in full.
+    pub parked_kv_bytes: usize,
+}
+
+/// What a run puts on one device.
+#[derive(Debug, Clone)]
+pub struct PlanInput<'a> {
+    /// Where it all lives.
+    pub device: Device,
+    /// The policy's architecture.
+    pub model: &'a ModelConfig,
+    /// Precision of the weights (float32 or bfloat16).
+    pub kind: Kind,
+    /// The learner's configuration (micro-batching, recomputation, logits chunk, KL).
+    pub learner: &'a LearnerConfig,
+    /// A separate critic's architecture; `None` for no critic or a value head on the
+    /// policy's trunk.
+    pub separate_critic: Option<&'a ModelConfig>,
+    /// The engine when it shares the device (as in `train`).
+    pub engine: Option<EnginePlan>,
+    /// Sampled tokens in the largest micro-batch when known (a benchmark's fixed shape);
+    /// `None` plans for the worst case, every token sampled.
+    pub action_tokens: Option<usize>,
+}
+
+/// One line of a plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Term {
+    /// What the memory holds.
+    pub name: &'static str,
+    /// Bytes.
+    pub bytes: u64,
+    /// The configuration keys that shrink it; empty where only the model does.
+    pub knobs: &'static str,
+}
+
+/// A predicted peak, term by term.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryPlan {
+    /// The terms, in the order they are explained in.
+    pub terms: Vec<Term>,
+}
+
+/// Bytes of one element of `kind`.
+fn element_bytes(kind: Kind) -> u64 {
+    match kind {
+        Kind::BFloat16 | Kind::Half => 2,
+        Kind::Double => 8,
+        _ => 4,
+    }
+}
+
+/// Bytes autograd keeps per token for one decoder layer in a plain training pass.
+fn layer_activation_bytes_per_token(m: &ModelConfig, s: u64) -> u64 {
+    let h = m.hidden_size as u64;
+    let i = m.intermediate_size as u64;
+    let q = (m.num_attention_heads * m.head_dim) as u64;
+    let kv = (m.num_key_value_heads * m.head_dim) as u64;
+    // Two norms: input and normed output each; in reduced precision also the float32 copy.
+    let norms = 4 * h * s + if s < 4 { 2 * h * 4 } else { 0 };
+    // Projections q, k, v; rotary: the rotated halves and the results; attention output and
+    // the o_proj input it is reshaped into.
+    let attention = (q + 2 * kv) * s + (q + kv) * s + (q + kv) * s + 2 * q * s;
+    let qk_norm = if m.qk_norm {
+        (q + kv) * s + if s < 4 { (q + kv) * 4 } else { 0 }
+    } else {
+        0
+    };
+    // Log-sum-exp per query head, float32.
+    let lse = m.num_attention_heads as u64 * 4;
+    // SwiGLU: gate, silu(gate), up, and their product.
+    let mlp = 4 * i * s;
+    norms + attention + qk_norm + lse + mlp
+}
+
+impl MemoryPlan {
+    /// The plan of `input`.
+    pub fn predict(input: &PlanInput<'_>) -> Self {
+        let m = input.model;
+        let l = input.learner;
+        let s = element_bytes(input.kind);
+        let params = m.num_parameters() as u64;
+        let reduced = s < 4;
+        let mut terms = Vec::new();
+        let mut term = |name, bytes, knobs| terms.push(Term { name, bytes, knobs });
+        term("policy weights", params * s, "");
+        term("policy gradients", params * s, "");
+        term(
+            "float32 master weights",
+            if reduced { params * 4 } else { 0 },
+            "",
+        );
+        term("AdamW moments (float32)", params * 8, "");
+        // The padded tokens of the largest micro-batch.
+        let tokens = match l.max_tokens_per_micro_batch {
+            0 => (l.micro_batch_size * l.max_len) as u64,
+            budget => budget as u64,
+        };
+        let activations = |m: &ModelConfig| {
+            let layer = layer_activation_bytes_per_token(m, s) * tokens;
+            let h = m.hidden_size as u64;
+            // The last norm's input and output (and its float32 copy).
+            let top = tokens * h * (2 * s + if reduced { 4 } else { 0 });
+            if l.recompute {
+                // Each layer's input, one layer recomputed, and its backward's working set.
+                (m.num_hidden_layers as u64 + 1) * tokens * h * s + 2 * layer + top
+            } else {
+                // Every layer's, and one layer's worth of backward working set.
+                (m.num_hidden_layers as u64 + 1) * layer + top
+            }
+        };
+        term(
+            "activations",
+            activations(m),
+            "learner.recompute = true, learner.max_tokens_per_micro_batch, algorithm.micro_batch_size",
+        );
+        // Float32 logits of a chunk, its log-softmax, the entropy's probabilities and their
+        // gradients, with the reduced-precision logits themselves.
+        let actions = input.action_tokens.unwrap_or(tokens as usize);
+        let chunk = l.logits_chunk_tokens.min(actions) as u64;
+        let per_position = m.vocab_size as u64 * (6 * 4 + s);
+        term(
+            "logits chunk",
+            chunk * per_position,
+            "learner.logits_chunk_tokens",
+        );
+        if let Some(c) = input.separate_critic {
+            let p = c.num_parameters() as u64;
+            let state = p * (2 * s + 8 + if reduced { 4 } else { 0 });
+            term("critic weights, gradients and optimizer", state, "");
+            term(
+                "critic activations",
+                activations(c),
+                "learner.recompute = true, learner.max_tokens_per_micro_batch",
+            );
+        }
+        term(
+            "reference model",
+            if l.kl.is_some() { params * s } else { 0 },
+            "algorithm.kl.placement = \"off\"",
+        );
+        if let Some(e) = input.engine {
+            term("engine weights", params * s, "");
+            let kv_per_token = m.kv_bytes_per_token(s as usize) as u64;
+            term(
+                "engine slots (KV)",
+                e.rows as u64 * (e.max_context as u64 + 1) * kv_per_token,
+                "rollout.concurrency, rollout.max_context_length",
+            );
+            term(
+                "parked-KV pool",
+                e.parked_kv_bytes as u64,
+                "rollout.parked_kv_mib",
+            );
+            // Logits of the rows' last positions and the sampler's float64 working copies.
+            term(
+                "engine step (logits, sampling)",
+                e.rows as u64 * m.vocab_size as u64 * (4 + 3 * 8),
+                "rollout.concurrency",
+            );
+        }
+        term(
+            "runtime (context, libraries)",
+            runtime_overhead(input.device),
+            "",
+        );
+        terms.retain(|t| t.bytes > 0);
+        Self { terms }
+    }
+
+    /// The predicted peak.
+    pub fn total(&self) -> u64 {
+        self.terms.iter().map(|t| t.bytes).sum()
+    }
+
+    /// The largest terms first.
+    pub fn largest(&self) -> Vec<&Term> {
+        let mut sorted: Vec<&Term> = self.terms.iter().collect();
+        sorted.sort_by_key(|t| std::cmp::Reverse(t.bytes));
+        sorted
+    }
+
+    /// `Ok` when the plan fits in `capacity` bytes of `device`; otherwise the one-line
+    /// refusal: the peak, the capacity, and the three largest terms with what shrinks them.
+    pub fn check(&self, device: Device, capacity: u64) -> Result<(), String> {
+        let total = self.total();
+        if total <= capacity {
+            return Ok(());
+        }
+        let largest: Vec<String> = self
+            .largest()
+            .into_iter()
+            .take(3)
+            .map(|t| {
+                if t.knobs.is_empty() {
+                    format!("{} {}", t.name, gib(t.bytes))
+                } else {
+                    format!("{} {} ({})", t.name, gib(t.bytes), t.knobs)
+                }
+            })
+            .collect();
+        Err(format!(
+            "predicted peak {} does not fit the {} of {}; largest: {}; or train a smaller \
+             model, in bf16",
+            gib(total),
+            gib(capacity),
+            device_name(device),
+            largest.join("; ")
+        ))
+    }
+}
+
+impl fmt::Display for MemoryPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for t in &self.terms {
+            writeln!(f, "  {:<36} {:>10}", t.name, gib(t.bytes))?;
+        }
+        write!(f, "  {:<36} {:>10}", "predicted peak", gib(self.total()))
+    }
+}
+
+/// `12.3 GiB`.
+pub fn gib(bytes: u64) -> String {
+    format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
+fn device_name(device: Device) -> String {
+    match device {
+        Device::Cpu => "cpu".into(),
+        Device::Cuda(i) => format!("cuda:{i}"),
+        other => format!("{other:?}").to_lowercase(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::presets::shape;
+
+    fn plan(learner: &LearnerConfig, kind: Kind, engine: Option<EnginePlan>) -> MemoryPlan {
+        let (model, _) = shape("qwen2.5-1.5b").unwrap();
+        MemoryPlan::predict(&PlanInput {
+            device: Device::Cuda(0),
+            model: &model,
+            kind,
+            learner,
+            separate_critic: None,
+            engine,
+            action_tokens: None,
+        })
+    }
+
+    fn bytes(p: &MemoryPlan, name: &str) -> u64 {
+        p.terms
+            .iter()
+            .find(|t| t.name == name)
+            .map_or(0, |t| t.bytes)
+    }
+
+    #[test]
+    fn the_static_terms_are_the_parameter_arithmetic() {
+        let l = LearnerConfig::default();
+        let p = plan(&l, Kind::BFloat16, None);
+        let n = 1_543_714_304u64;
+        assert_eq!(bytes(&p, "policy weights"), 2 * n);
+        assert_eq!(bytes(&p, "policy gradients"), 2 * n);
+        assert_eq!(bytes(&p, "float32 master weights"), 4 * n);
+        assert_eq!(bytes(&p, "AdamW moments (float32)"), 8 * n);
+        // Float32 weights need no master copy.
+        let f = plan(&l, Kind::Float, None);
+        assert_eq!(bytes(&f, "float32 master weights"), 0);
+        assert_eq!(bytes(&f, "policy weights"), 4 * n);
+    }
+
+    #[test]
+    fn the_knobs_shrink_their_terms() {
+        let plain = LearnerConfig {
+            micro_batch_size: 4,
+            max_len: 4096,
+            ..Default::default()
+        };
+        let p = plan(&plain, Kind::BFloat16, None);
+        let r = plan(
+            &LearnerConfig {
+                recompute: true,
+                ..plain.clone()
+            },
+            Kind::BFloat16,
+            None,
+        );
+        assert!(bytes(&r, "activations") * 5 < bytes(&p, "activations"));
+        let budget = plan(
+            &LearnerConfig {
+                max_tokens_per_micro_batch: 4096,
+                ..plain.clone()
+            },
+            Kind::BFloat16,
+            None,
+        );
+        assert_eq!(bytes(&budget, "activations") * 4, bytes(&p, "activations"));
+        let chunk = plan(
+            &LearnerConfig {
+                logits_chunk_tokens: 256,
+                ..plain
+            },
+            Kind::BFloat16,
+            None,
+        );
+        assert_eq!(bytes(&chunk, "logits chunk") * 4, bytes(&p, "logits chunk"));
+    }
+
+    #[test]
+    fn the_engine_terms_follow_its_allocation() {
+        let l = LearnerConfig::default();
+        let engine = EnginePlan {
+            rows: 128,
+            max_context: 8192,
+            parked_kv_bytes: 16 << 30,
+        };
+        let p = plan(&l, Kind::BFloat16, Some(engine));
+        // 28 layers x 2 x 2 KV heads x 128 dims x 2 bytes = 28 KiB per token.
+        assert_eq!(bytes(&p, "engine slots (KV)"), 128 * 8193 * 28 * 1024);
+        assert_eq!(bytes(&p, "parked-KV pool"), 16 << 30);
+        let e = p.check(Device::Cuda(0), 80 << 30).unwrap_err();
+        assert!(e.starts_with("predicted peak"), "{e}");
+        assert!(e.contains("80.0 GiB of cuda:0"), "{e}");
+        assert!(!e.contains('\n'), "one line: {e}");
+        assert!(p.check(Device::Cuda(0), 1 << 40).is_ok());
+    }
+}
