@@ -172,6 +172,9 @@ pub struct LearnerSection {
     /// `algorithm.micro_batch_size` sequences; 0 = off, otherwise at least
     /// `rollout.max_context_length`.
     pub max_tokens_per_micro_batch: usize,
+    /// Refuse to start when the memory planner's predicted peak exceeds the device's memory
+    /// (`check-config` prints the plan either way).
+    pub check_memory: bool,
 }
 
 impl Default for LearnerSection {
@@ -181,6 +184,7 @@ impl Default for LearnerSection {
             logits_chunk_tokens: l.logits_chunk_tokens,
             recompute: l.recompute,
             max_tokens_per_micro_batch: l.max_tokens_per_micro_batch,
+            check_memory: true,
         }
     }
 }

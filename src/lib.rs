@@ -7,6 +7,7 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod memory;
 pub mod metrics_server;
 pub mod setup;
 pub mod train;

@@ -63,8 +63,8 @@ use serde_json::{json, Value};
 
 use crate::checkpoint::{self, TrainingState, PENDING_TRAJECTORIES};
 use crate::config::{FileCheck, TrainConfig, TrainMode};
-use crate::metrics_server;
 use crate::setup::{self, RolloutKnobs};
+use crate::{memory, metrics_server};
 use records::{append_jsonl, read_jsonl, truncate_after, BatchSummary};
 use tasks::TaskStream;
 
@@ -513,6 +513,14 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
     std::fs::create_dir_all(run_dir.join("rollouts"))
         .with_context(|| format!("{}: cannot create the run directory", run_dir.display()))?;
     let placement = cfg.placement()?;
+    if cfg.learner.check_memory {
+        let memory = memory::plan(&cfg, placement, memory::ShapeSource::Config)?;
+        if let Some(capacity) = memory::device_capacity(placement.device) {
+            if let Err(why) = memory.check(placement.device, capacity) {
+                anyhow::bail!("{why} (learner.check_memory = false starts anyway)");
+            }
+        }
+    }
     let rt = setup::actor_runtime()?;
     let stop = Arc::new(AtomicBool::new(false));
     install_signal_handler(&rt, stop.clone());

@@ -104,3 +104,83 @@ fn a_separate_critic_needs_an_estimator_with_a_critic() {
         .validate(FileCheck::Skip)
         .unwrap();
 }
+
+/// The memory planner's verdicts: the shipped HotpotQA config fits one 80 GB GPU (the plan
+/// is printed term by term); without its `[learner]` section it is refused in one line
+/// naming the largest terms and what shrinks them; `train` refuses a config that cannot fit
+/// this machine before it loads anything.
+#[test]
+fn the_memory_plan_accepts_the_example_and_refuses_what_cannot_fit() {
+    let check = |path: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_agent-r1"))
+            .args([
+                "check-config",
+                path.to_str().unwrap(),
+                "--skip-machine-checks",
+            ])
+            .args(["--shape", "qwen2.5-1.5b", "--device-memory-gib", "80"])
+            .current_dir(ROOT)
+            .output()
+            .unwrap()
+    };
+    let example = Path::new(ROOT).join("examples/hotpotqa_qwen2.5.toml");
+    let out = check(&example);
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(out.status.success(), "{stderr}");
+    for term in [
+        "AdamW moments (float32)",
+        "float32 master weights",
+        "activations",
+        "logits chunk",
+        "reference model",
+        "engine slots (KV)",
+        "parked-KV pool",
+        "memory: fits",
+    ] {
+        assert!(stderr.contains(term), "{term}: {stderr}");
+    }
+
+    let text = std::fs::read_to_string(&example).unwrap();
+    let without = text.split("\n[learner]").next().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("plain.toml");
+    std::fs::write(&plain, without).unwrap();
+    let out = check(&plain);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let refusal = stderr.lines().last().unwrap();
+    assert!(
+        refusal.contains("predicted peak")
+            && refusal.contains("80.0 GiB of cuda:0")
+            && refusal.contains("activations")
+            && refusal.contains("learner.recompute = true"),
+        "{stderr}"
+    );
+
+    // 100 TiB of parked KV fits no machine: refused before the env, the model or anything
+    // else is built, so the run directory stays empty of checkpoints and rollouts.
+    let huge = dir.path().join("huge.toml");
+    std::fs::write(
+        &huge,
+        "[model]\npreset = \"tiny\"\ndevice = \"cpu\"\n[env]\nname = \"synthetic_multihop\"\n\
+         [rollout]\nparked_kv_mib = 104857600\n",
+    )
+    .unwrap();
+    let run_dir = dir.path().join("run");
+    let out = Command::new(env!("CARGO_BIN_EXE_agent-r1"))
+        .args(["train", "--config", huge.to_str().unwrap()])
+        .args(["--out", run_dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("predicted peak")
+            && stderr.contains("parked-KV pool 102400.0 GiB")
+            && stderr.contains("rollout.parked_kv_mib")
+            && stderr.contains("learner.check_memory = false"),
+        "{stderr}"
+    );
+    assert!(!run_dir.join("checkpoints").exists());
+}

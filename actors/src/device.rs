@@ -8,20 +8,7 @@ use crate::{Error, Result};
 /// Parses a device name. `auto` picks CUDA when a GPU is visible.
 pub fn parse_device(name: &str) -> Result<Device> {
     let cuda_available = tch::Cuda::is_available();
-    let device = match name {
-        "cpu" => Device::Cpu,
-        "auto" => Device::cuda_if_available(),
-        "cuda" => Device::Cuda(0),
-        other => match other.strip_prefix("cuda:").map(str::parse::<usize>) {
-            Some(Ok(n)) => Device::Cuda(n),
-            _ => {
-                return Err(Error::invalid(
-                    "--device",
-                    format!("unknown device `{other}` (allowed: cpu, cuda, cuda:N, auto)"),
-                ))
-            }
-        },
-    };
+    let device = device_named(name)?;
     if let Device::Cuda(n) = device {
         if !cuda_available {
             return Err(Error::invalid(
@@ -40,10 +27,41 @@ pub fn parse_device(name: &str) -> Result<Device> {
     Ok(device)
 }
 
+/// The device a name means, without checking that this machine has it.
+fn device_named(name: &str) -> Result<Device> {
+    Ok(match name {
+        "cpu" => Device::Cpu,
+        "auto" => Device::cuda_if_available(),
+        "cuda" => Device::Cuda(0),
+        other => match other.strip_prefix("cuda:").map(str::parse::<usize>) {
+            Some(Ok(n)) => Device::Cuda(n),
+            _ => {
+                return Err(Error::invalid(
+                    "--device",
+                    format!("unknown device `{other}` (allowed: cpu, cuda, cuda:N, auto)"),
+                ))
+            }
+        },
+    })
+}
+
 /// Parses `--dtype` (`auto`, `float32`, `bf16`) for a device: float32 on CPU, bf16 allowed
 /// on CUDA, `auto` = float32 on CPU and bf16 on CUDA.
 pub fn parse_placement(device: &str, dtype: &str) -> Result<Placement> {
-    let device = parse_device(device)?;
+    placement_on(parse_device(device)?, dtype)
+}
+
+/// [`parse_placement`] without checking that this machine has the device (`auto` means
+/// CUDA): for planning a configuration meant for another machine.
+pub fn parse_placement_elsewhere(device: &str, dtype: &str) -> Result<Placement> {
+    let device = match device {
+        "auto" => Device::Cuda(0),
+        name => device_named(name)?,
+    };
+    placement_on(device, dtype)
+}
+
+fn placement_on(device: Device, dtype: &str) -> Result<Placement> {
     let kind = match (dtype, device) {
         ("float32" | "f32" | "fp32", _) => Kind::Float,
         ("auto", Device::Cpu) => Kind::Float,

@@ -237,8 +237,7 @@ impl MemoryPlan {
             })
             .collect();
         Err(format!(
-            "predicted peak {} does not fit the {} of {}; largest: {}; or train a smaller \
-             model, in bf16",
+            "predicted peak {} does not fit the {} of {}; largest: {}",
             gib(total),
             gib(capacity),
             device_name(device),

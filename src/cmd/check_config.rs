@@ -8,6 +8,10 @@ use std::path::PathBuf;
 
 use agent_r1::checkpoint::latest_complete;
 use agent_r1::config::{FileCheck, TrainConfig};
+use agent_r1::memory::{device_capacity, plan, ShapeSource};
+use agent_r1_actors::device::parse_placement_elsewhere;
+use agent_r1_actors::memory_plan::gib;
+use agent_r1_actors::model::Placement;
 
 /// Arguments of `agent-r1 check-config`.
 #[derive(Debug, clap::Args)]
@@ -18,6 +22,14 @@ pub(crate) struct CheckConfigArgs {
     /// device is present, and the resume look-up (for checking a config elsewhere).
     #[arg(long)]
     skip_machine_checks: bool,
+    /// Plan memory against this many GiB instead of the device's own (e.g. 80 for an H100
+    /// when checking on another machine).
+    #[arg(long)]
+    device_memory_gib: Option<f64>,
+    /// Plan memory with this built-in model shape instead of `model.dir`'s config (for a
+    /// machine without the model): qwen2.5-0.5b, qwen2.5-1.5b, qwen3-1.7b, llama3.2-1b.
+    #[arg(long)]
+    shape: Option<String>,
 }
 
 pub(crate) fn run(args: CheckConfigArgs) -> anyhow::Result<()> {
@@ -27,6 +39,25 @@ pub(crate) fn run(args: CheckConfigArgs) -> anyhow::Result<()> {
         FileCheck::Require
     };
     let config = TrainConfig::load(&args.config, files)?;
+    // Without machine checks the device need not exist here: plan for what it names.
+    let placement = if args.skip_machine_checks {
+        parse_placement_elsewhere(&config.model.device, &config.model.dtype)?
+    } else {
+        config.placement()?
+    };
+    let source = match &args.shape {
+        Some(name) => Some(ShapeSource::Shape(name)),
+        // The model is not looked at: its shape is unknown.
+        None if args.skip_machine_checks && config.model.dir.is_some() => None,
+        None => Some(ShapeSource::Config),
+    };
+    match source {
+        Some(source) => check_memory(&config, placement, source, args.device_memory_gib)?,
+        None => eprintln!(
+            "memory plan: skipped (the model is not read with --skip-machine-checks; give \
+             --shape NAME to plan with a built-in shape)"
+        ),
+    }
     print!("{}", config.to_toml_string());
     let learner = config.learner_config();
     eprintln!(
@@ -38,7 +69,6 @@ pub(crate) fn run(args: CheckConfigArgs) -> anyhow::Result<()> {
         config.rollout.group_size,
     );
     if !args.skip_machine_checks {
-        let placement = config.placement()?;
         eprintln!(
             "device: {:?}, dtype: {:?}",
             placement.device, placement.kind
@@ -56,6 +86,36 @@ pub(crate) fn run(args: CheckConfigArgs) -> anyhow::Result<()> {
                     config.training.run_dir.display()
                 ),
             }
+        }
+    }
+    Ok(())
+}
+
+/// Prints the memory plan and its verdict against `gib` GiB (or the device's own memory);
+/// a plan that does not fit is the command's error.
+fn check_memory(
+    config: &TrainConfig,
+    placement: Placement,
+    source: ShapeSource<'_>,
+    gib_given: Option<f64>,
+) -> anyhow::Result<()> {
+    let memory = plan(config, placement, source)?;
+    eprintln!(
+        "memory plan ({:?} {:?}):\n{memory}",
+        placement.device, placement.kind
+    );
+    let capacity = match gib_given {
+        Some(g) if g.is_finite() && g > 0.0 => Some((g * (1u64 << 30) as f64) as u64),
+        Some(g) => anyhow::bail!("--device-memory-gib: got {g}; allowed: a positive number"),
+        None => device_capacity(placement.device),
+    };
+    match capacity {
+        Some(c) => match memory.check(placement.device, c) {
+            Ok(()) => eprintln!("memory: fits ({} of {})", gib(memory.total()), gib(c)),
+            Err(why) => anyhow::bail!("{why}"),
+        },
+        None => {
+            eprintln!("memory: the device's capacity is unknown here; pass --device-memory-gib")
         }
     }
     Ok(())

@@ -1,0 +1,101 @@
+//! The memory planner applied to a training config: which model and critic the run loads,
+//! what the engine reserves beside the learner, and how much memory the device has.
+//! `check-config` prints the plan; `train` refuses, before loading anything, a config whose
+//! predicted peak does not fit (`learner.check_memory = false` skips that).
+
+use std::path::Path;
+
+use agent_r1_actors::memory_plan::{EnginePlan, MemoryPlan, PlanInput};
+use agent_r1_actors::model::presets::{preset, shape};
+use agent_r1_actors::model::{ModelConfig, Placement};
+use anyhow::Context;
+use tch::Device;
+
+use crate::config::TrainConfig;
+
+/// Where the plan's model shape comes from.
+#[derive(Debug, Clone, Copy)]
+pub enum ShapeSource<'a> {
+    /// `model.dir`'s `config.json`, or the preset's (the run's own model).
+    Config,
+    /// A built-in shape (`init-model --shape`), for a machine without the model.
+    Shape(&'a str),
+}
+
+/// The model config the run trains.
+fn policy_config(cfg: &TrainConfig, source: ShapeSource<'_>) -> anyhow::Result<ModelConfig> {
+    match (source, &cfg.model.dir, &cfg.model.preset) {
+        (ShapeSource::Shape(name), _, _) => Ok(shape(name)?.0),
+        (ShapeSource::Config, Some(dir), _) => read(dir),
+        // A preset's vocabulary is its tokenizer's (at most this); close enough to plan.
+        (ShapeSource::Config, None, Some(name)) => Ok(preset(name, 4096, vec![])?),
+        (ShapeSource::Config, None, None) => anyhow::bail!("model: neither dir nor preset"),
+    }
+}
+
+fn read(dir: &Path) -> anyhow::Result<ModelConfig> {
+    Ok(ModelConfig::from_file(&dir.join("config.json"))
+        .with_context(|| format!("memory plan: {}", dir.display()))?
+        .0)
+}
+
+/// The plan of `cfg` on `placement`.
+pub fn plan(
+    cfg: &TrainConfig,
+    placement: Placement,
+    source: ShapeSource<'_>,
+) -> anyhow::Result<MemoryPlan> {
+    let model = policy_config(cfg, source)?;
+    let learner = cfg.learner_config();
+    let critic = match (&cfg.critic.model, source) {
+        _ if !(learner.estimator.needs_critic() && cfg.critic.separate) => None,
+        (Some(dir), ShapeSource::Config) => Some(read(dir)?),
+        _ => Some(model.clone()),
+    };
+    let r = &cfg.rollout;
+    Ok(MemoryPlan::predict(&PlanInput {
+        device: placement.device,
+        model: &model,
+        kind: placement.kind,
+        learner: &learner,
+        separate_critic: critic.as_ref(),
+        engine: Some(EnginePlan {
+            rows: r.concurrency.max(1),
+            max_context: r.max_context_length,
+            parked_kv_bytes: r.parked_kv_mib.saturating_mul(1 << 20),
+        }),
+        action_tokens: None,
+    }))
+}
+
+/// Bytes of memory `device` has for the run: a GPU's total (from `nvidia-smi`), the
+/// host's available memory for the CPU; `None` where it cannot be read.
+pub fn device_capacity(device: Device) -> Option<u64> {
+    match device {
+        Device::Cpu => {
+            let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+            let kib: u64 = info
+                .lines()
+                .find(|l| l.starts_with("MemAvailable:"))?
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            Some(kib * 1024)
+        }
+        Device::Cuda(i) => {
+            let out = std::process::Command::new("nvidia-smi")
+                .args([
+                    "--query-gpu=memory.total",
+                    "--format=csv,noheader,nounits",
+                    "-i",
+                    &i.to_string(),
+                ])
+                .output()
+                .ok()?;
+            let mib: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().ok()?;
+            Some(mib << 20)
+        }
+        _ => None,
+    }
+}
