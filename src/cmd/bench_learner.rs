@@ -185,6 +185,10 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
                 "action_tokens_per_s": stats.action_tokens as f64 * epochs / stats.duration_seconds,
                 "optimizer_steps": stats.optimizer_steps,
                 "policy_loss": stats.policy_loss,
+                "grad_norm": stats.grad_norm,
+                "entropy": stats.entropy,
+                "approx_kl": stats.approx_kl,
+                "clip_fraction": stats.clip_fraction,
             }));
             if !args.json {
                 eprintln!(

@@ -642,6 +642,10 @@ impl Learner {
     }
 
     fn finish(&self, mut stats: UpdateStats, start: Instant) -> UpdateStats {
+        // The last optimizer step may still be queued on a GPU: it belongs to this update.
+        if let tch::Device::Cuda(i) = self.policy.placement().device {
+            tch::Cuda::synchronize(i as i64);
+        }
         stats.duration_seconds = start.elapsed().as_secs_f64();
         stats.tokens_per_second = (stats.tokens as f64 * self.config.ppo_epochs as f64)
             / stats.duration_seconds.max(1e-9);
