@@ -7,7 +7,8 @@
 //! moments; a separate critic's of the same; the frozen reference; the engine's copy of the
 //! weights, its slots and its parked-KV pool (reserved when it starts); and the micro-batch's
 //! activations and vocabulary-logits chunk. The activation term follows the decoder's code
-//! (`model/layers.rs`): what autograd saves per token and layer (norm inputs and outputs,
+//! (`model/layers.rs`): what autograd saves per token and layer (the float32 residual stream
+//! the learner keeps, norm outputs,
 //! projections, rotary halves, attention output and log-sum-exp, the SwiGLU intermediates),
 //! or with recomputation each layer's input plus one layer's worth. `agent-r1 bench learner`
 //! prints this prediction beside the measured peak.
@@ -93,8 +94,8 @@ fn layer_activation_bytes_per_token(m: &ModelConfig, s: u64) -> u64 {
     let i = m.intermediate_size as u64;
     let q = (m.num_attention_heads * m.head_dim) as u64;
     let kv = (m.num_key_value_heads * m.head_dim) as u64;
-    // Two norms: input and normed output each; in reduced precision also the float32 copy.
-    let norms = 4 * h * s + if s < 4 { 2 * h * 4 } else { 0 };
+    // Two norms: the float32 residual stream going in, the normed output coming out.
+    let norms = 2 * (4 * h + h * s);
     // Projections q, k, v; rotary: the rotated halves and the results; attention output and
     // the o_proj input it is reshaped into.
     let attention = (q + 2 * kv) * s + (q + kv) * s + (q + kv) * s + 2 * q * s;
@@ -136,11 +137,12 @@ impl MemoryPlan {
         let activations = |m: &ModelConfig| {
             let layer = layer_activation_bytes_per_token(m, s) * tokens;
             let h = m.hidden_size as u64;
-            // The last norm's input and output (and its float32 copy).
-            let top = tokens * h * (2 * s + if reduced { 4 } else { 0 });
+            // The last norm's float32 input and its output.
+            let top = tokens * h * (4 + s);
             if l.recompute {
-                // Each layer's input, one layer recomputed, and its backward's working set.
-                (m.num_hidden_layers as u64 + 1) * tokens * h * s + 2 * layer + top
+                // Each layer's float32 input, one layer recomputed, and its backward's
+                // working set.
+                (m.num_hidden_layers as u64 + 1) * tokens * h * 4 + 2 * layer + top
             } else {
                 // Every layer's, and one layer's worth of backward working set.
                 (m.num_hidden_layers as u64 + 1) * layer + top

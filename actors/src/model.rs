@@ -72,6 +72,9 @@ pub struct PolicyModel {
     lm_head: Option<nn::Linear>,
     value_head: Option<nn::Linear>,
     rotary: Rotary,
+    /// Precision of the residual stream in training passes (`forward_right_padded`,
+    /// `forward_checkpointed`): the weights' by default, float32 for a learner in bfloat16.
+    residual: Kind,
 }
 
 impl PolicyModel {
@@ -155,6 +158,7 @@ impl PolicyModel {
             lm_head,
             value_head,
             rotary,
+            residual: placement.kind,
         })
     }
 
@@ -289,11 +293,19 @@ impl PolicyModel {
     /// for the backward pass; real tokens' states are those of [`PolicyModel::forward`].
     pub fn forward_right_padded(&self, ids: &Tensor, input_mask: &Tensor) -> Tensor {
         let (cos, sin) = self.right_padded_rotary(input_mask);
-        let mut x = self.embed_tokens.forward(ids);
+        let mut x = self.embed_tokens.forward(ids).to_kind(self.residual);
         for layer in &self.layers {
             x = layer.forward(&x, &cos, &sin, AttnMask::Causal, None);
         }
-        self.norm.forward(&x)
+        self.norm.forward_to(&x, self.placement.kind)
+    }
+
+    /// Keeps the residual stream of training passes in float32 around reduced-precision
+    /// layers, as autocast does: each layer's update is added to a float32 sum instead of
+    /// being rounded into a bfloat16 one, so gradients and log-probabilities are those of
+    /// float32 accumulation. Costs a float32 `[B, T, H]` per layer boundary.
+    pub fn set_float32_residual(&mut self, on: bool) {
+        self.residual = if on { Kind::Float } else { self.placement.kind };
     }
 
     /// cos and sin of right-padded rows (positions count real tokens; padding repeats the

@@ -180,10 +180,19 @@ impl Learner {
     pub fn new(models: LearnerModels, config: LearnerConfig) -> Result<Self> {
         config.validate()?;
         let LearnerModels {
-            policy,
-            critic,
+            mut policy,
+            mut critic,
             mut reference,
         } = models;
+        // Training passes accumulate the residual stream in float32 (a no-op for float32
+        // models): bfloat16 sums there would make the gradients noisy at small learning
+        // rates.
+        for model in [Some(&mut policy), critic.as_mut(), reference.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            model.set_float32_residual(true);
+        }
         let critic = if config.estimator.needs_critic() {
             match critic {
                 Some(c) if c.has_value_head() => Critic::Separate(Box::new(c)),

@@ -25,7 +25,12 @@ impl RmsNorm {
     }
 
     pub(crate) fn forward(&self, x: &Tensor) -> Tensor {
-        let kind = x.kind();
+        self.forward_to(x, x.kind())
+    }
+
+    /// The norm of `x` (in float32) rounded to `kind` before the weight is applied: with a
+    /// float32 residual stream, `kind` is the precision the layer computes in.
+    pub(crate) fn forward_to(&self, x: &Tensor, kind: Kind) -> Tensor {
         let xf = x.to_kind(Kind::Float);
         let variance = xf.pow_tensor_scalar(2).mean_dim(-1, true, Kind::Float);
         let normed = (xf * (variance + self.eps).rsqrt()).to_kind(kind);
@@ -301,11 +306,20 @@ impl DecoderLayer {
         mask: AttnMask<'_>,
         cache: Option<(&mut dyn KvStore, usize)>,
     ) -> Tensor {
-        let attn = self
-            .self_attn
-            .forward(&self.input_layernorm.forward(x), cos, sin, mask, cache);
+        // The residual stream `x` may be float32 around reduced-precision layers (the
+        // learner's); the layers compute in their weights' precision.
+        let compute = self.input_layernorm.weight.kind();
+        let attn = self.self_attn.forward(
+            &self.input_layernorm.forward_to(x, compute),
+            cos,
+            sin,
+            mask,
+            cache,
+        );
         let x = x + attn;
-        let mlp = self.mlp.forward(&self.post_attention_layernorm.forward(&x));
+        let mlp = self
+            .mlp
+            .forward(&self.post_attention_layernorm.forward_to(&x, compute));
         x + mlp
     }
 }

@@ -43,7 +43,7 @@ impl PolicyModel {
         let (x, mut inputs, cos, sin) = tch::no_grad(|| {
             let (cos, sin) = self.right_padded_rotary(input_mask);
             let mut inputs = Vec::with_capacity(self.layers.len() + 1);
-            inputs.push(self.embed_tokens.forward(ids));
+            inputs.push(self.embed_tokens.forward(ids).to_kind(self.residual));
             for layer in &self.layers {
                 let x = inputs.last().expect("the embeddings are there");
                 let y = layer.forward(x, &cos, &sin, AttnMask::Causal, None);
@@ -54,7 +54,7 @@ impl PolicyModel {
         });
         inputs.shrink_to_fit();
         let top = x.set_requires_grad(true);
-        let hidden = self.norm.forward(&top);
+        let hidden = self.norm.forward_to(&top, self.placement.kind);
         let checkpoints = LayerCheckpoints {
             ids: ids.shallow_clone(),
             cos,
@@ -85,7 +85,10 @@ impl LayerCheckpoints {
             grad = x.grad();
         }
         if model.embed_tokens.ws.requires_grad() {
-            let embeddings = model.embed_tokens.forward(&self.ids);
+            let embeddings = model
+                .embed_tokens
+                .forward(&self.ids)
+                .to_kind(model.residual);
             (embeddings * grad).sum(Kind::Float).backward();
         }
     }
