@@ -69,14 +69,15 @@ pub fn plan(
 }
 
 /// Bytes of memory `device` has for the run: a GPU's total (from `nvidia-smi`), the
-/// host's available memory for the CPU; `None` where it cannot be read.
+/// host's total for the CPU (not what is free now: the verdict must not depend on what else
+/// the machine is running); `None` where it cannot be read.
 pub fn device_capacity(device: Device) -> Option<u64> {
     match device {
         Device::Cpu => {
             let info = std::fs::read_to_string("/proc/meminfo").ok()?;
             let kib: u64 = info
                 .lines()
-                .find(|l| l.starts_with("MemAvailable:"))?
+                .find(|l| l.starts_with("MemTotal:"))?
                 .split_whitespace()
                 .nth(1)?
                 .parse()
