@@ -365,12 +365,24 @@ fn ppo_with_a_separate_critic_trains_checkpoints_and_resumes_it() {
             "estimator = \"grpo\"",
             "estimator = \"gae\"\ncritic_lr = 1e-3\ncritic_warmup_updates = 1",
         )
-        .replace("[rollout]", "[critic]\nseparate = true\n\n[rollout]");
+        .replace("[rollout]", "[critic]\nseparate = true\n\n[rollout]")
+        // The memory knobs through `train`: both models recompute their layers, micro-batches
+        // are packed by tokens, logits come 64 positions at a time.
+        .replace(
+            "[rollout]",
+            "[learner]\nrecompute = true\nmax_tokens_per_micro_batch = 2048\n\
+             logits_chunk_tokens = 64\n\n[rollout]",
+        );
     std::fs::write(&cfg, text).unwrap();
     let run = tmp.path().join("run");
     let (code, out, err) = Trainer::start(&cfg, &run, false).finish();
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(last_json(&out)["updates"], 3);
+    let saved = std::fs::read_to_string(run.join("checkpoints/step-2/config.toml")).unwrap();
+    assert!(
+        saved.contains("recompute = true") && saved.contains("max_tokens_per_micro_batch = 2048"),
+        "{saved}"
+    );
     let rows = jsonl(&run.join("metrics.jsonl"));
     assert_eq!(steps(&rows), vec![1, 2, 3]);
     assert!(rows.iter().all(|r| r["value_loss"].is_number()), "{rows:?}");
