@@ -100,11 +100,15 @@ fn a_turn_in_flight_during_an_update_switches_weights_between_decode_steps() {
             "tagged with the version at admission"
         );
         assert_eq!(mixed.final_policy_version, 1);
-        // Up to the swap the turn is the old policy's, bit for bit; after it, not.
+        // Up to the swap the turn is the old policy's; after it, not. "The old policy's" is
+        // the same ids and the same log-probabilities to 1e-4, not bit for bit: two runs of
+        // the same forward pass need not agree in the last bits when other work changes how
+        // libtorch's CPU kernels split their reductions (seen once on a loaded machine),
+        // while other weights move a log-probability by far more than 1e-4.
         let swap = (0..LONG)
             .find(|&i| {
                 mixed.token_ids[i] != old.token_ids[i]
-                    || mixed.logprobs[i].to_bits() != old.logprobs[i].to_bits()
+                    || (mixed.logprobs[i] - old.logprobs[i]).abs() > 1e-4
             })
             .expect("the new weights never took effect within the turn");
         assert!(
