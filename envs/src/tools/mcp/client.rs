@@ -1,20 +1,26 @@
 //! A Model Context Protocol client over stdio: JSON-RPC 2.0, one JSON message per line.
 //!
-//! The server is a child process in its own process group. A reader thread routes responses
-//! to the waiting request by id and answers the server's `ping`; a second thread keeps the
-//! last lines of the server's stderr for error messages. When the server dies, waiting
-//! requests fail at once with its stderr tail, and the next request starts it again (with
-//! the `initialize` handshake) so one crash costs one call, not the run.
+//! The server is a child process in its own process group, with only an allow-listed
+//! environment. A writer thread owns its stdin: callers queue messages (a bounded queue,
+//! never a blocking write on the caller's thread), so a server that stops reading costs its
+//! callers a timeout, not a runtime thread. A reader thread routes responses to the waiting
+//! request by id and answers the server's `ping`; it reads bytes, at most
+//! `max_line_bytes` per line, decoded lossily. A third thread keeps the last lines of the
+//! server's stderr for error messages. When the server dies, writes a line past the cap,
+//! stops reading, or misses `restart_after_timeouts` answers in a row, it is killed, waiting
+//! requests fail at once with the reason and its stderr tail, and the next request starts it
+//! again (with the `initialize` handshake), so one bad server costs some calls, not the run.
 //!
-//! Everything here is blocking-safe std I/O: the handshake can run from a sync factory, and
-//! async callers wait on a oneshot channel with a timeout.
+//! The handshake can run from a sync factory; async callers wait on a oneshot channel with a
+//! timeout.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -59,7 +65,27 @@ pub struct McpServerConfig {
     /// Calls of each tool that may run at once.
     #[serde(default = "default_concurrency")]
     pub max_concurrency: usize,
+    /// Longest line the server may write, bytes; a longer one is a broken server (it is
+    /// restarted), and the client never holds more than this of one line.
+    #[serde(default = "default_max_line_bytes")]
+    pub max_line_bytes: usize,
+    /// Calls in a row without an answer after which the server is restarted.
+    #[serde(default = "default_restart_after_timeouts")]
+    pub restart_after_timeouts: u32,
+    /// Variables of the trainer's environment the server also gets, beside
+    /// [`BASE_ENV`] and `env`; nothing else of the trainer's environment (its secrets)
+    /// reaches it.
+    #[serde(default)]
+    pub env_passthrough: Vec<String>,
 }
+
+/// The trainer's variables every server gets (where set): what programs need to run.
+pub const BASE_ENV: [&str; 9] = [
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
+];
+
+/// Messages queued for a server's stdin before it counts as not reading.
+const OUTBOX: usize = 64;
 
 fn default_call_timeout() -> f64 {
     30.0
@@ -69,6 +95,12 @@ fn default_init_timeout() -> f64 {
 }
 fn default_concurrency() -> usize {
     8
+}
+fn default_max_line_bytes() -> usize {
+    16 << 20
+}
+fn default_restart_after_timeouts() -> u32 {
+    3
 }
 
 impl McpServerConfig {
@@ -84,6 +116,9 @@ impl McpServerConfig {
             tools: None,
             prefix: String::new(),
             max_concurrency: default_concurrency(),
+            max_line_bytes: default_max_line_bytes(),
+            restart_after_timeouts: default_restart_after_timeouts(),
+            env_passthrough: Vec::new(),
         }
     }
 }
@@ -111,11 +146,52 @@ type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Reply>>>>;
 /// One running server process.
 struct Connection {
     child: Child,
-    stdin: Arc<Mutex<ChildStdin>>,
+    outbox: SyncSender<Vec<u8>>,
+    /// When the writer thread began its current write (ms since `epoch`; 0 when idle).
+    writing_since: Arc<AtomicU64>,
+    epoch: Instant,
     pending: Pending,
     alive: Arc<AtomicBool>,
+    /// Calls in a row that got no answer in time.
+    timeouts: AtomicU32,
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
     server_info: Value,
+}
+
+impl Connection {
+    /// Queues one message for the server's stdin, without waiting on the server.
+    fn write(&self, msg: &Value) -> std::result::Result<(), String> {
+        let mut line = msg.to_string().into_bytes();
+        line.push(b'\n');
+        match self.outbox.try_send(line) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(_)) => {
+                self.abandon();
+                Err(format!(
+                    "the server is not reading its input ({OUTBOX} messages queued); restarted"
+                ))
+            }
+            Err(TrySendError::Disconnected(_)) => Err("the server's input is closed".into()),
+        }
+    }
+
+    /// Whether a write has been blocked (the server not reading) for half of `limit` or
+    /// more: a request that timed out behind it never reached the server.
+    fn write_stuck(&self, limit: Duration) -> bool {
+        let since = self.writing_since.load(Ordering::Acquire);
+        since != 0
+            && self.epoch.elapsed().as_millis() as u64 >= since + limit.as_millis() as u64 / 2
+    }
+
+    /// Kills the server: the reader sees its stdout close, fails every waiting request and
+    /// marks the connection dead, so the next call starts a new server.
+    fn abandon(&self) {
+        self.alive.store(false, Ordering::Release);
+        // SAFETY: plain syscall on our child's process group.
+        unsafe {
+            libc::kill(-(self.child.id() as libc::pid_t), libc::SIGKILL);
+        }
+    }
 }
 
 impl Drop for Connection {
@@ -218,6 +294,16 @@ impl McpClient {
     fn start(&self) -> Result<Connection> {
         let cfg = &self.config;
         let mut cmd = Command::new(&cfg.command);
+        cmd.env_clear();
+        for name in BASE_ENV
+            .iter()
+            .copied()
+            .chain(cfg.env_passthrough.iter().map(String::as_str))
+        {
+            if let Some(value) = std::env::var_os(name) {
+                cmd.env(name, value);
+            }
+        }
         cmd.args(&cfg.args)
             .envs(&cfg.env)
             .stdin(Stdio::piped())
@@ -236,23 +322,31 @@ impl McpClient {
         else {
             return Err(self.server_err("server pipes missing"));
         };
-        let stdin = Arc::new(Mutex::new(stdin));
         let pending: Pending = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
         let stderr_tail: Arc<Mutex<VecDeque<String>>> = Arc::default();
+        let (outbox, queued) = sync_channel::<Vec<u8>>(OUTBOX);
+        let epoch = Instant::now();
+        let writing_since = Arc::new(AtomicU64::new(0));
+        spawn_writer(stdin, queued, writing_since.clone(), epoch, alive.clone());
         spawn_stderr_reader(stderr, stderr_tail.clone());
         spawn_reader(
             stdout,
-            stdin.clone(),
+            outbox.clone(),
             pending.clone(),
             alive.clone(),
             stderr_tail.clone(),
+            cfg.max_line_bytes.max(1024),
+            child.id(),
         );
         let mut conn = Connection {
             child,
-            stdin,
+            outbox,
+            writing_since,
+            epoch,
             pending,
             alive,
+            timeouts: AtomicU32::new(0),
             stderr_tail,
             server_info: Value::Null,
         };
@@ -277,11 +371,8 @@ impl McpClient {
             )));
         }
         conn.server_info = result.get("serverInfo").cloned().unwrap_or(Value::Null);
-        write_line(
-            &conn.stdin,
-            &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-        )
-        .map_err(|e| self.server_err(format!("notifications/initialized: {e}")))?;
+        conn.write(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .map_err(|e| self.server_err(format!("notifications/initialized: {e}")))?;
         Ok(conn)
     }
 
@@ -296,7 +387,7 @@ impl McpClient {
         let (tx, rx) = oneshot::channel();
         lock(&conn.pending).insert(id, tx);
         let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        if let Err(e) = write_line(&conn.stdin, &msg) {
+        if let Err(e) = conn.write(&msg) {
             lock(&conn.pending).remove(&id);
             conn.alive.store(false, Ordering::Release);
             return Err(self.server_err(format!(
@@ -312,11 +403,44 @@ impl McpClient {
         let conn = self.connection()?;
         let rx = self.send(&conn, method, params)?;
         let id = rx.0;
-        wait_blocking(rx, limit).map_err(|e| {
-            lock(&conn.pending).remove(&id);
-            self.cancel(&conn, id, &e);
-            self.server_err(format!("{method}: {e}{}", tail_text(&conn.stderr_tail)))
-        })
+        let outcome = wait_blocking(rx, limit);
+        self.settle(&conn, id, method, limit, outcome)
+    }
+
+    /// The end of a request: an answer resets the count of missed ones; a miss is counted,
+    /// cancelled, and restarts the server when its input is blocked or it missed
+    /// `restart_after_timeouts` in a row.
+    fn settle(
+        &self,
+        conn: &Connection,
+        id: u64,
+        method: &str,
+        limit: Duration,
+        outcome: std::result::Result<Value, String>,
+    ) -> Result<Value> {
+        match outcome {
+            Ok(v) => {
+                conn.timeouts.store(0, Ordering::Relaxed);
+                Ok(v)
+            }
+            Err(e) => {
+                lock(&conn.pending).remove(&id);
+                let mut why = e;
+                if why.starts_with("no answer") {
+                    let missed = conn.timeouts.fetch_add(1, Ordering::Relaxed) + 1;
+                    if conn.write_stuck(limit) {
+                        conn.abandon();
+                        why.push_str(" (the server stopped reading its input; restarted)");
+                    } else if missed >= self.config.restart_after_timeouts.max(1) {
+                        conn.abandon();
+                        why.push_str(&format!(" ({missed} in a row; restarted)"));
+                    } else {
+                        self.cancel(conn, id, &why);
+                    }
+                }
+                Err(self.server_err(format!("{method}: {why}{}", tail_text(&conn.stderr_tail))))
+            }
+        }
     }
 
     /// Sends `method` and awaits the answer up to `limit`. A server that died is restarted
@@ -337,18 +461,13 @@ impl McpClient {
             Ok(Err(_)) => Err("the server closed the connection".to_string()),
             Err(_) => Err(format!("no answer within {limit:?}")),
         };
-        outcome.map_err(|e| {
-            lock(&conn.pending).remove(&id);
-            self.cancel(&conn, id, &e);
-            self.server_err(format!("{method}: {e}{}", tail_text(&conn.stderr_tail)))
-        })
+        self.settle(&conn, id, method, limit, outcome)
     }
 
     /// Tells a live server we stopped waiting for request `id`.
     fn cancel(&self, conn: &Connection, id: u64, reason: &str) {
         if conn.alive.load(Ordering::Acquire) {
-            let _ = write_line(
-                &conn.stdin,
+            let _ = conn.write(
                 &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
                         "params": {"requestId": id, "reason": reason}}),
             );
@@ -403,27 +522,87 @@ fn wait_blocking(
     }
 }
 
-fn write_line(stdin: &Mutex<ChildStdin>, msg: &Value) -> std::io::Result<()> {
-    let mut line = msg.to_string();
-    line.push('\n');
-    let mut w = lock(stdin);
-    w.write_all(line.as_bytes())?;
-    w.flush()
+/// Owns the server's stdin: writes queued messages one by one, recording when each write
+/// began so a blocked one can be told from a slow server.
+fn spawn_writer(
+    mut stdin: ChildStdin,
+    queued: std::sync::mpsc::Receiver<Vec<u8>>,
+    writing_since: Arc<AtomicU64>,
+    epoch: Instant,
+    alive: Arc<AtomicBool>,
+) {
+    std::thread::spawn(move || {
+        for line in queued {
+            writing_since.store(epoch.elapsed().as_millis() as u64 + 1, Ordering::Release);
+            let written = stdin.write_all(&line).and_then(|()| stdin.flush());
+            writing_since.store(0, Ordering::Release);
+            if written.is_err() {
+                alive.store(false, Ordering::Release);
+                break;
+            }
+        }
+    });
+}
+
+/// One line of `r` into `buf` (without the newline), holding at most `cap` bytes: `Ok(true)`
+/// for a line, `Ok(false)` at the end of input, an error for a line longer than `cap`.
+fn read_capped_line(r: &mut impl BufRead, buf: &mut Vec<u8>, cap: usize) -> std::io::Result<bool> {
+    buf.clear();
+    loop {
+        let available = r.fill_buf()?;
+        if available.is_empty() {
+            return Ok(!buf.is_empty());
+        }
+        let (take, done) = match available.iter().position(|&b| b == b'\n') {
+            Some(i) => (i, true),
+            None => (available.len(), false),
+        };
+        if buf.len() + take > cap {
+            return Err(std::io::Error::other(format!(
+                "the server wrote a line over {cap} bytes"
+            )));
+        }
+        buf.extend_from_slice(&available[..take]);
+        r.consume(take + usize::from(done));
+        if done {
+            return Ok(true);
+        }
+    }
 }
 
 fn spawn_reader(
     stdout: impl Read + Send + 'static,
-    stdin: Arc<Mutex<ChildStdin>>,
+    outbox: SyncSender<Vec<u8>>,
     pending: Pending,
     alive: Arc<AtomicBool>,
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
+    max_line_bytes: usize,
+    pid: u32,
 ) {
+    let answer = move |msg: &Value| {
+        let mut line = msg.to_string().into_bytes();
+        line.push(b'\n');
+        let _ = outbox.try_send(line);
+    };
     std::thread::spawn(move || {
-        let reader = BufReader::new(stdout);
-        for line in reader.lines() {
-            let Ok(line) = line else { break };
+        let mut reader = BufReader::new(stdout);
+        let mut buf = Vec::new();
+        let ended = loop {
+            match read_capped_line(&mut reader, &mut buf, max_line_bytes) {
+                Ok(true) => {}
+                Ok(false) => break "the server exited".to_string(),
+                Err(e) => {
+                    // A runaway line: the server is broken; kill it rather than read on.
+                    // SAFETY: plain syscall on our child's process group.
+                    unsafe {
+                        libc::kill(-(pid as libc::pid_t), libc::SIGKILL);
+                    }
+                    break format!("{e}; restarted");
+                }
+            }
+            let line = String::from_utf8_lossy(&buf);
             let Ok(msg) = serde_json::from_str::<Value>(&line) else {
-                tracing::debug!("mcp: ignoring non-JSON line from the server: {line}");
+                tracing::debug!("mcp: ignoring non-JSON line from the server: {line:.200}");
                 continue;
             };
             let id = msg.get("id").and_then(Value::as_u64);
@@ -436,7 +615,7 @@ fn spawn_reader(
                         json!({"jsonrpc": "2.0", "id": msg["id"],
                                "error": {"code": -32601, "message": "method not found"}})
                     };
-                    let _ = write_line(&stdin, &reply);
+                    answer(&reply);
                 }
                 (Some(_), None) => {} // a notification (log, progress): ignored
                 (None, Some(id)) => {
@@ -455,24 +634,45 @@ fn spawn_reader(
                 }
                 (None, None) => {}
             }
-        }
+        };
         alive.store(false, Ordering::Release);
         let tail = tail_text(&stderr_tail);
         for (_, tx) in lock(&pending).drain() {
-            let _ = tx.send(Err(format!("the server exited{tail}")));
+            let _ = tx.send(Err(format!("{ended}{tail}")));
         }
     });
 }
 
+/// Keeps the last 5 lines of the server's stderr, 300 characters each, read as bytes (a
+/// line without an end is cut, never held whole).
 fn spawn_stderr_reader(stderr: impl Read + Send + 'static, tail: Arc<Mutex<VecDeque<String>>>) {
     std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
+        let mut reader = BufReader::new(stderr);
+        let mut chunk = [0u8; 4096];
+        let mut line: Vec<u8> = Vec::new();
+        let push = |line: &mut Vec<u8>| {
             let mut t = lock(&tail);
             if t.len() == 5 {
                 t.pop_front();
             }
-            t.push_back(line.chars().take(300).collect());
+            t.push_back(String::from_utf8_lossy(line).chars().take(300).collect());
+            line.clear();
+        };
+        loop {
+            let n = match reader.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            for &b in &chunk[..n] {
+                if b == b'\n' {
+                    push(&mut line);
+                } else if line.len() < 1200 {
+                    line.push(b);
+                }
+            }
+        }
+        if !line.is_empty() {
+            push(&mut line);
         }
     });
 }

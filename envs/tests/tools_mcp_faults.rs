@@ -1,0 +1,138 @@
+//! MCP servers that misbehave cannot freeze or flood the client: a fault-injecting server
+//! (`tests/py/mcp_faulty_server.py`, a test double; the real-server tests use
+//! mcp-server-time) stops reading its input, writes an endless line, writes invalid UTF-8,
+//! hangs, or dies, on request. Each such call ends with an answer or a named error, the
+//! server is restarted where it is broken, and the next call works. Each call is also
+//! guarded by a 60 s test timeout, so a client that froze fails the test instead of hanging
+//! it (the client's own limit here is 2 s).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_r1_envs::tools::mcp::{McpClient, McpServerConfig};
+use serde_json::json;
+
+const LIMIT: Duration = Duration::from_secs(2);
+
+fn python() -> Option<PathBuf> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
+    if path.exists() {
+        return Some(path);
+    }
+    let msg = format!("{} not found (run `make venv`)", path.display());
+    if std::env::var_os("CI").is_some() {
+        panic!("{msg}");
+    }
+    eprintln!("\n*** SKIPPING MCP FAULT TEST: {msg} ***\n");
+    None
+}
+
+async fn act(client: &Arc<McpClient>, mode: &str, padding: usize) -> Result<String, String> {
+    let params =
+        json!({"name": "act", "arguments": {"mode": mode, "padding": "p".repeat(padding)}});
+    let call = client.request("tools/call", params, LIMIT);
+    match tokio::time::timeout(Duration::from_secs(60), call).await {
+        Err(_) => panic!("`{mode}`: the client froze (no result within 60 s)"),
+        Ok(Err(e)) => Err(e.to_string()),
+        Ok(Ok(v)) => Ok(v["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()),
+    }
+}
+
+fn rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kib: f64 = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    kib / 1024.0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_fault_ends_in_an_answer_or_a_named_error_and_the_server_recovers() {
+    let Some(py) = python() else { return };
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/py/mcp_faulty_server.py");
+    let mut config = McpServerConfig::new(py, &[script.to_str().unwrap()]);
+    config.max_line_bytes = 1 << 20;
+    config.restart_after_timeouts = 3;
+    // The trainer's own environment holds a secret the server must not see.
+    std::env::set_var("AGENT_R1_TEST_SECRET", "hunter2");
+    let client = tokio::task::spawn_blocking(move || McpClient::connect(config))
+        .await
+        .unwrap()
+        .unwrap();
+    let ok = |text: Result<String, String>| {
+        let text = text.unwrap();
+        assert!(text.starts_with("ok "), "{text}");
+        text
+    };
+    let first = ok(act(&client, "ok", 0).await);
+    assert_eq!(client.starts(), 1);
+
+    // The environment is an allow-list.
+    let env = act(&client, "env", 0).await.unwrap();
+    assert!(env.split(' ').any(|v| v == "PATH"), "{env}");
+    assert!(!env.contains("AGENT_R1_TEST_SECRET"), "{env}");
+
+    // A server that hangs: each call times out; the third in a row restarts it.
+    for k in 1..=3 {
+        let e = act(&client, "hang", 0).await.unwrap_err();
+        assert!(e.contains("no answer within"), "{e}");
+        assert_eq!(e.contains("3 in a row; restarted"), k == 3, "{e}");
+    }
+    let second = ok(act(&client, "ok", 0).await);
+    assert_ne!(first, second, "a new server process");
+    assert_eq!(client.starts(), 2);
+
+    // A server that dies fails its call at once and is started again for the next.
+    let e = act(&client, "die", 0).await.unwrap_err();
+    assert!(e.contains("the server exited"), "{e}");
+    ok(act(&client, "ok", 0).await);
+    assert_eq!(client.starts(), 3);
+
+    // Invalid UTF-8 is decoded lossily, not taken for the server's end.
+    let text = act(&client, "bad_utf8", 0).await.unwrap();
+    assert_eq!(text, "before\u{fffd}\u{fffd}after");
+    assert_eq!(client.starts(), 3);
+
+    // A line without end: read up to the cap (1 MiB), then the server is killed; the
+    // client's memory does not follow the server's 64 MiB.
+    let before = rss_mib();
+    let e = act(&client, "flood", 0).await.unwrap_err();
+    assert!(e.contains("a line over 1048576 bytes"), "{e}");
+    let grown = rss_mib() - before;
+    println!("flood: resident memory grew by {grown:.1} MiB (the server wrote 64 MiB)");
+    assert!(grown < 32.0, "memory grew by {grown:.1} MiB");
+    ok(act(&client, "ok", 0).await);
+    assert_eq!(client.starts(), 4);
+
+    // A server that stops reading: the next request's write blocks in the writer thread,
+    // not in the caller; the call times out and the server is restarted.
+    ok(act(&client, "ok", 0).await);
+    assert_eq!(
+        act(&client, "stop_reading", 0).await.unwrap(),
+        "not reading any more"
+    );
+    let e = act(&client, "ok", 200_000).await.unwrap_err();
+    assert!(
+        e.contains("no answer within") && e.contains("stopped reading its input; restarted"),
+        "{e}"
+    );
+    ok(act(&client, "ok", 200_000).await);
+    assert_eq!(client.starts(), 5);
+}
+
+#[test]
+fn config_defaults_and_passthrough_parse() {
+    let c: McpServerConfig = serde_json::from_value(json!({
+        "command": "x", "env_passthrough": ["HF_TOKEN"], "max_line_bytes": 4096
+    }))
+    .unwrap();
+    assert_eq!(c.env_passthrough, vec!["HF_TOKEN".to_string()]);
+    assert_eq!((c.max_line_bytes, c.restart_after_timeouts), (4096, 3));
+}
