@@ -32,6 +32,7 @@
 
 pub mod plot;
 pub mod records;
+mod skip;
 pub mod tasks;
 
 use std::collections::BTreeSet;
@@ -66,6 +67,7 @@ use crate::config::{FileCheck, TrainConfig, TrainMode};
 use crate::setup::{self, RolloutKnobs};
 use crate::{memory, metrics_server};
 use records::{append_jsonl, read_jsonl, truncate_after, BatchSummary};
+use skip::unusable;
 use tasks::TaskStream;
 
 /// Where the training config comes from.
@@ -471,6 +473,21 @@ impl Run {
         let batch = std::mem::take(&mut self.pending);
         let summary = BatchSummary::of(&batch);
         let sample: Vec<Trajectory> = batch.iter().take(ROLLOUT_SAMPLE).cloned().collect();
+        if let Some((reason, why)) = unusable(&batch) {
+            // The batch's tasks are consumed and the weights stay as they are; the run goes
+            // on with the next batch instead of ending on one bad one.
+            self.step += 1;
+            metrics::counter!("agent_r1_train_skipped_updates_total", "reason" => reason)
+                .increment(1);
+            tracing::warn!(step = self.step, reason, "update skipped: {why}");
+            let stats = UpdateStats {
+                version: self.version,
+                trajectories: batch.len(),
+                skipped_reason: Some(reason.to_string()),
+                ..Default::default()
+            };
+            return Ok((summary, stats, t0.elapsed().as_secs_f64(), false));
+        }
         let learner = self.learner.clone();
         let step = self.step + 1;
         let train = async move {
@@ -969,6 +986,7 @@ async fn train_loop(run: &mut Run, resumed: bool) -> anyhow::Result<bool> {
             "kl": stats.kl,
             "grad_norm": stats.grad_norm,
             "kept": stats.trajectories_kept,
+            "skipped": stats.skipped_reason,
             "update_seconds": stats.duration_seconds,
             "sample_seconds": sample_secs,
             "seconds": secs,

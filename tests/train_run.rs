@@ -461,3 +461,31 @@ fn sigterm_during_the_warm_start_stops_at_the_next_step_and_saves_no_model() {
     assert!(!run.join("model-sft/config.json").exists());
     assert!(!run.join("checkpoints").join("step-1").exists());
 }
+
+/// A batch with nothing to train on (here every prompt is longer than the context, so each
+/// episode ends before its first turn) skips its update with a warning and a counted
+/// reason; the run goes on to its last update and exits 0.
+#[test]
+fn an_empty_batch_skips_the_update_and_the_run_goes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), 2, 2, 4, 0);
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("max_context_length = 1024", "max_context_length = 64")
+        .replace("max_prompt_length = 384", "max_prompt_length = 48");
+    std::fs::write(&cfg, text).unwrap();
+    let run = tmp.path().join("run");
+    let (code, out, err) = Trainer::start(&cfg, &run, false).finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(last_json(&out)["updates"], 2);
+    assert!(
+        err.contains("update skipped") && err.contains("empty_batch"),
+        "{err}"
+    );
+    let rows = jsonl(&run.join("metrics.jsonl"));
+    assert_eq!(steps(&rows), vec![1, 2]);
+    assert!(
+        rows.iter().all(|r| r["skipped"] == "empty_batch"),
+        "{rows:?}"
+    );
+}

@@ -20,6 +20,10 @@ pub struct UpdateStats {
     pub policy_updated: bool,
     /// Whether this update was one of the critic warm-up updates.
     pub critic_warmup: bool,
+    /// Set when the caller skipped the update without training (an empty batch, a
+    /// non-finite reward): why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped_reason: Option<String>,
     /// Trajectories received.
     pub trajectories: usize,
     /// Trajectories trained on after filtering.

@@ -1,0 +1,85 @@
+//! When a sampled batch is not trained on.
+
+use agent_r1_actors::trajectory::Trajectory;
+
+/// Why a batch cannot be trained on, if it cannot: no trajectory at all (every episode
+/// ended before its first turn), or a non-finite reward (a bug in the env or its reward,
+/// which group and whitening estimators would spread to innocent episodes).
+pub(crate) fn unusable(batch: &[Trajectory]) -> Option<(&'static str, String)> {
+    if batch.is_empty() {
+        return Some((
+            "empty_batch",
+            "no episode of the batch has a turn to train on".into(),
+        ));
+    }
+    let bad: Vec<u64> = batch
+        .iter()
+        .filter(|t| !t.reward.is_finite() || t.steps.iter().any(|s| !s.reward.is_finite()))
+        .map(|t| t.episode_id)
+        .collect();
+    (!bad.is_empty()).then(|| {
+        (
+            "non_finite_reward",
+            format!("episodes {bad:?} have a non-finite reward (a bug in the env or its reward function)"),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use agent_r1_actors::model::generate::FinishReason;
+    use agent_r1_actors::trajectory::{EpisodeEnd, Step};
+    use agent_r1_envs::task::Task;
+
+    use super::*;
+
+    fn trajectory(id: u64, reward: f64, step_reward: f64) -> Trajectory {
+        Trajectory {
+            episode_id: id,
+            group_id: 0,
+            task: Task {
+                id: format!("t{id}"),
+                data_source: "test".into(),
+                question: String::new(),
+                answers: vec![],
+                prompt: None,
+                extra: serde_json::Value::Null,
+            },
+            prompt_ids: vec![1, 2],
+            steps: vec![Step {
+                context_len: 2,
+                action_ids: vec![3],
+                logprobs: vec![-1.0],
+                policy_version: 0,
+                finish_reason: FinishReason::Stop,
+                tool_calls: vec![],
+                observation_ids: vec![],
+                reward: step_reward,
+                generate_seconds: 0.0,
+                tool_seconds: 0.0,
+                prefill_tokens: 0,
+            }],
+            reward,
+            metrics: Default::default(),
+            end: EpisodeEnd::Completed {
+                reason: "done".into(),
+            },
+            attempts: 1,
+            wall_seconds: 0.0,
+        }
+    }
+
+    #[test]
+    fn empty_batches_and_non_finite_rewards_are_named() {
+        assert_eq!(unusable(&[]).unwrap().0, "empty_batch");
+        assert!(unusable(&[trajectory(1, 1.0, 0.5)]).is_none());
+        for bad in [
+            trajectory(7, f64::NAN, 0.0),
+            trajectory(7, 1.0, f64::INFINITY),
+        ] {
+            let (reason, why) = unusable(&[trajectory(1, 1.0, 0.0), bad]).unwrap();
+            assert_eq!(reason, "non_finite_reward");
+            assert!(why.contains("[7]"), "{why}");
+        }
+    }
+}
