@@ -577,6 +577,12 @@ pub struct MetricsSection {
     pub enabled: bool,
     /// `HOST:PORT` to listen on.
     pub address: String,
+    /// Longest a client may take to send its request headers, seconds.
+    pub header_timeout_secs: f64,
+    /// Longest a connection stays open, seconds (a scraper reconnects).
+    pub connection_timeout_secs: f64,
+    /// Connections served at once; more are closed on arrival.
+    pub max_connections: usize,
 }
 
 impl Default for MetricsSection {
@@ -584,11 +590,31 @@ impl Default for MetricsSection {
         Self {
             enabled: true,
             address: "127.0.0.1:9464".into(),
+            header_timeout_secs: 10.0,
+            connection_timeout_secs: 60.0,
+            max_connections: 32,
         }
     }
 }
 
 impl MetricsSection {
+    /// Checks the address and the limits.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.socket_addr()?;
+        for (key, v) in [
+            ("metrics.header_timeout_secs", self.header_timeout_secs),
+            (
+                "metrics.connection_timeout_secs",
+                self.connection_timeout_secs,
+            ),
+        ] {
+            if !(v.is_finite() && v > 0.0 && v <= 86_400.0) {
+                return Err(ConfigError::range(key, v, "seconds in (0, 86400]"));
+            }
+        }
+        at_least("metrics.max_connections", self.max_connections, 1)
+    }
+
     /// The address to bind, resolved (`localhost:9464` works); errors name `metrics.address`.
     pub fn socket_addr(&self) -> Result<SocketAddr, ConfigError> {
         let bad = |why: &str| {
@@ -667,7 +693,7 @@ impl TrainConfig {
         self.validate_rollout()?;
         self.validate_training()?;
         self.validate_warm_start()?;
-        self.metrics.socket_addr()?;
+        self.metrics.validate()?;
         // The learner's own checks, as a backstop for rules added there later.
         self.learner_config()
             .validate()

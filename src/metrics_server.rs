@@ -20,7 +20,7 @@ use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::config::{ConfigError, MetricsSection};
@@ -98,6 +98,7 @@ impl Drop for MetricsServer {
 /// Installs the global recorder, describes the `agent_r1_*` series, and serves `/metrics`
 /// and `/healthz` at `section.address`.
 pub fn start(section: &MetricsSection) -> Result<MetricsServer, MetricsError> {
+    section.validate()?;
     let addr = section.socket_addr()?;
     let listener = TcpListener::bind(addr).map_err(|source| MetricsError::Bind { addr, source })?;
     let addr = listener
@@ -123,9 +124,14 @@ pub fn start(section: &MetricsSection) -> Result<MetricsServer, MetricsError> {
 
     let (tx, rx) = tokio::sync::oneshot::channel();
     let serve_handle = handle.clone();
+    let limits = Limits {
+        header: Duration::from_secs_f64(section.header_timeout_secs),
+        connection: Duration::from_secs_f64(section.connection_timeout_secs),
+        connections: section.max_connections,
+    };
     let thread = std::thread::Builder::new()
         .name("metrics-http".into())
-        .spawn(move || serve(listener, serve_handle, rx))
+        .spawn(move || serve(listener, serve_handle, rx, limits))
         .map_err(|e| MetricsError::Setup(format!("cannot start the server thread: {e}")))?;
     tracing::info!(%addr, "serving /metrics and /healthz");
     Ok(MetricsServer {
@@ -136,11 +142,25 @@ pub fn start(section: &MetricsSection) -> Result<MetricsServer, MetricsError> {
     })
 }
 
-/// The server thread: accepts until shut down, runs the recorder's upkeep.
+/// What one client may hold of the server.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    /// To send the request headers.
+    header: Duration,
+    /// A connection's whole life.
+    connection: Duration,
+    /// Connections at once.
+    connections: usize,
+}
+
+/// The server thread: accepts until shut down, runs the recorder's upkeep. Idle or slow
+/// clients cannot pile up: headers must arrive within `limits.header`, a connection closes
+/// after `limits.connection`, and past `limits.connections` new ones are closed at once.
 fn serve(
     listener: TcpListener,
     handle: PrometheusHandle,
     mut shutdown: tokio::sync::oneshot::Receiver<()>,
+    limits: Limits,
 ) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -161,6 +181,7 @@ fn serve(
             }
         };
         let mut upkeep = tokio::time::interval(UPKEEP_EVERY);
+        let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(limits.connections));
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
@@ -173,17 +194,26 @@ fn serve(
                             continue;
                         }
                     };
+                    let Ok(slot) = slots.clone().try_acquire_owned() else {
+                        metrics::counter!("agent_r1_metrics_connections_refused_total").increment(1);
+                        drop(stream);
+                        continue;
+                    };
                     let handle = handle.clone();
                     tokio::spawn(async move {
+                        let _slot = slot;
                         let service = hyper::service::service_fn(move |req| {
                             let handle = handle.clone();
                             async move { Ok::<_, std::convert::Infallible>(respond(&req, &handle)) }
                         });
-                        if let Err(e) = hyper::server::conn::http1::Builder::new()
-                            .serve_connection(TokioIo::new(stream), service)
-                            .await
-                        {
-                            tracing::debug!("metrics server: connection: {e}");
+                        let connection = hyper::server::conn::http1::Builder::new()
+                            .timer(TokioTimer::new())
+                            .header_read_timeout(limits.header)
+                            .serve_connection(TokioIo::new(stream), service);
+                        match tokio::time::timeout(limits.connection, connection).await {
+                            Ok(Err(e)) => tracing::debug!("metrics server: connection: {e}"),
+                            Err(_) => tracing::debug!("metrics server: connection closed after {:?}", limits.connection),
+                            Ok(Ok(())) => {}
                         }
                     });
                 }
@@ -276,6 +306,14 @@ fn describe_series() {
     describe_counter!(
         "agent_r1_tool_errors_total",
         "Failed tool calls, by tool and error kind (tool unparsed: the call did not parse; unknown: no tool has its name)."
+    );
+    describe_counter!(
+        "agent_r1_metrics_connections_refused_total",
+        "Connections to this endpoint closed on arrival because metrics.max_connections were open."
+    );
+    describe_counter!(
+        "agent_r1_train_skipped_updates_total",
+        "Updates skipped without training, by reason (empty_batch, non_finite_reward)."
     );
     describe_counter!(
         "agent_r1_tool_restarts_total",
@@ -522,6 +560,7 @@ mod tests {
         let e = start(&MetricsSection {
             enabled: true,
             address: "not an address".into(),
+            ..Default::default()
         })
         .unwrap_err()
         .to_string();
@@ -533,6 +572,7 @@ mod tests {
         let e = start(&MetricsSection {
             enabled: true,
             address: busy.local_addr().unwrap().to_string(),
+            ..Default::default()
         })
         .unwrap_err();
         assert!(matches!(e, MetricsError::Bind { .. }), "{e}");

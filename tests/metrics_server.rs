@@ -36,6 +36,9 @@ fn serves_metrics_and_healthz_on_a_free_port() {
     let server = start(&MetricsSection {
         enabled: true,
         address: "127.0.0.1:0".into(),
+        header_timeout_secs: 1.0,
+        connection_timeout_secs: 3.0,
+        max_connections: 4,
     })
     .unwrap();
     let addr = server.local_addr();
@@ -62,10 +65,32 @@ fn serves_metrics_and_healthz_on_a_free_port() {
     assert_eq!((status, body.as_str()), (200, "ok\n"));
     assert_eq!(get(addr, "/nope").0, 404);
 
+    // Clients that connect and send nothing cannot hold the server: past 4 connections
+    // new ones are closed on arrival, the others when their headers are 1 s late. Every
+    // one of 40 idle connections is closed by the server (the 60 s read timeout only
+    // guards the test against a server that would keep them).
+    let idle: Vec<TcpStream> = (0..40).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    for (i, mut s) in idle.into_iter().enumerate() {
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let mut buf = [0u8; 64];
+        match s.read(&mut buf) {
+            Ok(0) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            other => panic!("idle connection {i} was not closed by the server: {other:?}"),
+        }
+    }
+    let (status, body) = get(addr, "/metrics");
+    assert_eq!(status, 200, "served again after the idle clients: {body}");
+    assert!(
+        body.contains("agent_r1_metrics_connections_refused_total"),
+        "{body}"
+    );
+
     // The recorder is per process: a second start says so.
     let again = start(&MetricsSection {
         enabled: true,
         address: "127.0.0.1:0".into(),
+        ..Default::default()
     });
     assert!(
         matches!(again, Err(MetricsError::AlreadyInstalled)),
