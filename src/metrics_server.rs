@@ -316,6 +316,10 @@ fn describe_series() {
         "Updates skipped without training, by reason (empty_batch, non_finite_reward)."
     );
     describe_counter!(
+        "agent_r1_tool_calls_abandoned_total",
+        "Queued tool calls dropped unrun because their episode had stopped waiting, by tool."
+    );
+    describe_counter!(
         "agent_r1_tool_restarts_total",
         "Tool workers restarted, by tool."
     );

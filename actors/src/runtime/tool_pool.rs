@@ -2,7 +2,8 @@
 //! (bounded: a full queue sheds the call with an `Overloaded` observation), validates
 //! arguments, and supervises its workers. A worker that panics is replaced after a back-off;
 //! the call it was running gets an error observation instead of a hang. Timeouts are enforced
-//! in the worker, so a slow tool never holds an episode past `Tool::timeout`.
+//! in the worker, so a slow tool never holds an episode past `Tool::timeout`. A queued call
+//! whose episode stopped waiting (its reply port closed) is dropped instead of run.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -257,6 +258,12 @@ fn dispatch(state: &mut ToolPoolState) {
             return;
         };
         let (call, reply, queued) = state.queue.pop_front().expect("not empty");
+        if reply.is_closed() {
+            metrics::counter!("agent_r1_tool_calls_abandoned_total", "tool" => state.tool.name().to_string())
+                .increment(1);
+            state.idle.push(worker);
+            continue;
+        }
         let id = worker.get_id();
         match worker.cast(WorkerMsg::Run(call, reply, queued)) {
             Ok(()) => {
@@ -349,5 +356,77 @@ impl Actor for ToolWorker {
         });
         let _ = pool.cast(ToolPoolMsg::WorkerIdle(myself.get_id()));
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use agent_r1_envs::tool::ToolOutput;
+    use async_trait::async_trait;
+    use serde_json::{json, Value};
+
+    use super::*;
+
+    /// Counts the calls it runs.
+    struct Counting {
+        runs: Arc<AtomicUsize>,
+    }
+
+    #[async_trait]
+    impl Tool for Counting {
+        fn name(&self) -> &str {
+            "counting"
+        }
+        fn description(&self) -> &str {
+            "counts its calls"
+        }
+        fn parameters(&self) -> Value {
+            json!({"type": "object"})
+        }
+        fn max_concurrency(&self) -> usize {
+            1
+        }
+        async fn call(&self, _: Value) -> agent_r1_envs::Result<ToolOutput> {
+            self.runs.fetch_add(1, Ordering::SeqCst);
+            Ok(ToolOutput::text("done"))
+        }
+    }
+
+    fn call() -> ToolCall {
+        ToolCall {
+            name: "counting".into(),
+            arguments: json!({}),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_call_whose_episode_stopped_waiting_is_dropped_unrun() {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let (pool, _) = Actor::spawn(
+            None,
+            ToolPool,
+            ToolPoolArgs {
+                tool: Arc::new(Counting { runs: runs.clone() }),
+                queue_capacity: 8,
+                restart: RestartPolicy::default(),
+                validate: Arc::new(|_: &dyn Tool, _: &Value| Ok(())),
+            },
+        )
+        .await
+        .unwrap();
+        // An episode that gave up (its deadline passed) before its call was run.
+        let (port, gave_up) = tokio::sync::oneshot::channel();
+        drop(gave_up);
+        pool.cast(ToolPoolMsg::Call(call(), port.into())).unwrap();
+        let answered = pool
+            .call(|r| ToolPoolMsg::Call(call(), r), None)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(answered.result.unwrap().text, "done");
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "only the awaited call ran");
+        pool.stop(None);
     }
 }
