@@ -26,4 +26,4 @@ pub mod trainer;
 pub use config::{Estimator, KlConfig, KlPlacement, LearnerConfig};
 pub use handle::{spawn_learner, LearnerHandle, PolicyWeights};
 pub use stats::UpdateStats;
-pub use trainer::{Learner, LearnerModels, CRITIC_DIR};
+pub use trainer::{check_rewards, Learner, LearnerModels, CRITIC_DIR};

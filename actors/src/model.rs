@@ -269,11 +269,10 @@ impl PolicyModel {
         let t = ids.size()[1];
         let (positions, mask) = match cache.as_mut() {
             Some(cache) => cache.begin_chunk(input_mask),
-            None => {
-                let counts = input_mask.to_kind(Kind::Int64).cumsum(1, Kind::Int64);
-                let positions = (counts - 1).clamp_min(0);
-                (positions, kv_cache::chunk_mask(input_mask, 0, t))
-            }
+            None => (
+                padded_positions(input_mask),
+                kv_cache::chunk_mask(input_mask, 0, t),
+            ),
         };
         let (cos, sin) = self.rotary.cos_sin(&positions, self.placement.kind);
         let mut x = self.embed_tokens.forward(ids);
@@ -311,9 +310,8 @@ impl PolicyModel {
     /// cos and sin of right-padded rows (positions count real tokens; padding repeats the
     /// last).
     fn right_padded_rotary(&self, input_mask: &Tensor) -> (Tensor, Tensor) {
-        let counts = input_mask.to_kind(Kind::Int64).cumsum(1, Kind::Int64);
-        let positions = (counts - 1).clamp_min(0);
-        self.rotary.cos_sin(&positions, self.placement.kind)
+        self.rotary
+            .cos_sin(&padded_positions(input_mask), self.placement.kind)
     }
 
     /// Vocabulary logits [.., V] from hidden states [.., H].
@@ -360,4 +358,11 @@ impl PolicyModel {
             None => Ok(()),
         }
     }
+}
+
+/// Rotary positions of a chunk without a cache: each real token's index among its row's
+/// real tokens (padding repeats a neighbour's, and is never attended).
+fn padded_positions(input_mask: &Tensor) -> Tensor {
+    let counts = input_mask.to_kind(Kind::Int64).cumsum(1, Kind::Int64);
+    (counts - 1).clamp_min(0)
 }

@@ -1,5 +1,6 @@
 //! When a sampled batch is not trained on.
 
+use agent_r1_actors::learner::check_rewards;
 use agent_r1_actors::trajectory::Trajectory;
 
 /// Why a batch cannot be trained on, if it cannot: no trajectory at all (every episode
@@ -14,7 +15,7 @@ pub(crate) fn unusable(batch: &[Trajectory]) -> Option<(&'static str, String)> {
     }
     let bad: Vec<u64> = batch
         .iter()
-        .filter(|t| !t.reward.is_finite() || t.steps.iter().any(|s| !s.reward.is_finite()))
+        .filter(|t| check_rewards(t).is_err())
         .map(|t| t.episode_id)
         .collect();
     (!bad.is_empty()).then(|| {

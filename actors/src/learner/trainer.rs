@@ -153,7 +153,7 @@ fn nonfinite_rows(t: &Tensor, mask: &Tensor) -> Vec<bool> {
 /// estimators to the whole batch, so skipping steps would blame innocent episodes and
 /// dropping it silently would hide the bug. The error names the episode and the step, and
 /// comes before any state (version, optimizer, shuffle RNG) changes.
-fn check_rewards(t: &Trajectory) -> Result<()> {
+pub fn check_rewards(t: &Trajectory) -> Result<()> {
     if !t.reward.is_finite() {
         return Err(Error::invalid(
             format!("trajectory {}", t.episode_id),

@@ -161,9 +161,7 @@ struct Connection {
 impl Connection {
     /// Queues one message for the server's stdin, without waiting on the server.
     fn write(&self, msg: &Value) -> std::result::Result<(), String> {
-        let mut line = msg.to_string().into_bytes();
-        line.push(b'\n');
-        match self.outbox.try_send(line) {
+        match self.outbox.try_send(frame(msg)) {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(_)) => {
                 self.abandon();
@@ -522,6 +520,13 @@ fn wait_blocking(
     }
 }
 
+/// One JSON-RPC message as the line written to the server.
+fn frame(msg: &Value) -> Vec<u8> {
+    let mut line = msg.to_string().into_bytes();
+    line.push(b'\n');
+    line
+}
+
 /// Owns the server's stdin: writes queued messages one by one, recording when each write
 /// began so a blocked one can be told from a slow server.
 fn spawn_writer(
@@ -580,9 +585,7 @@ fn spawn_reader(
     pid: u32,
 ) {
     let answer = move |msg: &Value| {
-        let mut line = msg.to_string().into_bytes();
-        line.push(b'\n');
-        let _ = outbox.try_send(line);
+        let _ = outbox.try_send(frame(msg));
     };
     std::thread::spawn(move || {
         let mut reader = BufReader::new(stdout);
