@@ -10,3 +10,4 @@ pub(crate) mod init_model;
 pub(crate) mod rollout;
 pub(crate) mod tool;
 pub(crate) mod train;
+pub(crate) mod view;

@@ -57,6 +57,8 @@ enum Command {
     /// Train a policy with RL as a config file describes (checkpoints, resume, evaluation,
     /// metrics, curves).
     Train(cmd::train::TrainCmdArgs),
+    /// Serve a run directory's web UI (run, episodes, episode and live pages) read-only.
+    View(cmd::view::ViewArgs),
     /// Benchmarks that print figures.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCmd),
@@ -82,6 +84,7 @@ fn main() {
         Command::CheckConfig(args) => cmd::check_config::run(args),
         Command::Tool(cmd) => cmd::tool::run_cmd(cmd),
         Command::Train(args) => cmd::train::run(args),
+        Command::View(args) => cmd::view::run(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -1,4 +1,5 @@
-//! The Prometheus endpoint of `agent-r1 train`: `/metrics` and `/healthz`.
+//! The HTTP endpoint of `agent-r1 train`: `/metrics`, `/healthz` and the web UI under `/ui`
+//! ([`crate::view`]); `agent-r1 view` serves the UI alone with the same server ([`serve_ui`]).
 //!
 //! The `metrics` facade's recorder is process-global, so [`start`] installs the
 //! `metrics-exporter-prometheus` recorder once and serves it from a small hyper server. The
@@ -13,6 +14,7 @@
 //! latency buckets and `agent_r1_engine_batch_size` powers of two.
 
 use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -24,6 +26,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::config::{ConfigError, MetricsSection};
+use crate::view::Site;
 
 /// Latency buckets (seconds) for every `*_seconds` histogram: tool calls, queue waits,
 /// engine steps, learner updates span sub-millisecond to minutes.
@@ -66,16 +69,14 @@ pub enum MetricsError {
 /// (the `metrics` facade cannot uninstall one), so metrics keep being collected.
 #[derive(Debug)]
 pub struct MetricsServer {
-    addr: SocketAddr,
+    http: HttpServer,
     handle: PrometheusHandle,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
 }
 
 impl MetricsServer {
     /// The address actually bound (the real port when the config said port 0).
     pub fn local_addr(&self) -> SocketAddr {
-        self.addr
+        self.http.addr
     }
 
     /// The text `/metrics` serves right now (for logs and tests).
@@ -84,7 +85,36 @@ impl MetricsServer {
     }
 }
 
-impl Drop for MetricsServer {
+/// A running HTTP server thread; dropping it stops the server.
+#[derive(Debug)]
+pub struct HttpServer {
+    addr: SocketAddr,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl HttpServer {
+    /// The address actually bound.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Blocks until the server thread ends (it ends only when dropped, or on a fatal error).
+    pub fn wait(mut self) {
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// What a server answers besides `/healthz`.
+#[derive(Clone)]
+struct Routes {
+    metrics: Option<PrometheusHandle>,
+    ui: Option<Arc<Site>>,
+}
+
+impl Drop for HttpServer {
     fn drop(&mut self) {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
@@ -95,11 +125,7 @@ impl Drop for MetricsServer {
     }
 }
 
-/// Installs the global recorder, describes the `agent_r1_*` series, and serves `/metrics`
-/// and `/healthz` at `section.address`.
-pub fn start(section: &MetricsSection) -> Result<MetricsServer, MetricsError> {
-    section.validate()?;
-    let addr = section.socket_addr()?;
+fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), MetricsError> {
     let listener = TcpListener::bind(addr).map_err(|source| MetricsError::Bind { addr, source })?;
     let addr = listener
         .local_addr()
@@ -107,6 +133,47 @@ pub fn start(section: &MetricsSection) -> Result<MetricsServer, MetricsError> {
     listener
         .set_nonblocking(true)
         .map_err(|e| MetricsError::Setup(format!("non-blocking listener: {e}")))?;
+    Ok((listener, addr))
+}
+
+fn spawn(
+    listener: TcpListener,
+    addr: SocketAddr,
+    routes: Routes,
+    limits: Limits,
+) -> Result<HttpServer, MetricsError> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let thread = std::thread::Builder::new()
+        .name("metrics-http".into())
+        .spawn(move || serve(listener, routes, rx, limits))
+        .map_err(|e| MetricsError::Setup(format!("cannot start the server thread: {e}")))?;
+    Ok(HttpServer {
+        addr,
+        shutdown: Some(tx),
+        thread: Some(thread),
+    })
+}
+
+/// Serves the web UI of `site` (and `/healthz`) at `addr`, with the default connection
+/// limits; no `/metrics` (`agent-r1 view`).
+pub fn serve_ui(addr: SocketAddr, site: Arc<Site>) -> Result<HttpServer, MetricsError> {
+    let (listener, addr) = bind(addr)?;
+    let defaults = MetricsSection::default();
+    let routes = Routes {
+        metrics: None,
+        ui: Some(site),
+    };
+    spawn(listener, addr, routes, Limits::of(&defaults))
+}
+
+/// Installs the global recorder, describes the `agent_r1_*` series, and serves `/metrics`,
+/// `/healthz` and (with `ui`) the web UI at `section.address`.
+pub fn start(
+    section: &MetricsSection,
+    ui: Option<Arc<Site>>,
+) -> Result<MetricsServer, MetricsError> {
+    section.validate()?;
+    let (listener, addr) = bind(section.socket_addr()?)?;
 
     let recorder = PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)
@@ -122,24 +189,13 @@ pub fn start(section: &MetricsSection) -> Result<MetricsServer, MetricsError> {
     metrics::set_global_recorder(recorder).map_err(|_| MetricsError::AlreadyInstalled)?;
     describe_series();
 
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let serve_handle = handle.clone();
-    let limits = Limits {
-        header: Duration::from_secs_f64(section.header_timeout_secs),
-        connection: Duration::from_secs_f64(section.connection_timeout_secs),
-        connections: section.max_connections,
+    let routes = Routes {
+        metrics: Some(handle.clone()),
+        ui,
     };
-    let thread = std::thread::Builder::new()
-        .name("metrics-http".into())
-        .spawn(move || serve(listener, serve_handle, rx, limits))
-        .map_err(|e| MetricsError::Setup(format!("cannot start the server thread: {e}")))?;
-    tracing::info!(%addr, "serving /metrics and /healthz");
-    Ok(MetricsServer {
-        addr,
-        handle,
-        shutdown: Some(tx),
-        thread: Some(thread),
-    })
+    let http = spawn(listener, addr, routes, Limits::of(section))?;
+    tracing::info!(%addr, "serving /metrics, /healthz and /ui");
+    Ok(MetricsServer { http, handle })
 }
 
 /// What one client may hold of the server.
@@ -153,12 +209,22 @@ struct Limits {
     connections: usize,
 }
 
+impl Limits {
+    fn of(section: &MetricsSection) -> Self {
+        Self {
+            header: Duration::from_secs_f64(section.header_timeout_secs),
+            connection: Duration::from_secs_f64(section.connection_timeout_secs),
+            connections: section.max_connections,
+        }
+    }
+}
+
 /// The server thread: accepts until shut down, runs the recorder's upkeep. Idle or slow
 /// clients cannot pile up: headers must arrive within `limits.header`, a connection closes
 /// after `limits.connection`, and past `limits.connections` new ones are closed at once.
 fn serve(
     listener: TcpListener,
-    handle: PrometheusHandle,
+    routes: Routes,
     mut shutdown: tokio::sync::oneshot::Receiver<()>,
     limits: Limits,
 ) {
@@ -185,7 +251,11 @@ fn serve(
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
-                _ = upkeep.tick() => handle.run_upkeep(),
+                _ = upkeep.tick() => {
+                    if let Some(handle) = &routes.metrics {
+                        handle.run_upkeep();
+                    }
+                }
                 accepted = listener.accept() => {
                     let stream = match accepted {
                         Ok((stream, _)) => stream,
@@ -199,12 +269,12 @@ fn serve(
                         drop(stream);
                         continue;
                     };
-                    let handle = handle.clone();
+                    let routes = routes.clone();
                     tokio::spawn(async move {
                         let _slot = slot;
                         let service = hyper::service::service_fn(move |req| {
-                            let handle = handle.clone();
-                            async move { Ok::<_, std::convert::Infallible>(respond(&req, &handle)) }
+                            let routes = routes.clone();
+                            async move { Ok::<_, std::convert::Infallible>(respond(req, routes).await) }
                         });
                         let connection = hyper::server::conn::http1::Builder::new()
                             .timer(TokioTimer::new())
@@ -222,8 +292,8 @@ fn serve(
     });
 }
 
-/// Routes one request.
-fn respond(req: &Request<Incoming>, handle: &PrometheusHandle) -> Response<Full<Bytes>> {
+/// Routes one request. UI pages read files, so they are rendered on the blocking pool.
+async fn respond(req: Request<Incoming>, routes: Routes) -> Response<Full<Bytes>> {
     let reply = |status: StatusCode, content_type: &'static str, body: String| {
         let mut r = Response::new(Full::new(Bytes::from(body)));
         *r.status_mut() = status;
@@ -238,8 +308,9 @@ fn respond(req: &Request<Incoming>, handle: &PrometheusHandle) -> Response<Full<
             "use GET\n".into(),
         );
     }
-    match req.uri().path() {
-        "/metrics" => {
+    let path = req.uri().path().to_string();
+    match (path.as_str(), &routes.metrics, &routes.ui) {
+        ("/metrics", Some(handle), _) => {
             record_process_memory();
             reply(
                 StatusCode::OK,
@@ -247,11 +318,41 @@ fn respond(req: &Request<Incoming>, handle: &PrometheusHandle) -> Response<Full<
                 handle.render(),
             )
         }
-        "/healthz" => reply(StatusCode::OK, "text/plain", "ok\n".into()),
+        ("/healthz", _, _) => reply(StatusCode::OK, "text/plain", "ok\n".into()),
+        ("/", None, Some(_)) => {
+            let mut r = reply(StatusCode::FOUND, "text/plain", "see /ui\n".into());
+            r.headers_mut()
+                .insert(hyper::header::LOCATION, HeaderValue::from_static("/ui"));
+            r
+        }
+        (p, _, Some(site)) if p == "/ui" || p.starts_with("/ui/") => {
+            let site = site.clone();
+            let query = req.uri().query().map(str::to_string);
+            match tokio::task::spawn_blocking(move || site.respond(&path, query.as_deref())).await {
+                Ok(page) => reply(
+                    StatusCode::from_u16(page.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                    page.content_type,
+                    page.body,
+                ),
+                Err(e) => reply(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "text/plain",
+                    format!("the page failed: {e}\n"),
+                ),
+            }
+        }
         _ => reply(
             StatusCode::NOT_FOUND,
             "text/plain",
-            "not found; try /metrics or /healthz\n".into(),
+            format!(
+                "not found; try {}/healthz{}\n",
+                if routes.metrics.is_some() {
+                    "/metrics, "
+                } else {
+                    ""
+                },
+                if routes.ui.is_some() { ", /ui" } else { "" }
+            ),
         ),
     }
 }

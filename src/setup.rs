@@ -202,6 +202,7 @@ pub fn rollout_setup(
         tool_queue_capacity: 4 * knobs.concurrency.max(16),
         restart: Default::default(),
         validate,
+        live: Default::default(),
     })
 }
 

@@ -47,7 +47,7 @@ use agent_r1_actors::learner::{
     spawn_learner, LearnerHandle, LearnerModels, UpdateStats, CRITIC_DIR,
 };
 use agent_r1_actors::model::PolicyModel;
-use agent_r1_actors::runtime::{run_rollout, RolloutSetup};
+use agent_r1_actors::runtime::{run_rollout, LiveBoard, RolloutSetup};
 use agent_r1_actors::sft::SftConfig;
 use agent_r1_actors::tokenizer::HfTokenizer;
 use agent_r1_actors::trajectory::{Trajectory, TrajectoryWriter};
@@ -65,6 +65,7 @@ use serde_json::{json, Value};
 use crate::checkpoint::{self, TrainingState, PENDING_TRAJECTORIES};
 use crate::config::{FileCheck, TrainConfig, TrainMode};
 use crate::setup::{self, RolloutKnobs};
+use crate::view::Site;
 use crate::{memory, metrics_server};
 use records::{append_jsonl, read_jsonl, truncate_after, BatchSummary};
 use skip::unusable;
@@ -195,6 +196,7 @@ fn clone_setup(s: &RolloutSetup) -> RolloutSetup {
         tool_queue_capacity: s.tool_queue_capacity,
         restart: s.restart.clone(),
         validate: s.validate.clone(),
+        live: s.live.clone(),
     }
 }
 
@@ -541,9 +543,14 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
     let rt = setup::actor_runtime()?;
     let stop = Arc::new(AtomicBool::new(false));
     install_signal_handler(&rt, stop.clone());
+    let live = LiveBoard::default();
     let _metrics = if cfg.metrics.enabled {
-        let server = metrics_server::start(&cfg.metrics)?;
-        eprintln!("metrics: http://{}/metrics", server.local_addr());
+        let site = Site::open(&run_dir, Some(live.clone()))?;
+        let server = metrics_server::start(&cfg.metrics, Some(Arc::new(site)))?;
+        eprintln!(
+            "metrics: http://{addr}/metrics  web UI: http://{addr}/ui",
+            addr = server.local_addr()
+        );
         Some(server)
     } else {
         None
@@ -565,6 +572,11 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
             None
         }
     };
+
+    // The resolved config, for the web UI and for people reading the directory.
+    let config_path = run_dir.join("config.toml");
+    std::fs::write(&config_path, cfg.to_toml_string())
+        .with_context(|| format!("{}: cannot write", config_path.display()))?;
 
     let scenario = scenario(&cfg, &run_dir)?;
     eprintln!(
@@ -832,17 +844,19 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
         &knobs,
     )?;
     train_setup.episode.sampling.top_p = r.top_p;
+    train_setup.live = live.clone();
     let eval_knobs = RolloutKnobs {
         temperature: if cfg.eval.greedy { 0.0 } else { r.temperature },
         ..knobs
     };
-    let eval_setup = setup::rollout_setup(
+    let mut eval_setup = setup::rollout_setup(
         engine.clone(),
         tokenizer.clone(),
         scenario.env.clone(),
         scenario.tools.clone(),
         &eval_knobs,
     )?;
+    eval_setup.live = live;
 
     let mut run = Run {
         stream: TaskStream::new(scenario.train, seed),
@@ -984,7 +998,10 @@ async fn train_loop(run: &mut Run, resumed: bool) -> anyhow::Result<bool> {
             "value_loss": stats.value_loss,
             "entropy": stats.entropy,
             "kl": stats.kl,
+            "approx_kl": stats.approx_kl,
+            "clip_fraction": stats.clip_fraction,
             "grad_norm": stats.grad_norm,
+            "metrics": s.metrics,
             "kept": stats.trajectories_kept,
             "skipped": stats.skipped_reason,
             "update_seconds": stats.duration_seconds,

@@ -17,6 +17,7 @@ mod engine_actor;
 mod env_actor;
 mod episode;
 pub mod fault;
+pub mod live;
 mod render;
 mod supervisor;
 mod tool_pool;
@@ -36,6 +37,7 @@ use agent_r1_envs::tool::{CallError, Tool};
 pub use engine_actor::{EngineActor, EngineMsg};
 pub use env_actor::{EnvActor, EnvMsg, EnvReply};
 pub use episode::{Episode, EpisodeMsg};
+pub use live::{LiveBoard, LiveSnapshot};
 pub use render::TurnRenderer;
 pub use supervisor::{RolloutSummary, SupervisorMsg};
 pub use tool_pool::{RestartPolicy, ToolPool, ToolPoolMsg, ToolPoolStats};
@@ -99,6 +101,8 @@ pub struct RolloutSetup {
     pub restart: RestartPolicy,
     /// Argument validation run by tool pools before a call is queued.
     pub validate: ArgValidator,
+    /// Where episodes show what they are doing (the web UI's live page).
+    pub live: LiveBoard,
 }
 
 /// Counters of a finished rollout.
@@ -163,6 +167,7 @@ pub async fn run_rollout(
         tools: pools.clone(),
         renderer: setup.renderer.clone(),
         config: setup.episode.clone(),
+        live: setup.live.clone(),
     });
     let (done_tx, done_rx) = oneshot::channel();
     let args = supervisor::SupervisorArgs {

@@ -7,6 +7,8 @@
 //! given — so nothing is re-tokenised, and only `action_ids` are ever attributed to the
 //! policy.
 
+pub mod index;
+
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
@@ -125,9 +127,12 @@ impl Trajectory {
     }
 }
 
-/// Writes trajectories as JSON lines, with decoded text beside the ids.
+/// Writes trajectories as JSON lines, with decoded text beside the ids, and their index
+/// ([`index::EpisodeSummary`] lines in [`index::index_path`]).
 pub struct TrajectoryWriter {
     out: std::io::BufWriter<std::fs::File>,
+    index: std::io::BufWriter<std::fs::File>,
+    offset: u64,
     tokenizer: Option<std::sync::Arc<HfTokenizer>>,
     path: std::path::PathBuf,
 }
@@ -139,8 +144,13 @@ impl TrajectoryWriter {
             std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
         }
         let file = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
+        let index_path = index::index_path(path);
+        let index_file =
+            std::fs::File::create(&index_path).map_err(|e| Error::io(&index_path, e))?;
         Ok(Self {
             out: std::io::BufWriter::new(file),
+            index: std::io::BufWriter::new(index_file),
+            offset: 0,
             tokenizer,
             path: path.to_path_buf(),
         })
@@ -159,11 +169,16 @@ impl TrajectoryWriter {
             }
         }
         let line = serde_json::to_string(&value).map_err(|e| Error::Other(e.to_string()))?;
-        writeln!(self.out, "{line}").map_err(|e| Error::io(&self.path, e))
+        writeln!(self.out, "{line}").map_err(|e| Error::io(&self.path, e))?;
+        let summary = index::EpisodeSummary::of(t, self.offset, line.len() as u64);
+        self.offset += line.len() as u64 + 1;
+        let entry = serde_json::to_string(&summary).map_err(|e| Error::Other(e.to_string()))?;
+        writeln!(self.index, "{entry}").map_err(|e| Error::io(&self.path, e))
     }
 
-    /// Flushes to disk.
+    /// Flushes to disk, the data file first.
     pub fn flush(&mut self) -> Result<()> {
-        self.out.flush().map_err(|e| Error::io(&self.path, e))
+        self.out.flush().map_err(|e| Error::io(&self.path, e))?;
+        self.index.flush().map_err(|e| Error::io(&self.path, e))
     }
 }

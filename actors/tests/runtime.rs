@@ -209,6 +209,7 @@ fn run(
         tool_queue_capacity: 64,
         restart: Default::default(),
         validate: Arc::new(|_, _| Ok(())),
+        live: Default::default(),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

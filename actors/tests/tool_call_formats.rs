@@ -230,6 +230,7 @@ fn run_family(style: TokenizerStyle, family: &str, format: ToolCallFormat) {
         tool_queue_capacity: 4,
         restart: Default::default(),
         validate: Arc::new(|_, _| Ok(())),
+        live: Default::default(),
     };
     let trajectory = rollout(setup);
 

@@ -19,6 +19,7 @@ use agent_r1_envs::tool::{CallError, CallOutcome, ToolCall};
 
 use super::engine_actor::EngineMsg;
 use super::env_actor::EnvMsg;
+use super::live::{LiveBoard, LiveEntry, Stage};
 use super::render::TurnRenderer;
 use super::supervisor::SupervisorMsg;
 use super::tool_pool::ToolPoolMsg;
@@ -34,6 +35,7 @@ pub(crate) struct Shared {
     pub(crate) tools: HashMap<String, (ActorRef<ToolPoolMsg>, Duration)>,
     pub(crate) renderer: Arc<TurnRenderer>,
     pub(crate) config: EpisodeConfig,
+    pub(crate) live: LiveBoard,
 }
 
 impl Shared {
@@ -100,6 +102,7 @@ pub struct EpisodeState {
     transcript: Vec<Message>,
     steps: Vec<Step>,
     started: Instant,
+    live: LiveEntry,
 }
 
 const ENV_TIMEOUT: Duration = Duration::from_secs(60);
@@ -129,7 +132,12 @@ impl Actor for Episode {
         args: EpisodeArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
         myself.cast(EpisodeMsg::Start)?;
+        let live = args
+            .shared
+            .live
+            .enter(args.episode_id, &args.task.id, &args.task.question);
         Ok(EpisodeState {
+            live,
             args,
             prompt_ids: vec![],
             stream: vec![],
@@ -194,6 +202,7 @@ async fn turn(state: &mut EpisodeState) -> Result<Option<String>, ActorProcessin
         stop_strings: config.stop_strings.clone(),
     };
     let began = Instant::now();
+    state.live.set(Stage::Generating);
     let out = match ask(&shared.engine, "engine", config.generate_timeout, |r| {
         EngineMsg::Generate(request.clone(), r)
     })
@@ -227,30 +236,43 @@ async fn turn(state: &mut EpisodeState) -> Result<Option<String>, ActorProcessin
     state.stream.extend(&step.action_ids);
     let t2 = task.clone();
     let calls = shared.renderer.parse_tool_calls(&text);
+    state.live.set(Stage::Deciding);
     let decision = ask_env(&shared, "env on_turn", |r| {
         EnvMsg::OnTurn(t2.clone(), text.clone(), calls.clone(), r)
     })
     .await?;
     let calls = match decision {
         TurnOutcome::Done => {
+            state.live.turn_done(step.action_ids.len(), 0);
             state.steps.push(step);
             return Ok(Some("done".into()));
         }
         TurnOutcome::Calls(calls) => calls,
     };
     if state.steps.len() + 1 >= config.max_turns {
+        state.live.turn_done(step.action_ids.len(), 0);
         state.steps.push(step);
         return Ok(Some("max_turns".into()));
     }
     let tools_began = Instant::now();
+    state.live.set(Stage::InTools(
+        calls
+            .iter()
+            .map(|c| c.as_ref().map_or("(unparsed)".into(), |c| c.name.clone()))
+            .collect(),
+    ));
     let outcomes = run_calls(&shared, calls).await;
     step.tool_seconds = tools_began.elapsed().as_secs_f64();
+    state.live.set(Stage::Observing);
     let (observations, reward) = ask_env(&shared, "env observe", |r| {
         EnvMsg::Observe(task.clone(), outcomes.clone(), r)
     })
     .await?;
     step.tool_calls = outcomes;
     step.reward = reward;
+    state
+        .live
+        .turn_done(step.action_ids.len(), step.tool_calls.len());
     let continuation = shared
         .renderer
         .continuation(&step.action_ids, &observations)?;
@@ -334,6 +356,7 @@ async fn finish(
     let shared = state.args.shared.clone();
     let task = state.args.task.clone();
     let transcript = state.transcript.clone();
+    state.live.set(Stage::Scoring);
     let score = ask_env(&shared, "env score", |r| {
         EnvMsg::Score(task.clone(), transcript.clone(), r)
     })
@@ -353,6 +376,7 @@ async fn finish(
     let _ = shared
         .engine
         .cast(EngineMsg::Release(state.args.episode_id));
+    state.live.completed();
     state.args.supervisor.cast(SupervisorMsg::EpisodeFinished(
         myself.get_id(),
         Box::new(trajectory),
