@@ -666,7 +666,7 @@ mod tests {
             enabled: true,
             address: "not an address".into(),
             ..Default::default()
-        })
+        }, None)
         .unwrap_err()
         .to_string();
         assert!(
@@ -678,7 +678,7 @@ mod tests {
             enabled: true,
             address: busy.local_addr().unwrap().to_string(),
             ..Default::default()
-        })
+        }, None)
         .unwrap_err();
         assert!(matches!(e, MetricsError::Bind { .. }), "{e}");
         assert!(

@@ -39,7 +39,7 @@ fn serves_metrics_and_healthz_on_a_free_port() {
         header_timeout_secs: 1.0,
         connection_timeout_secs: 3.0,
         max_connections: 4,
-    })
+    }, None)
     .unwrap();
     let addr = server.local_addr();
     assert_ne!(addr.port(), 0, "the real port is reported");
@@ -91,7 +91,7 @@ fn serves_metrics_and_healthz_on_a_free_port() {
         enabled: true,
         address: "127.0.0.1:0".into(),
         ..Default::default()
-    });
+    }, None);
     assert!(
         matches!(again, Err(MetricsError::AlreadyInstalled)),
         "{again:?}"

@@ -13,7 +13,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -25,137 +25,15 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const RATE_INTERVAL: &str = "30s";
 /// From the trainer's start until every panel has data.
 const RUN_TIMEOUT: Duration = Duration::from_secs(170);
-/// apt-get update / install, each.
-const APT_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// A child process killed (and reaped) when dropped.
-struct Killed(Child);
+#[path = "support/debian.rs"]
+mod debian;
+use debian::{debian_programs, Killed};
 
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Runs `cmd` to completion within `limit`; Err names what went wrong.
-fn run_bounded(cmd: &mut Command, limit: Duration) -> Result<(), String> {
-    let shown = format!("{cmd:?}");
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("{shown}: {e}"))?;
-    // Drain the pipes on threads so that a chatty child never blocks on a full pipe.
-    let drain = |r: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            if let Some(mut r) = r {
-                let _ = r.read_to_string(&mut s);
-            }
-            s
-        })
-    };
-    let out = drain(child.stdout.take().map(|r| Box::new(r) as _));
-    let err = drain(child.stderr.take().map(|r| Box::new(r) as _));
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break s,
-            Ok(None) if Instant::now() > deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!("{shown}: still running after {limit:?}, killed"));
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(100)),
-            Err(e) => return Err(format!("{shown}: {e}")),
-        }
-    };
-    let (out, err) = (
-        out.join().unwrap_or_default(),
-        err.join().unwrap_or_default(),
-    );
-    if status.success() {
-        Ok(())
-    } else {
-        let tail: String = format!("{out}\n{err}")
-            .lines()
-            .rev()
-            .take(15)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect::<Vec<_>>()
-            .join("\n");
-        Err(format!("{shown} failed ({status}):\n{tail}"))
-    }
-}
-
-/// `name` on PATH, or in /usr/bin, /usr/local/bin.
-fn find_program(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/bin".into(), "/usr/local/bin".into()])
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-}
-
-fn is_root() -> bool {
-    use std::os::unix::fs::MetadataExt;
-    // /proc/self belongs to the process's effective user.
-    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
-}
-
-/// `(prometheus, promtool)`, installing Debian's `prometheus` package where allowed; Err is
-/// why they cannot be had.
+/// `(prometheus, promtool)`; Err is why they cannot be had.
 fn prometheus_and_promtool() -> Result<(PathBuf, PathBuf), String> {
-    let found = || Some((find_program("prometheus")?, find_program("promtool")?));
-    if let Some(both) = found() {
-        return Ok(both);
-    }
-    let missing = "`prometheus` and `promtool` are not installed (Debian package `prometheus`)";
-    if std::env::var("AGENT_R1_INSTALL_PROMETHEUS").as_deref() == Ok("0") {
-        return Err(format!(
-            "{missing}, and AGENT_R1_INSTALL_PROMETHEUS=0 forbids installing them"
-        ));
-    }
-    if !is_root() {
-        return Err(format!(
-            "{missing}, and installing them needs root (run `apt-get install prometheus`)"
-        ));
-    }
-    let Some(apt) = find_program("apt-get") else {
-        return Err(format!(
-            "{missing}, and there is no apt-get to install them"
-        ));
-    };
-    let _ = writeln!(
-        std::io::stderr(),
-        "prometheus_scrape: installing Debian's prometheus package (apt-get update, install) ..."
-    );
-    let t0 = Instant::now();
-    let apt_cmd = |args: &[&str]| {
-        let mut c = Command::new(&apt);
-        c.args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdin(Stdio::null());
-        c
-    };
-    run_bounded(&mut apt_cmd(&["update"]), APT_TIMEOUT)
-        .map_err(|e| format!("{missing}; apt-get update failed: {e}"))?;
-    run_bounded(
-        &mut apt_cmd(&["install", "-y", "--no-install-recommends", "prometheus"]),
-        APT_TIMEOUT,
-    )
-    .map_err(|e| format!("{missing}; installing them failed: {e}"))?;
-    let _ = writeln!(
-        std::io::stderr(),
-        "prometheus_scrape: installed in {:.0}s",
-        t0.elapsed().as_secs_f64()
-    );
-    found().ok_or_else(|| {
-        format!("{missing}; the package installed but prometheus/promtool are not on PATH")
-    })
+    let found = debian_programs("prometheus_scrape", "prometheus", &["prometheus", "promtool"], "PROMETHEUS")?;
+    Ok((found[0].clone(), found[1].clone()))
 }
 
 fn free_port() -> u16 {
@@ -334,14 +212,10 @@ fn every_dashboard_query_has_data_in_a_real_prometheus() {
     let (prometheus, promtool) = match prometheus_and_promtool() {
         Ok(both) => both,
         Err(why) => {
-            if std::env::var("AGENT_R1_REQUIRE_PROMETHEUS").as_deref() == Ok("1") {
-                panic!("AGENT_R1_REQUIRE_PROMETHEUS=1 but {why}");
-            }
-            // Straight to the process's stderr: libtest would swallow `eprintln!` of a
-            // passing test, and a skip must never pass silently.
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED: every_dashboard_query_has_data_in_a_real_prometheus: {why}"
+            debian::skip(
+                "every_dashboard_query_has_data_in_a_real_prometheus",
+                "PROMETHEUS",
+                &why,
             );
             return;
         }

@@ -65,7 +65,7 @@ pub fn frame(title: &str, run_name: &str, body: &str) -> String {
 
 /// One series of a curve: `(x, y)` points.
 pub struct Series<'a> {
-    /// The key it comes from (`reward_mean`), also the SVG's `data-series`.
+    /// The log and key it comes from (`updates.reward_mean`), the SVG's `data-series`.
     pub key: &'a str,
     /// A title.
     pub title: &'a str,

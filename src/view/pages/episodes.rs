@@ -173,9 +173,10 @@ pub(crate) fn page(site: &Site, params: &HashMap<String, String>) -> Result<Repl
         let r = &rows[i];
         let _ = write!(
             b,
-            "<tr data-reward=\"{}\"><td class=\"n\"><a class=\"open\" href=\"/ui/episode?source={name}&amp;n={i}\">{i}</a></td>\
+            "<tr data-reward=\"{}\" data-tool-calls=\"{}\"><td class=\"n\"><a class=\"open\" href=\"/ui/episode?source={name}&amp;n={i}\">{i}</a></td>\
              <td class=\"n\">{}</td><td>{}</td><td>{}</td><td class=\"n reward\">{}</td>",
             r.reward,
+            r.tool_calls,
             r.episode_id,
             esc(&r.task_id),
             esc(&r.question),

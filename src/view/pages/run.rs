@@ -71,7 +71,7 @@ pub(crate) fn page(site: &Site) -> Result<Reply, ViewError> {
             let pts = points(&metrics, key);
             if !pts.is_empty() {
                 b.push_str(&curve(&Series {
-                    key,
+                    key: &format!("updates.{key}"),
                     title,
                     points: pts,
                 }));
@@ -90,7 +90,7 @@ pub(crate) fn page(site: &Site) -> Result<Reply, ViewError> {
             let pts = points(&evals, key);
             if !pts.is_empty() {
                 b.push_str(&curve(&Series {
-                    key,
+                    key: &format!("evals.{key}"),
                     title,
                     points: pts,
                 }));
