@@ -662,11 +662,14 @@ mod tests {
 
     #[test]
     fn bad_or_busy_address_names_the_key_and_installs_nothing() {
-        let e = start(&MetricsSection {
-            enabled: true,
-            address: "not an address".into(),
-            ..Default::default()
-        }, None)
+        let e = start(
+            &MetricsSection {
+                enabled: true,
+                address: "not an address".into(),
+                ..Default::default()
+            },
+            None,
+        )
         .unwrap_err()
         .to_string();
         assert!(
@@ -674,11 +677,14 @@ mod tests {
             "{e}"
         );
         let busy = TcpListener::bind("127.0.0.1:0").unwrap();
-        let e = start(&MetricsSection {
-            enabled: true,
-            address: busy.local_addr().unwrap().to_string(),
-            ..Default::default()
-        }, None)
+        let e = start(
+            &MetricsSection {
+                enabled: true,
+                address: busy.local_addr().unwrap().to_string(),
+                ..Default::default()
+            },
+            None,
+        )
         .unwrap_err();
         assert!(matches!(e, MetricsError::Bind { .. }), "{e}");
         assert!(

@@ -82,7 +82,7 @@ impl Site {
             "/ui/compare" => pages::compare::page(self, &params),
             "/ui/episode" => pages::episode::page(self, &params),
             "/ui/live" => Ok(pages::live::page(self)),
-            "/ui/live.json" => return Ok(pages::live::json(self)),
+            "/ui/live.json" => Ok(pages::live::json(self)),
             _ => Err(ViewError::NotFound(format!(
                 "no page {path:?}; the pages are /ui, /ui/episodes, /ui/compare, /ui/episode, /ui/live"
             ))),

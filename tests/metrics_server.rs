@@ -33,13 +33,16 @@ fn get(addr: SocketAddr, path: &str) -> (u16, String) {
 
 #[test]
 fn serves_metrics_and_healthz_on_a_free_port() {
-    let server = start(&MetricsSection {
-        enabled: true,
-        address: "127.0.0.1:0".into(),
-        header_timeout_secs: 1.0,
-        connection_timeout_secs: 3.0,
-        max_connections: 4,
-    }, None)
+    let server = start(
+        &MetricsSection {
+            enabled: true,
+            address: "127.0.0.1:0".into(),
+            header_timeout_secs: 1.0,
+            connection_timeout_secs: 3.0,
+            max_connections: 4,
+        },
+        None,
+    )
     .unwrap();
     let addr = server.local_addr();
     assert_ne!(addr.port(), 0, "the real port is reported");
@@ -87,11 +90,14 @@ fn serves_metrics_and_healthz_on_a_free_port() {
     );
 
     // The recorder is per process: a second start says so.
-    let again = start(&MetricsSection {
-        enabled: true,
-        address: "127.0.0.1:0".into(),
-        ..Default::default()
-    }, None);
+    let again = start(
+        &MetricsSection {
+            enabled: true,
+            address: "127.0.0.1:0".into(),
+            ..Default::default()
+        },
+        None,
+    );
     assert!(
         matches!(again, Err(MetricsError::AlreadyInstalled)),
         "{again:?}"

@@ -32,7 +32,12 @@ use debian::{debian_programs, Killed};
 
 /// `(prometheus, promtool)`; Err is why they cannot be had.
 fn prometheus_and_promtool() -> Result<(PathBuf, PathBuf), String> {
-    let found = debian_programs("prometheus_scrape", "prometheus", &["prometheus", "promtool"], "PROMETHEUS")?;
+    let found = debian_programs(
+        "prometheus_scrape",
+        "prometheus",
+        &["prometheus", "promtool"],
+        "PROMETHEUS",
+    )?;
     Ok((found[0].clone(), found[1].clone()))
 }
 

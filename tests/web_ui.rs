@@ -201,8 +201,14 @@ fn live_run_and_episode_pages_work_in_headless_chromium() {
     browser.screenshot(&shots.join("live.png"));
     let stage = first["stage"].as_str().unwrap();
     assert!(
-        ["starting", "generating", "env reading the turn", "env observing", "scoring"]
-            .contains(&stage)
+        [
+            "starting",
+            "generating",
+            "env reading the turn",
+            "env observing",
+            "scoring"
+        ]
+        .contains(&stage)
             || stage.starts_with("in tool "),
         "stage {stage:?}"
     );
@@ -228,7 +234,11 @@ fn live_run_and_episode_pages_work_in_headless_chromium() {
     assert!(ok);
     let deadline = Instant::now() + PHASE_TIMEOUT;
     while trainer.0.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "train did not stop:\n{}", log.log.join("\n"));
+        assert!(
+            Instant::now() < deadline,
+            "train did not stop:\n{}",
+            log.log.join("\n")
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 
@@ -256,13 +266,17 @@ fn live_run_and_episode_pages_work_in_headless_chromium() {
     .unwrap();
     let expected: Vec<(f64, f64)> = jsonl(&run.join("metrics.jsonl"))
         .iter()
-        .map(|r| (r["step"].as_f64().unwrap(), r["reward_mean"].as_f64().unwrap()))
+        .map(|r| {
+            (
+                r["step"].as_f64().unwrap(),
+                r["reward_mean"].as_f64().unwrap(),
+            )
+        })
         .collect();
     assert!(expected.len() >= 2, "{expected:?}");
     assert_eq!(points, expected, "the reward curve's points");
-    let eval_points = browser.eval(
-        "document.querySelectorAll('svg[data-series=\"evals.em\"] circle.pt').length",
-    );
+    let eval_points =
+        browser.eval("document.querySelectorAll('svg[data-series=\"evals.em\"] circle.pt').length");
     assert!(eval_points.as_u64().unwrap() >= 2);
     browser.screenshot(&shots.join("run.png"));
 
@@ -290,7 +304,11 @@ fn live_run_and_episode_pages_work_in_headless_chromium() {
         "[...document.querySelectorAll('#episodes tbody tr')].map(tr => Number(tr.dataset.reward))",
     );
     let shown: Vec<f64> = serde_json::from_value(shown).unwrap();
-    assert_eq!(shown.len(), kept, "rows with reward >= {threshold}: {shown:?} of {rewards:?}");
+    assert_eq!(
+        shown.len(),
+        kept,
+        "rows with reward >= {threshold}: {shown:?} of {rewards:?}"
+    );
     assert!(shown.iter().all(|&r| r >= threshold));
     browser.screenshot(&shots.join("episodes.png"));
 
@@ -338,7 +356,10 @@ fn live_run_and_episode_pages_work_in_headless_chromium() {
         .unwrap();
     assert_eq!(call["tool"], recorded["name"], "{call}");
     assert_eq!(call["result"], recorded["result"]["Ok"]["text"]);
-    assert!(call["args"].as_str().unwrap().contains("\"query\""), "{call}");
+    assert!(
+        call["args"].as_str().unwrap().contains("\"query\""),
+        "{call}"
+    );
     let tokens = browser.eval("document.querySelectorAll('.tok[data-logprob]').length");
     let generated: usize = episode["steps"]
         .as_array()
@@ -346,7 +367,11 @@ fn live_run_and_episode_pages_work_in_headless_chromium() {
         .iter()
         .map(|s| s["action_ids"].as_array().unwrap().len())
         .sum();
-    assert_eq!(tokens, serde_json::json!(generated), "one shaded span per sampled token");
+    assert_eq!(
+        tokens,
+        serde_json::json!(generated),
+        "one shaded span per sampled token"
+    );
     browser.screenshot(&shots.join("episode.png"));
 
     // A row that is not there gets a page that says so.

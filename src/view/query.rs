@@ -341,7 +341,7 @@ mod tests {
                 .unwrap();
         assert_eq!(q.select(&rows), vec![1, 2]);
         let q = EpisodeQuery::from_params(&parse_query(Some("q=A&sort=reward"))).unwrap();
-        assert_eq!(q.select(&rows), vec![3, 0, 1]);
+        assert_eq!(q.select(&rows), vec![3, 0]);
         let q = EpisodeQuery::from_params(&parse_query(Some("tool_errors=1"))).unwrap();
         assert_eq!(q.select(&rows), vec![1, 3]);
         let again = EpisodeQuery::from_params(&parse_query(Some(&q.params(&q.sort, q.desc, 0))));

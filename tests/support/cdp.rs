@@ -156,7 +156,9 @@ impl Browser {
         }
         let mut bytes = serde_json::to_vec(&msg).unwrap();
         bytes.push(0);
-        self.to_browser.write_all(&bytes).expect("writing to chromium");
+        self.to_browser
+            .write_all(&bytes)
+            .expect("writing to chromium");
         let deadline = Instant::now() + STEP_TIMEOUT;
         loop {
             let v = self.recv(deadline, method);
@@ -228,7 +230,10 @@ impl Browser {
             }
             if Instant::now() > deadline {
                 let text = self.eval("document.body ? document.body.innerText.slice(0, 1500) : ''");
-                panic!("waited {STEP_TIMEOUT:?} for {what}; the page says:\n{}", text.as_str().unwrap_or(""));
+                panic!(
+                    "waited {STEP_TIMEOUT:?} for {what}; the page says:\n{}",
+                    text.as_str().unwrap_or("")
+                );
             }
             std::thread::sleep(Duration::from_millis(100));
         }

@@ -89,18 +89,34 @@ pub fn is_root() -> bool {
 
 /// `programs` (all of them), installing Debian's `package` where allowed: as root, with
 /// apt-get, unless `AGENT_R1_INSTALL_{VAR}=0`. Err is why they cannot be had.
-pub fn debian_programs(test: &str, package: &str, programs: &[&str], var: &str) -> Result<Vec<PathBuf>, String> {
-    let found = || programs.iter().map(|p| find_program(p)).collect::<Option<Vec<_>>>();
+pub fn debian_programs(
+    test: &str,
+    package: &str,
+    programs: &[&str],
+    var: &str,
+) -> Result<Vec<PathBuf>, String> {
+    let found = || {
+        programs
+            .iter()
+            .map(|p| find_program(p))
+            .collect::<Option<Vec<_>>>()
+    };
     if let Some(all) = found() {
         return Ok(all);
     }
     let missing = format!(
         "{} not installed (Debian package `{package}`)",
-        programs.iter().map(|p| format!("`{p}`")).collect::<Vec<_>>().join(" and ")
+        programs
+            .iter()
+            .map(|p| format!("`{p}`"))
+            .collect::<Vec<_>>()
+            .join(" and ")
     );
     let install_var = format!("AGENT_R1_INSTALL_{var}");
     if std::env::var(&install_var).as_deref() == Ok("0") {
-        return Err(format!("{missing}, and {install_var}=0 forbids installing it"));
+        return Err(format!(
+            "{missing}, and {install_var}=0 forbids installing it"
+        ));
     }
     if !is_root() {
         return Err(format!(
@@ -134,7 +150,8 @@ pub fn debian_programs(test: &str, package: &str, programs: &[&str], var: &str) 
         "{test}: installed in {:.0}s",
         t0.elapsed().as_secs_f64()
     );
-    found().ok_or_else(|| format!("{missing}; the package installed but the programs are not on PATH"))
+    found()
+        .ok_or_else(|| format!("{missing}; the package installed but the programs are not on PATH"))
 }
 
 /// Prints `SKIPPED: test: why` to the process's stderr (libtest swallows `eprintln!` of a
