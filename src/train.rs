@@ -8,8 +8,9 @@
 //! - the run directory holds everything: the fresh preset model (`model-init/`), the warm
 //!   start (`model-sft/`), the world (`world/`), `metrics.jsonl` (one line per update),
 //!   `eval.jsonl` (one line per held-out evaluation, greedy), `rollouts/` (a sample of
-//!   training episodes and every evaluation episode), `checkpoints/step-K/`, and the curves
-//!   `curves.png` / `curves.svg`;
+//!   training episodes and every evaluation episode, each file with its `.idx` index),
+//!   `checkpoints/step-K/`, the resolved `config.toml`, and the curves `curves.png` /
+//!   `curves.svg`; the web UI ([`crate::view`]) reads them at `/ui` on the metrics address;
 //! - episodes are sampled in chunks of about `concurrency` episodes, and the stop flag is
 //!   checked between chunks: a SIGINT/SIGTERM stops admitting episodes, and the trajectories
 //!   already collected for the unfinished batch are saved in the checkpoint
