@@ -103,7 +103,10 @@ async fn network_is_isolated_where_possible() {
                 print('connected')\nexcept OSError as e:\n    print('blocked', type(e).__name__)";
     let (text, meta) = run(&t, code).await;
     let isolation = net_isolation();
-    assert_eq!(meta["network_isolation"], json!(isolation.label()));
+    assert_eq!(
+        meta["isolation"],
+        json!(agent_r1_envs::tools::python::isolation().label())
+    );
     if isolation != NetIsolation::None {
         assert!(text.starts_with("blocked"), "{text}");
         let (text, _) = run(&t, "import socket\nprint(socket.if_nameindex())").await;

@@ -4,15 +4,20 @@
 //! environment, `python3 -I` (isolated mode: no user site-packages, no `PYTHON*` variables),
 //! its own process group (killed as a whole on timeout or cancellation), resource limits set
 //! with `setrlimit` before `exec` (address space, CPU seconds, file size, open files, no core
-//! dumps) and, where the machine allows, an empty network namespace
-//! ([`sandbox::net_isolation`]). Stdout and stderr are captured and cut to a byte limit.
-//! It is not a security boundary against a determined attacker: the file system is the
-//! host's (read and write where the user running agent-r1 may), see `docs/tools.md`.
+//! dumps, processes). Where bubblewrap is installed and works, the call runs in its sandbox
+//! ([`bubblewrap`]: own namespaces, unprivileged, seccomp, read-only system, private /tmp);
+//! else only in an empty network namespace where the machine allows
+//! ([`sandbox::net_isolation`]), which is not a boundary (see `docs/tools.md`). Stdout and
+//! stderr are captured and cut to a byte limit.
 
+pub mod bubblewrap;
 pub mod sandbox;
 
-use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::io::{Seek, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -24,7 +29,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use crate::error::{Error, Result};
 use crate::tool::{Tool, ToolOutput};
 
-pub use sandbox::{net_isolation, NetIsolation};
+pub use sandbox::{isolation, net_isolation, Isolation, NetIsolation};
 
 /// Settings of the python tool (`[tools.python]`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -44,6 +49,16 @@ pub struct PythonConfig {
     pub max_output_bytes: usize,
     /// Refuse to run when no network isolation is available (default: run and report it).
     pub require_no_network: bool,
+    /// Refuse to run when the bubblewrap sandbox is not available (default: run in the
+    /// weaker process isolation and report it).
+    pub require_sandbox: bool,
+    /// Most processes (and threads) a snippet may have at once (`RLIMIT_NPROC` in the
+    /// sandbox; without the sandbox it is not set, as it would count the user's processes).
+    pub max_processes: u64,
+    /// Size of the sandbox's private /tmp, MiB.
+    pub tmp_mib: u64,
+    /// The host uid the sandbox runs as when agent-r1 runs as root (default `nobody`).
+    pub sandbox_uid: u32,
     /// Calls that may run at once.
     pub max_concurrency: usize,
 }
@@ -58,6 +73,10 @@ impl Default for PythonConfig {
             file_size_mib: 16,
             max_output_bytes: 16 * 1024,
             require_no_network: false,
+            require_sandbox: false,
+            max_processes: 64,
+            tmp_mib: 64,
+            sandbox_uid: 65534,
             max_concurrency: 4,
         }
     }
@@ -95,7 +114,35 @@ impl PythonTool {
                 message: format!("must be a positive number, got {}", config.timeout_secs),
             });
         }
-        if config.require_no_network && net_isolation() == NetIsolation::None {
+        for (key, value) in [
+            ("max_processes", config.max_processes),
+            ("tmp_mib", config.tmp_mib),
+            ("memory_mib", config.memory_mib),
+        ] {
+            if value == 0 {
+                return Err(Error::Config {
+                    key: format!("tools.python.{key}"),
+                    message: "must be at least 1".into(),
+                });
+            }
+        }
+        if config.timeout_secs > 86_400.0 {
+            return Err(Error::Config {
+                key: "tools.python.timeout_secs".into(),
+                message: format!("must be at most 86400 (a day), got {}", config.timeout_secs),
+            });
+        }
+        // Probed here, at construction, so that no call pays for it on the async runtime.
+        let isolation = isolation();
+        if config.require_sandbox && !matches!(isolation, Isolation::Bubblewrap(_)) {
+            return Err(Error::Config {
+                key: "tools.python.require_sandbox".into(),
+                message: "the bubblewrap sandbox is not available here (install Debian's \
+                          `bubblewrap`; it needs user namespaces)"
+                    .into(),
+            });
+        }
+        if config.require_no_network && !isolation.no_network() {
             return Err(Error::Config {
                 key: "tools.python.require_no_network".into(),
                 message: "no network namespace can be created on this machine (needs root, \
@@ -120,61 +167,15 @@ impl PythonTool {
             .map_err(|e| Error::io(std::env::temp_dir(), e))?;
         let script = scratch.path().join("main.py");
         std::fs::write(&script, code).map_err(|e| Error::io(&script, e))?;
-        let mut cmd = tokio::process::Command::new(&cfg.python);
-        cmd.arg("-I")
-            .arg("main.py")
-            .current_dir(scratch.path())
-            .env_clear()
-            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-            .env("HOME", scratch.path())
-            .env("TMPDIR", scratch.path())
-            .env("LANG", "C.UTF-8")
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            .env("PYTHONIOENCODING", "utf-8")
-            .stdin(Stdio::null())
+        let sandbox = match isolation() {
+            Isolation::Bubblewrap(bwrap) => Some(bwrap.as_path()),
+            Isolation::Process(_) => None,
+        };
+        let mut cmd = tokio::process::Command::from(command(cfg, scratch.path(), sandbox)?);
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .process_group(0);
-        let limits = [
-            (libc::RLIMIT_AS, cfg.memory_mib.saturating_mul(1 << 20)),
-            (libc::RLIMIT_CPU, cfg.cpu_secs.max(1)),
-            (
-                libc::RLIMIT_FSIZE,
-                cfg.file_size_mib.saturating_mul(1 << 20),
-            ),
-            (libc::RLIMIT_NOFILE, 256),
-            (libc::RLIMIT_CORE, 0),
-        ];
-        let net = net_isolation().flags();
-        // SAFETY: between fork and exec only async-signal-safe syscalls run (setrlimit,
-        // unshare); no allocation happens (the arrays are copied in beforehand).
-        unsafe {
-            cmd.pre_exec(move || {
-                for (resource, value) in limits {
-                    // For CPU time the hard limit is one second later, so the process gets
-                    // SIGXCPU (reported as such) rather than a bare SIGKILL.
-                    let hard = if resource == libc::RLIMIT_CPU {
-                        value + 1
-                    } else {
-                        value
-                    };
-                    let lim = libc::rlimit {
-                        rlim_cur: value as libc::rlim_t,
-                        rlim_max: hard as libc::rlim_t,
-                    };
-                    if libc::setrlimit(resource, &lim) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                if let Some(flags) = net {
-                    if libc::unshare(flags) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                Ok(())
-            });
-        }
+            .kill_on_drop(true);
         let start = Instant::now();
         let mut child = cmd.spawn().map_err(|e| Error::Tool {
             tool: "python".into(),
@@ -205,17 +206,210 @@ impl PythonTool {
         if let Some(g) = &group {
             g.kill();
         }
-        let stdout = out_task.await.unwrap_or_default();
-        let stderr = err_task.await.unwrap_or_default();
+        // Everything in the group is dead; a pipe still open now is held by something that
+        // escaped it, so the drain is bounded too.
+        let drain = Duration::from_secs(2);
+        let stdout = match tokio::time::timeout(drain, out_task).await {
+            Ok(r) => r.unwrap_or_default(),
+            Err(_) => "[output not drained]".into(),
+        };
+        let stderr = match tokio::time::timeout(drain, err_task).await {
+            Ok(r) => r.unwrap_or_default(),
+            Err(_) => "[output not drained]".into(),
+        };
         drop(group);
+        let (mut exit_code, mut signal) = (
+            status.and_then(|s| s.code()),
+            status.and_then(|s| s.signal()),
+        );
+        // bubblewrap exits with 128 + N when the snippet was killed by signal N.
+        if let (Some(_), Some(code @ 129..=192)) = (sandbox, exit_code) {
+            (exit_code, signal) = (None, Some(code - 128));
+        }
         Ok(RunResult {
             stdout,
             stderr,
-            exit_code: status.and_then(|s| s.code()),
-            signal: status.and_then(|s| s.signal()),
+            exit_code,
+            signal,
             timed_out,
             elapsed: start.elapsed(),
         })
+    }
+}
+
+/// The interpreter the sandbox runs: a bare name (`python3`) is looked up on the sandbox's
+/// own PATH (the system's directories, not the user's, which the sandbox cannot see); a path
+/// is canonicalised, and the directory to show read-only in the sandbox is returned when it
+/// lives outside the system directories.
+fn interpreter(python: &Path) -> (PathBuf, Option<PathBuf>) {
+    let found = if python.components().count() > 1 {
+        Some(python.to_path_buf())
+    } else {
+        ["/usr/local/bin", "/usr/bin", "/bin"]
+            .iter()
+            .map(|d| Path::new(d).join(python))
+            .find(|p| p.is_file())
+    };
+    let Some(real) = found.and_then(|p| p.canonicalize().ok()) else {
+        return (python.to_path_buf(), None);
+    };
+    let system = ["/usr/", "/bin/", "/lib/", "/lib64/", "/sbin/"];
+    if system.iter().any(|d| real.starts_with(d)) {
+        return (real, None);
+    }
+    // PREFIX/bin/python3 -> PREFIX
+    let prefix = real.parent().and_then(Path::parent).map(Path::to_path_buf);
+    (real, prefix)
+}
+
+/// Sets `RLIMIT_NPROC` inside the sandbox, then becomes the snippet's interpreter (the limit
+/// must be set after the sandbox's user namespace exists: set before, it would also cap the
+/// host user's own processes).
+const NPROC_BOOTSTRAP: &str = "import os, resource, sys\n\
+n = int(sys.argv[1])\n\
+resource.setrlimit(resource.RLIMIT_NPROC, (n, n))\n\
+os.execv(sys.executable, [sys.executable, '-I', 'main.py'])";
+
+/// The command for one call in `scratch` (which holds `main.py`): under bubblewrap at
+/// `sandbox`, else as a plain process in an empty network namespace where possible.
+fn command(
+    cfg: &PythonConfig,
+    scratch: &Path,
+    sandbox: Option<&Path>,
+) -> Result<std::process::Command> {
+    let limits = [
+        (libc::RLIMIT_AS, cfg.memory_mib.saturating_mul(1 << 20)),
+        (libc::RLIMIT_CPU, cfg.cpu_secs.max(1)),
+        (
+            libc::RLIMIT_FSIZE,
+            cfg.file_size_mib.saturating_mul(1 << 20),
+        ),
+        (libc::RLIMIT_NOFILE, 256),
+        (libc::RLIMIT_CORE, 0),
+    ];
+    let mut net = None;
+    let mut drop_to = None;
+    let mut seccomp: Vec<std::fs::File> = vec![];
+    let mut cmd = match sandbox {
+        Some(bwrap) => {
+            let (python, extra_ro) = interpreter(&cfg.python);
+            let mut program: Vec<OsString> = vec![python.into(), "-I".into(), "-c".into()];
+            program.push(NPROC_BOOTSTRAP.into());
+            program.push(cfg.max_processes.to_string().into());
+            let args = bubblewrap::arguments(
+                scratch,
+                cfg.tmp_mib.saturating_mul(1 << 20),
+                &extra_ro.into_iter().collect::<Vec<_>>(),
+                &program,
+            );
+            for bytes in bubblewrap::seccomp_programs().map_err(Error::Other)? {
+                let mut f = tempfile::tempfile().map_err(|e| Error::io(std::env::temp_dir(), e))?;
+                f.write_all(&bytes)
+                    .and_then(|()| f.rewind())
+                    .map_err(|e| Error::io(std::env::temp_dir(), e))?;
+                seccomp.push(f);
+            }
+            if bubblewrap::running_as_root() {
+                let uid = cfg.sandbox_uid;
+                std::os::unix::fs::chown(scratch, Some(uid), Some(uid))
+                    .map_err(|e| Error::io(scratch, e))?;
+                drop_to = Some(uid);
+            }
+            // bubblewrap stays in the sandbox as its PID 1, whose /proc/1/environ the snippet
+            // can read: it gets no environment of ours (the snippet's is set by --setenv).
+            let mut c = std::process::Command::new(bwrap);
+            c.args(args).env_clear();
+            c
+        }
+        None => {
+            net = net_isolation().flags();
+            let mut c = std::process::Command::new(&cfg.python);
+            c.arg("-I")
+                .arg("main.py")
+                .current_dir(scratch)
+                .env_clear()
+                .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+                .env("HOME", scratch)
+                .env("TMPDIR", scratch)
+                .env("LANG", "C.UTF-8")
+                .env("PYTHONDONTWRITEBYTECODE", "1")
+                .env("PYTHONIOENCODING", "utf-8");
+            c
+        }
+    };
+    cmd.process_group(0);
+    let fds: Vec<libc::c_int> = seccomp.iter().map(|f| f.as_raw_fd()).collect();
+    // SAFETY: between fork and exec only async-signal-safe syscalls run (setrlimit, fcntl,
+    // dup2, setgroups, setgid, setuid, unshare); nothing allocates (the arrays are copied in
+    // beforehand). The seccomp files stay open in the parent until the child has exec'd
+    // (they are moved into the closure, which lives as long as the command).
+    unsafe {
+        cmd.pre_exec(move || {
+            let _keep_open = &seccomp;
+            for (resource, value) in limits {
+                // For CPU time the hard limit is one second later, so the process gets
+                // SIGXCPU (reported as such) rather than a bare SIGKILL.
+                let hard = if resource == libc::RLIMIT_CPU {
+                    value + 1
+                } else {
+                    value
+                };
+                let lim = libc::rlimit {
+                    rlim_cur: value as libc::rlim_t,
+                    rlim_max: hard as libc::rlim_t,
+                };
+                if libc::setrlimit(resource, &lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            // The seccomp programs go to fds 3, 4, ... (copied above 10 first, so that dup2
+            // never meets a descriptor that already is its target).
+            for (i, fd) in fds.iter().enumerate() {
+                let high = libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, 10);
+                if high < 0 || libc::dup2(high, 3 + i as libc::c_int) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            if let Some(uid) = drop_to {
+                if libc::setgroups(0, std::ptr::null()) != 0
+                    || libc::setgid(uid) != 0
+                    || libc::setuid(uid) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            if let Some(flags) = net {
+                if libc::unshare(flags) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    Ok(cmd)
+}
+
+/// Runs `print(6 * 7)` under bubblewrap exactly as a call would; Err says why it failed.
+pub(crate) fn probe_bubblewrap(bwrap: &Path) -> std::result::Result<(), String> {
+    let scratch = tempfile::Builder::new()
+        .prefix("agent-r1-python-probe-")
+        .tempdir()
+        .map_err(|e| e.to_string())?;
+    std::fs::write(scratch.path().join("main.py"), "print(6 * 7)").map_err(|e| e.to_string())?;
+    let cfg = PythonConfig::default();
+    let out = command(&cfg, scratch.path(), Some(bwrap))
+        .map_err(|e| e.to_string())?
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() && out.stdout == b"42\n" {
+        Ok(())
+    } else {
+        Err(format!(
+            "probe exited with {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
     }
 }
 
@@ -306,8 +500,22 @@ impl Tool for PythonTool {
         "python"
     }
     fn description(&self) -> &str {
-        "Run a Python 3 snippet and return what it prints (stdout, then stderr). Each call \
-         starts fresh: no state is kept between calls and there is no network."
+        match isolation() {
+            Isolation::Bubblewrap(_) => {
+                "Run a Python 3 snippet and return what it prints (stdout, then stderr). Each \
+                 call starts fresh in a sandbox: no network, no state kept between calls, a \
+                 read-only system with the standard library only, and a private working \
+                 directory and /tmp."
+            }
+            Isolation::Process(NetIsolation::None) => {
+                "Run a Python 3 snippet and return what it prints (stdout, then stderr). Each \
+                 call starts fresh: no state is kept between calls."
+            }
+            Isolation::Process(_) => {
+                "Run a Python 3 snippet and return what it prints (stdout, then stderr). Each \
+                 call starts fresh: no state is kept between calls and there is no network."
+            }
+        }
     }
     fn parameters(&self) -> Value {
         json!({
@@ -336,7 +544,7 @@ impl Tool for PythonTool {
         meta.insert("signal".into(), json!(run.signal));
         meta.insert("timed_out".into(), json!(run.timed_out));
         meta.insert("elapsed_ms".into(), json!(run.elapsed.as_millis() as u64));
-        meta.insert("network_isolation".into(), json!(net_isolation().label()));
+        meta.insert("isolation".into(), json!(isolation().label()));
         Ok(out)
     }
 }

@@ -1,4 +1,6 @@
-//! What the `python` tool can isolate on this machine, detected once at run time.
+//! What the `python` tool can isolate on this machine, detected once at run time: the
+//! bubblewrap sandbox ([`super::bubblewrap`]) where `bwrap` is installed and works, else
+//! network isolation only.
 //!
 //! Network isolation uses a new, empty network namespace entered by the child just before
 //! `exec` (`unshare(CLONE_NEWNET)`, which needs root or `CAP_SYS_ADMIN`; else
@@ -7,8 +9,51 @@
 //! runs without network isolation and says so in its metadata.
 
 use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
+
+/// How a snippet is isolated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Isolation {
+    /// The bubblewrap sandbox (its own namespaces, no capabilities, seccomp, read-only system).
+    Bubblewrap(PathBuf),
+    /// A separate process with rlimits and, where possible, no network.
+    Process(NetIsolation),
+}
+
+impl Isolation {
+    /// A short label for metadata and docs (`bubblewrap`, `netns`, `userns+netns`, `none`).
+    pub fn label(&self) -> &'static str {
+        match self {
+            Isolation::Bubblewrap(_) => "bubblewrap",
+            Isolation::Process(net) => net.label(),
+        }
+    }
+
+    /// Whether snippets are cut off from the network.
+    pub fn no_network(&self) -> bool {
+        !matches!(self, Isolation::Process(NetIsolation::None))
+    }
+}
+
+/// The best isolation available, probed once per process: bubblewrap when a probe snippet
+/// runs under it exactly as calls will, else [`net_isolation`].
+pub fn isolation() -> &'static Isolation {
+    static DETECTED: OnceLock<Isolation> = OnceLock::new();
+    DETECTED.get_or_init(|| {
+        if let Some(bwrap) = super::bubblewrap::find_bwrap() {
+            match super::probe_bubblewrap(&bwrap) {
+                Ok(()) => return Isolation::Bubblewrap(bwrap),
+                Err(why) => tracing::warn!(
+                    "python tool: {} does not work here ({why}); snippets run without the sandbox",
+                    bwrap.display()
+                ),
+            }
+        }
+        Isolation::Process(net_isolation())
+    })
+}
 
 /// How the child leaves the host's network.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,215 @@
+//! The python tool's sandbox against the probes of a hostile snippet, run as root in CI (the
+//! sandbox then runs as `nobody`): re-entering the host's network namespace, writing outside
+//! the scratch directory, reading /etc/passwd or the parent's environment, killing the
+//! parent, leaving a process behind after the call, a fork bomb, and memory past the limit.
+//! Each must be refused.
+//!
+//! The sandbox is Debian's `bubblewrap`, found on PATH or installed with apt-get where the
+//! test runs as root (`AGENT_R1_INSTALL_BUBBLEWRAP=0` forbids that); where it cannot be had
+//! or does not work here, the test prints `SKIPPED: ...` and returns
+//! (`AGENT_R1_REQUIRE_BUBBLEWRAP=1` makes that a failure).
+
+#[path = "../../tests/support/debian.rs"]
+#[allow(dead_code)]
+mod debian;
+
+use std::net::TcpListener;
+
+use agent_r1_envs::tool::Tool;
+use agent_r1_envs::tools::python::{isolation, Isolation, PythonConfig, PythonTool};
+use serde_json::json;
+
+const TEST: &str = "python_sandbox";
+
+fn sandboxed() -> Option<PythonTool> {
+    if let Err(why) = debian::debian_programs(TEST, "bubblewrap", &["bwrap"], "BUBBLEWRAP") {
+        debian::skip(TEST, "BUBBLEWRAP", &why);
+        return None;
+    }
+    // Detected once per process, after the install.
+    if !matches!(isolation(), Isolation::Bubblewrap(_)) {
+        debian::skip(
+            TEST,
+            "BUBBLEWRAP",
+            &format!(
+                "bwrap is installed but does not work here (isolation: {})",
+                isolation().label()
+            ),
+        );
+        return None;
+    }
+    Some(
+        PythonTool::new(PythonConfig {
+            require_sandbox: true,
+            memory_mib: 512,
+            max_processes: 32,
+            timeout_secs: 20.0,
+            ..PythonConfig::default()
+        })
+        .unwrap(),
+    )
+}
+
+async fn run(t: &PythonTool, code: &str) -> String {
+    let out = t.call(json!({ "code": code })).await.unwrap();
+    assert_eq!(out.metadata["isolation"], json!("bubblewrap"));
+    out.text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_snippet_is_refused_at_every_probe() {
+    let Some(t) = sandboxed() else { return };
+    assert!(t.description().contains("sandbox"), "{}", t.description());
+
+    // The network: a listener on the host's loopback cannot be reached, and no namespace
+    // can be entered (setns is refused by the filter; nothing of the host is visible).
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let text = run(
+        &t,
+        &format!(
+            "import ctypes, os, socket\n\
+             libc = ctypes.CDLL(None, use_errno=True)\n\
+             for pid in [p for p in os.listdir('/proc') if p.isdigit()]:\n\
+             \x20   try:\n\
+             \x20       fd = os.open(f'/proc/{{pid}}/ns/net', os.O_RDONLY)\n\
+             \x20   except OSError:\n\
+             \x20       continue\n\
+             \x20   r = libc.setns(fd, 0x40000000)\n\
+             \x20   print('setns', pid, r, os.strerror(ctypes.get_errno()))\n\
+             try:\n\
+             \x20   socket.create_connection(('127.0.0.1', {port}), timeout=2)\n\
+             \x20   print('connected')\n\
+             except OSError as e:\n\
+             \x20   print('connect refused', e.errno)\n\
+             print(socket.if_nameindex())"
+        ),
+    )
+    .await;
+    assert!(!text.contains("connected"), "{text}");
+    assert!(text.contains("connect refused"), "{text}");
+    assert!(
+        text.contains("setns") && !text.contains(" 0 Success"),
+        "{text}"
+    );
+    assert!(text.contains("Operation not permitted"), "{text}");
+    assert!(text.contains("[(1, 'lo')]"), "{text}");
+
+    // Files: the system is read-only, /etc is not there, /tmp is private and bounded.
+    let marker = format!("/tmp/agent-r1-evil-{}", std::process::id());
+    let text = run(
+        &t,
+        &format!(
+            "import os\n\
+             for path in ['/usr/evil', '/evil', '{marker}', 'ok.txt']:\n\
+             \x20   try:\n\
+             \x20       open(path, 'w').write('x'); print('wrote', path)\n\
+             \x20   except OSError as e:\n\
+             \x20       print('refused', path, e.strerror)\n\
+             for path in ['/etc/passwd', '/etc/shadow', '/root']:\n\
+             \x20   print(path, os.path.exists(path))\n\
+             try:\n\
+             \x20   open('/tmp/big', 'wb').write(b'x' * (200 << 20)); print('big tmp file')\n\
+             except OSError as e:\n\
+             \x20   print('tmp full', e.strerror)"
+        ),
+    )
+    .await;
+    assert!(
+        text.contains("refused /usr/evil Read-only file system"),
+        "{text}"
+    );
+    assert!(text.contains("refused /evil"), "{text}");
+    assert!(text.contains("wrote ok.txt"), "{text}");
+    assert!(
+        !std::path::Path::new(&marker).exists(),
+        "a private /tmp: {text}"
+    );
+    assert!(
+        text.contains("/etc/passwd False") && text.contains("/root False"),
+        "{text}"
+    );
+    assert!(!text.contains("big tmp file"), "{text}");
+
+    // Other processes: the parent's environment and pid are out of reach.
+    std::env::set_var("AGENT_R1_TEST_SECRET", "hunter2");
+    let host_pid = std::process::id();
+    let text = run(
+        &t,
+        &format!(
+            "import os\n\
+             found = []\n\
+             for pid in [p for p in os.listdir('/proc') if p.isdigit()]:\n\
+             \x20   try:\n\
+             \x20       if b'hunter2' in open(f'/proc/{{pid}}/environ', 'rb').read(): found.append(pid)\n\
+             \x20   except OSError:\n\
+             \x20       pass\n\
+             print('secret found', found)\n\
+             print('pids', sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))\n\
+             for pid in [{host_pid}, os.getppid()]:\n\
+             \x20   try:\n\
+             \x20       os.kill(pid, 9); print('killed', pid)\n\
+             \x20   except OSError as e:\n\
+             \x20       print('kill refused', pid, e.strerror)"
+        ),
+    )
+    .await;
+    assert!(text.contains("secret found []"), "{text}");
+    assert!(!text.contains(&format!("killed {host_pid}")), "{text}");
+    assert!(
+        text.contains(&format!("kill refused {host_pid} No such process")),
+        "{text}"
+    );
+
+    // Nothing survives the call, not even a new session's child.
+    let tag = format!("{}.{}", std::process::id(), 424242);
+    run(
+        &t,
+        &format!(
+            "import os, subprocess\n\
+             if os.fork() == 0:\n\
+             \x20   os.setsid()\n\
+             \x20   os.execv('/bin/sleep', ['/bin/sleep', '{tag}'])\n\
+             print('forked')"
+        ),
+    )
+    .await;
+    let survivors: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| {
+            let cmd = std::fs::read(e.ok()?.path().join("cmdline")).ok()?;
+            String::from_utf8_lossy(&cmd)
+                .contains(&tag)
+                .then(|| String::from_utf8_lossy(&cmd).into_owned())
+        })
+        .collect();
+    assert!(survivors.is_empty(), "left behind: {survivors:?}");
+
+    // A fork bomb stops at the process limit; memory at its limit.
+    let text = run(
+        &t,
+        "import os, time\n\
+         n = 0\n\
+         try:\n\
+         \x20   for _ in range(200):\n\
+         \x20       if os.fork() == 0:\n\
+         \x20           time.sleep(5); os._exit(0)\n\
+         \x20       n += 1\n\
+         except OSError as e:\n\
+         \x20   print('fork refused after', n, e.strerror)\n\
+         print('forked', n)",
+    )
+    .await;
+    let forked: usize = text
+        .lines()
+        .find_map(|l| l.strip_prefix("forked "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(usize::MAX);
+    assert!(text.contains("fork refused after") && forked < 32, "{text}");
+    let text = run(&t, "x = bytearray(1 << 30)\nprint('allocated')").await;
+    assert!(
+        text.contains("MemoryError") && !text.contains("allocated"),
+        "{text}"
+    );
+    drop(listener);
+}
