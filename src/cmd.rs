@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub(crate) mod bench;
+pub(crate) mod bench_fuzz;
 pub(crate) mod bench_learner;
 pub(crate) mod check_config;
 pub(crate) mod eval;

@@ -16,6 +16,9 @@ pub(crate) enum BenchCmd {
     Rollout(crate::cmd::rollout::BenchRolloutCmd),
     /// Learner update throughput (PPO-GAE, GRPO) on synthetic multi-turn trajectories.
     Learner(crate::cmd::bench_learner::LearnerBench),
+    /// Random inputs against the tool-call parser, the rendering of tool results and the
+    /// config parser, counting panics.
+    Fuzz(crate::cmd::bench_fuzz::FuzzBench),
 }
 
 /// Flags of `agent-r1 bench generate`.
@@ -62,6 +65,7 @@ pub(crate) fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Generate(args) => generate(args),
         BenchCmd::Rollout(args) => crate::cmd::rollout::run_bench(args),
         BenchCmd::Learner(args) => crate::cmd::bench_learner::run(args),
+        BenchCmd::Fuzz(args) => crate::cmd::bench_fuzz::run(args),
     }
 }
 
