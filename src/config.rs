@@ -466,6 +466,10 @@ pub struct RolloutSection {
     /// Touch the parked-KV pool when the engine starts (resident from the start, no page
     /// faults on the engine's critical path); false faults it in as it is first used.
     pub prefault_parked_kv: bool,
+    /// Longest wait for one generated turn, queueing included, seconds.
+    pub generate_timeout_secs: f64,
+    /// Longest wait for a tool call beyond the tool's own timeout (its queue), seconds.
+    pub tool_queue_timeout_secs: f64,
 }
 
 impl Default for RolloutSection {
@@ -482,6 +486,8 @@ impl Default for RolloutSection {
             concurrency: 64,
             parked_kv_mib: 2048,
             prefault_parked_kv: true,
+            generate_timeout_secs: 1800.0,
+            tool_queue_timeout_secs: 60.0,
         }
     }
 }
@@ -511,6 +517,10 @@ pub struct TrainingSection {
     pub seed: u64,
     /// Where checkpoints, the preset model and logs go.
     pub run_dir: PathBuf,
+    /// Longest wait for one learner update, seconds; past it the run fails naming the update.
+    pub update_timeout_secs: f64,
+    /// Longest wait for the engine to take new weights, seconds; past it the run fails.
+    pub publish_timeout_secs: f64,
 }
 
 impl Default for TrainingSection {
@@ -521,6 +531,8 @@ impl Default for TrainingSection {
             max_staleness: 1,
             seed: 0,
             run_dir: PathBuf::from("runs/train"),
+            update_timeout_secs: 7200.0,
+            publish_timeout_secs: 600.0,
         }
     }
 }
@@ -535,6 +547,10 @@ pub struct CheckpointSection {
     pub keep_last: usize,
     /// Continue from the newest complete checkpoint in `run_dir` when there is one.
     pub resume: bool,
+    /// Attempts after a failed checkpoint write (1 s, 2 s, 4 s, ... apart) before a periodic
+    /// checkpoint is skipped with an alert (older checkpoints are kept; the final one fails
+    /// the run instead).
+    pub retries: u32,
 }
 
 impl Default for CheckpointSection {
@@ -543,6 +559,7 @@ impl Default for CheckpointSection {
             every: 10,
             keep_last: 3,
             resume: true,
+            retries: 2,
         }
     }
 }
@@ -1091,6 +1108,27 @@ impl TrainConfig {
             ));
         }
         at_least("checkpoint.keep_last", self.checkpoint.keep_last, 1)?;
+        if self.checkpoint.retries > 10 {
+            return Err(ConfigError::range(
+                "checkpoint.retries",
+                self.checkpoint.retries,
+                "0 to 10",
+            ));
+        }
+        for (key, v) in [
+            ("training.update_timeout_secs", t.update_timeout_secs),
+            ("training.publish_timeout_secs", t.publish_timeout_secs),
+            (
+                "rollout.generate_timeout_secs",
+                self.rollout.generate_timeout_secs,
+            ),
+            (
+                "rollout.tool_queue_timeout_secs",
+                self.rollout.tool_queue_timeout_secs,
+            ),
+        ] {
+            seconds(key, v)?;
+        }
         Ok(())
     }
 
@@ -1291,6 +1329,19 @@ fn demo_mix(section: &str, early_wrong: f64, variants: usize) -> Result<(), Conf
         ));
     }
     Ok(())
+}
+
+/// A wait in seconds: positive, finite, at most a week.
+fn seconds(key: &str, v: f64) -> Result<(), ConfigError> {
+    if v > 0.0 && v <= 604_800.0 {
+        Ok(())
+    } else {
+        Err(ConfigError::range(
+            key,
+            v,
+            "seconds in (0, 604800] (a week)",
+        ))
+    }
 }
 
 fn at_least(key: &str, v: usize, min: usize) -> Result<(), ConfigError> {

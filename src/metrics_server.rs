@@ -417,6 +417,10 @@ fn describe_series() {
         "Updates skipped without training, by reason (empty_batch, non_finite_reward)."
     );
     describe_counter!(
+        "agent_r1_train_checkpoint_failures_total",
+        "Periodic checkpoints skipped because every write attempt failed (older ones are kept)."
+    );
+    describe_counter!(
         "agent_r1_tool_calls_abandoned_total",
         "Queued tool calls dropped unrun because their episode had stopped waiting, by tool."
     );

@@ -41,7 +41,7 @@ use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use agent_r1_actors::engine::{EngineConfig, EngineHandle};
 use agent_r1_actors::learner::{
@@ -356,7 +356,10 @@ impl Run {
         }
         pending.write_file("config.toml", self.cfg.to_toml_string().as_bytes())?;
         let done = pending.commit(self.state())?;
-        checkpoint::prune(&self.run_dir, self.cfg.checkpoint.keep_last)?;
+        // The checkpoint is committed; failing to delete older ones is not worth a retry.
+        if let Err(e) = checkpoint::prune(&self.run_dir, self.cfg.checkpoint.keep_last) {
+            eprintln!("warning: pruning old checkpoints: {e}");
+        }
         self.last_checkpoint = Some(self.step);
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
         metrics::gauge!("agent_r1_train_last_checkpoint_timestamp_seconds")
@@ -368,6 +371,56 @@ impl Run {
             self.pending.len()
         );
         Ok(done.dir)
+    }
+
+    /// Publishes the learner's weights to the engine, within `training.publish_timeout_secs`.
+    async fn publish(&self) -> anyhow::Result<u64> {
+        let limit = Duration::from_secs_f64(self.cfg.training.publish_timeout_secs);
+        match tokio::time::timeout(limit, self.learner.publish(&self.engine)).await {
+            Ok(version) => version.context("publishing the new weights to the engine"),
+            Err(_) => anyhow::bail!(
+                "stuck stage: weight publication to the engine did not complete within {limit:?} \
+                 (training.publish_timeout_secs)"
+            ),
+        }
+    }
+
+    /// [`Run::checkpoint`], retried `checkpoint.retries` times (1 s, 2 s, 4 s, ... apart).
+    /// When every attempt fails, a periodic checkpoint is skipped with an alert (a log
+    /// line and `agent_r1_train_checkpoint_failures_total`; older checkpoints stay), and the
+    /// final one (`required`) fails the run.
+    async fn checkpoint_with_retries(&mut self, required: bool) -> anyhow::Result<()> {
+        let retries = self.cfg.checkpoint.retries;
+        let mut wait = Duration::from_secs(1);
+        for attempt in 0..=retries {
+            match self.checkpoint().await {
+                Ok(_) => return Ok(()),
+                Err(e) if attempt < retries => {
+                    eprintln!(
+                        "warning: checkpoint step {} failed (attempt {} of {}): {e:#}; retrying in {wait:?}",
+                        self.step,
+                        attempt + 1,
+                        retries + 1
+                    );
+                    tokio::time::sleep(wait).await;
+                    wait *= 2;
+                }
+                Err(e) if required => return Err(e),
+                Err(e) => {
+                    metrics::counter!("agent_r1_train_checkpoint_failures_total").increment(1);
+                    eprintln!(
+                        "ALERT: checkpoint step {} skipped after {} attempts: {e:#}; training goes on, \
+                         the newest checkpoint is still step {}",
+                        self.step,
+                        retries + 1,
+                        self.last_checkpoint
+                            .map_or("none".to_string(), |s| s.to_string())
+                    );
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Greedy (per config) episodes on the held-out tasks; appends to `eval.jsonl`.
@@ -493,11 +546,15 @@ impl Run {
         }
         let learner = self.learner.clone();
         let step = self.step + 1;
+        let limit = Duration::from_secs_f64(self.cfg.training.update_timeout_secs);
         let train = async move {
-            learner
-                .update(batch)
-                .await
-                .with_context(|| format!("learner update {step}"))
+            match tokio::time::timeout(limit, learner.update(batch)).await {
+                Ok(stats) => stats.with_context(|| format!("learner update {step}")),
+                Err(_) => anyhow::bail!(
+                    "stuck stage: the learner did not finish update {step} within {limit:?} \
+                     (training.update_timeout_secs)"
+                ),
+            }
         };
         let overlap =
             self.cfg.training.mode == TrainMode::Async && step < self.cfg.training.updates;
@@ -507,11 +564,7 @@ impl Run {
         } else {
             (train.await?, false)
         };
-        self.version = self
-            .learner
-            .publish(&self.engine)
-            .await
-            .context("publishing the new weights to the engine")?;
+        self.version = self.publish().await?;
         self.step += 1;
         write_trajectories(
             &self
@@ -846,6 +899,11 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
     )?;
     train_setup.episode.sampling.top_p = r.top_p;
     train_setup.live = live.clone();
+    let waits = |setup: &mut RolloutSetup| {
+        setup.episode.generate_timeout = Duration::from_secs_f64(r.generate_timeout_secs);
+        setup.episode.tool_queue_timeout = Duration::from_secs_f64(r.tool_queue_timeout_secs);
+    };
+    waits(&mut train_setup);
     let eval_knobs = RolloutKnobs {
         temperature: if cfg.eval.greedy { 0.0 } else { r.temperature },
         ..knobs
@@ -858,6 +916,7 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
         &eval_knobs,
     )?;
     eval_setup.live = live;
+    waits(&mut eval_setup);
 
     let mut run = Run {
         stream: TaskStream::new(scenario.train, seed),
@@ -969,7 +1028,7 @@ pub fn summary_table(summary: &Value) -> String {
 /// The loop; returns whether it was interrupted by a signal.
 async fn train_loop(run: &mut Run, resumed: bool) -> anyhow::Result<bool> {
     // The engine loaded the start weights as version 0: give it the learner's version.
-    run.version = run.learner.publish(&run.engine).await?;
+    run.version = run.publish().await?;
     let updates = run.cfg.training.updates;
     if !resumed && run.cfg.eval.every > 0 {
         run.evaluate().await?;
@@ -1041,7 +1100,7 @@ async fn train_loop(run: &mut Run, resumed: bool) -> anyhow::Result<bool> {
             write_plots(&run.run_dir)?;
         }
         if every(run.cfg.checkpoint.every) {
-            run.checkpoint().await?;
+            run.checkpoint_with_retries(false).await?;
         }
         if stopped {
             interrupted = true;
@@ -1053,7 +1112,7 @@ async fn train_loop(run: &mut Run, resumed: bool) -> anyhow::Result<bool> {
         run.evaluate().await?;
     }
     if run.last_checkpoint != Some(run.step) || !run.pending.is_empty() {
-        run.checkpoint().await?;
+        run.checkpoint_with_retries(true).await?;
     }
     Ok(interrupted)
 }

@@ -184,3 +184,29 @@ fn the_memory_plan_accepts_the_example_and_refuses_what_cannot_fit() {
     );
     assert!(!run_dir.join("checkpoints").exists());
 }
+
+#[test]
+fn every_wait_is_configurable_and_bounded() {
+    let base = "[model]\npreset = \"tiny\"\n[env]\nname = \"synthetic_multihop\"\n";
+    let ok = TrainConfig::from_toml_str(&format!(
+        "{base}[rollout]\ngenerate_timeout_secs = 30\ntool_queue_timeout_secs = 5\n\
+         [training]\nupdate_timeout_secs = 60\npublish_timeout_secs = 10\n[checkpoint]\nretries = 0\n"
+    ))
+    .unwrap();
+    ok.validate(FileCheck::Skip).unwrap();
+    for (section, key, value) in [
+        ("rollout", "generate_timeout_secs", "0"),
+        ("rollout", "tool_queue_timeout_secs", "-1"),
+        ("training", "update_timeout_secs", "1e30"),
+        ("training", "publish_timeout_secs", "nan"),
+        ("checkpoint", "retries", "11"),
+    ] {
+        let cfg =
+            TrainConfig::from_toml_str(&format!("{base}[{section}]\n{key} = {value}\n")).unwrap();
+        let e = cfg.validate(FileCheck::Skip).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("`{section}.{key}`")) && e.contains("allowed"),
+            "{section}.{key} = {value}: {e}"
+        );
+    }
+}

@@ -489,3 +489,43 @@ fn an_empty_batch_skips_the_update_and_the_run_goes_on() {
         "{rows:?}"
     );
 }
+
+#[test]
+fn a_failed_checkpoint_write_is_retried_then_skipped_keeping_the_older_ones() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), 3, 2, 4, 1);
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("keep_last = 2", "keep_last = 2\nretries = 1");
+    std::fs::write(&cfg, text).unwrap();
+    let run = tmp.path().join("run");
+    let t = Trainer::start(&cfg, &run, false);
+    // A real failure, not a mock: a file where checkpoint 2 of this process would create its
+    // temporary directory (`.tmp-step-2-PID`), so every attempt at it fails.
+    let checkpoints = run.join("checkpoints");
+    std::fs::create_dir_all(&checkpoints).unwrap();
+    std::fs::write(
+        checkpoints.join(format!(".tmp-step-2-{}", t.child.id())),
+        "in the way",
+    )
+    .unwrap();
+    let (code, out, err) = t.finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(last_json(&out)["updates"], 3);
+    assert!(
+        err.contains("checkpoint step 2 failed (attempt 1 of 2)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("ALERT: checkpoint step 2 skipped after 2 attempts")
+            && err.contains("the newest checkpoint is still step 1"),
+        "{err}"
+    );
+    assert!(
+        checkpoints.join("step-1").is_dir(),
+        "the older checkpoint is kept"
+    );
+    assert!(!checkpoints.join("step-2").exists());
+    assert!(checkpoints.join("step-3").is_dir());
+    assert_eq!(manifest(&run, 3)["state"]["step"], 3);
+}
