@@ -178,9 +178,14 @@ fn mutate_config(rng: &mut ChaCha8Rng, base: &str) -> String {
 /// (`false`: the target rejected the input with an error, which is fine).
 struct Target {
     name: String,
-    make: Box<dyn Fn(&mut ChaCha8Rng) -> Vec<String> + Send + Sync>,
-    check: Box<dyn Fn(&[String]) -> bool + Send + Sync>,
+    make: Box<MakeInput>,
+    check: Box<CheckInput>,
 }
+
+/// Makes a case's input from its generator.
+type MakeInput = dyn Fn(&mut ChaCha8Rng) -> Vec<String> + Send + Sync;
+/// Runs a case; `false` is an input rejected with an error.
+type CheckInput = dyn Fn(&[String]) -> bool + Send + Sync;
 
 fn targets(names: &[String]) -> anyhow::Result<(Vec<Target>, tempfile::TempDir)> {
     let tmp = tempfile::tempdir()?;
