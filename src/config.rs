@@ -600,6 +600,9 @@ pub struct MetricsSection {
     pub connection_timeout_secs: f64,
     /// Connections served at once; more are closed on arrival.
     pub max_connections: usize,
+    /// `/healthz` answers 503 when nothing has progressed (no episode moved, no update, no
+    /// warm-start step) for this many seconds.
+    pub healthz_stale_secs: f64,
 }
 
 impl Default for MetricsSection {
@@ -610,6 +613,7 @@ impl Default for MetricsSection {
             header_timeout_secs: 10.0,
             connection_timeout_secs: 60.0,
             max_connections: 32,
+            healthz_stale_secs: 900.0,
         }
     }
 }
@@ -624,6 +628,7 @@ impl MetricsSection {
                 "metrics.connection_timeout_secs",
                 self.connection_timeout_secs,
             ),
+            ("metrics.healthz_stale_secs", self.healthz_stale_secs),
         ] {
             if !(v.is_finite() && v > 0.0 && v <= 86_400.0) {
                 return Err(ConfigError::range(key, v, "seconds in (0, 86400]"));

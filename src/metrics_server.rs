@@ -27,6 +27,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::config::{ConfigError, MetricsSection};
 use crate::view::Site;
+use agent_r1_actors::runtime::LiveBoard;
 
 /// Latency buckets (seconds) for every `*_seconds` histogram: tool calls, queue waits,
 /// engine steps, learner updates span sub-millisecond to minutes.
@@ -107,11 +108,41 @@ impl HttpServer {
     }
 }
 
-/// What a server answers besides `/healthz`.
+/// What a server answers besides `/healthz`, and what `/healthz` watches.
 #[derive(Clone)]
 struct Routes {
     metrics: Option<PrometheusHandle>,
     ui: Option<Arc<Site>>,
+    progress: Option<(LiveBoard, Duration)>,
+}
+
+impl Routes {
+    /// `/healthz`: 200 while something progressed within the stale limit, else 503 saying
+    /// for how long nothing has and what moved last.
+    fn health(&self) -> (StatusCode, String) {
+        let Some((board, stale)) = &self.progress else {
+            return (StatusCode::OK, "ok\n".into());
+        };
+        let (idle, what) = board.idle();
+        if idle < *stale {
+            (
+                StatusCode::OK,
+                format!(
+                    "ok: last progress {:.0} s ago ({what})\n",
+                    idle.as_secs_f64()
+                ),
+            )
+        } else {
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "stalled: no progress for {:.0} s (metrics.healthz_stale_secs = {:.0}); last: {what}\n",
+                    idle.as_secs_f64(),
+                    stale.as_secs_f64()
+                ),
+            )
+        }
+    }
 }
 
 impl Drop for HttpServer {
@@ -162,15 +193,18 @@ pub fn serve_ui(addr: SocketAddr, site: Arc<Site>) -> Result<HttpServer, Metrics
     let routes = Routes {
         metrics: None,
         ui: Some(site),
+        progress: None,
     };
     spawn(listener, addr, routes, Limits::of(&defaults))
 }
 
 /// Installs the global recorder, describes the `agent_r1_*` series, and serves `/metrics`,
-/// `/healthz` and (with `ui`) the web UI at `section.address`.
+/// `/healthz` and (with `ui`) the web UI at `section.address`. With `progress`, `/healthz`
+/// turns unhealthy when the board has not moved for `metrics.healthz_stale_secs`.
 pub fn start(
     section: &MetricsSection,
     ui: Option<Arc<Site>>,
+    progress: Option<LiveBoard>,
 ) -> Result<MetricsServer, MetricsError> {
     section.validate()?;
     let (listener, addr) = bind(section.socket_addr()?)?;
@@ -192,6 +226,8 @@ pub fn start(
     let routes = Routes {
         metrics: Some(handle.clone()),
         ui,
+        progress: progress
+            .map(|board| (board, Duration::from_secs_f64(section.healthz_stale_secs))),
     };
     let http = spawn(listener, addr, routes, Limits::of(section))?;
     tracing::info!(%addr, "serving /metrics, /healthz and /ui");
@@ -318,7 +354,10 @@ async fn respond(req: Request<Incoming>, routes: Routes) -> Response<Full<Bytes>
                 handle.render(),
             )
         }
-        ("/healthz", _, _) => reply(StatusCode::OK, "text/plain", "ok\n".into()),
+        ("/healthz", _, _) => {
+            let (status, text) = routes.health();
+            reply(status, "text/plain", text)
+        }
         ("/", None, Some(_)) => {
             let mut r = reply(StatusCode::FOUND, "text/plain", "see /ui\n".into());
             r.headers_mut()
@@ -665,6 +704,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn healthz_turns_unhealthy_when_nothing_progressed_within_the_limit() {
+        let board = LiveBoard::default();
+        board.touch("update 3");
+        let routes = |stale: Duration| Routes {
+            metrics: None,
+            ui: None,
+            progress: Some((board.clone(), stale)),
+        };
+        let (status, text) = routes(Duration::from_secs(3600)).health();
+        assert_eq!(status, StatusCode::OK);
+        assert!(
+            text.starts_with("ok: last progress") && text.contains("(update 3)"),
+            "{text}"
+        );
+        let (status, text) = routes(Duration::ZERO).health();
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            text.starts_with("stalled: no progress for") && text.contains("last: update 3"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn bad_or_busy_address_names_the_key_and_installs_nothing() {
         let e = start(
             &MetricsSection {
@@ -672,6 +734,7 @@ mod tests {
                 address: "not an address".into(),
                 ..Default::default()
             },
+            None,
             None,
         )
         .unwrap_err()
@@ -687,6 +750,7 @@ mod tests {
                 address: busy.local_addr().unwrap().to_string(),
                 ..Default::default()
             },
+            None,
             None,
         )
         .unwrap_err();

@@ -361,6 +361,9 @@ impl Run {
             eprintln!("warning: pruning old checkpoints: {e}");
         }
         self.last_checkpoint = Some(self.step);
+        self.train_setup
+            .live
+            .touch(format!("checkpoint step {}", self.step));
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
         metrics::gauge!("agent_r1_train_last_checkpoint_timestamp_seconds")
             .set(now.map_or(0.0, |d| d.as_secs_f64()));
@@ -600,7 +603,7 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
     let live = LiveBoard::default();
     let _metrics = if cfg.metrics.enabled {
         let site = Site::open(&run_dir, Some(live.clone()))?;
-        let server = metrics_server::start(&cfg.metrics, Some(Arc::new(site)))?;
+        let server = metrics_server::start(&cfg.metrics, Some(Arc::new(site)), Some(live.clone()))?;
         eprintln!(
             "metrics: http://{addr}/metrics  web UI: http://{addr}/ui",
             addr = server.local_addr()
@@ -734,6 +737,7 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
                 &sft,
                 &phases,
                 |step, loss| {
+                    live.touch(format!("warm start step {step}"));
                     if step % 25 == 0 || step + 1 == total {
                         eprintln!("  sft step {step:>4}  loss {loss:.3}");
                     }
@@ -1071,6 +1075,7 @@ async fn train_loop(run: &mut Run, resumed: bool) -> anyhow::Result<bool> {
         });
         append_jsonl(&run.run_dir.join("metrics.jsonl"), &line)?;
         metrics::gauge!("agent_r1_train_update_step").set(run.step as f64);
+        run.train_setup.live.touch(format!("update {}", run.step));
         metrics::gauge!("agent_r1_train_reward_mean").set(s.reward_mean);
         metrics::gauge!("agent_r1_train_tool_calls_per_episode").set(s.tool_calls_per_episode);
         for (k, v) in &s.metrics {

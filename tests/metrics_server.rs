@@ -33,6 +33,8 @@ fn get(addr: SocketAddr, path: &str) -> (u16, String) {
 
 #[test]
 fn serves_metrics_and_healthz_on_a_free_port() {
+    let board = agent_r1_actors::runtime::LiveBoard::default();
+    board.touch("update 7");
     let server = start(
         &MetricsSection {
             enabled: true,
@@ -40,8 +42,10 @@ fn serves_metrics_and_healthz_on_a_free_port() {
             header_timeout_secs: 1.0,
             connection_timeout_secs: 3.0,
             max_connections: 4,
+            healthz_stale_secs: 3600.0,
         },
         None,
+        Some(board.clone()),
     )
     .unwrap();
     let addr = server.local_addr();
@@ -65,7 +69,11 @@ fn serves_metrics_and_healthz_on_a_free_port() {
     );
 
     let (status, body) = get(addr, "/healthz");
-    assert_eq!((status, body.as_str()), (200, "ok\n"));
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.starts_with("ok: last progress") && body.contains("(update 7)"),
+        "{body}"
+    );
     assert_eq!(get(addr, "/nope").0, 404);
 
     // Clients that connect and send nothing cannot hold the server: past 4 connections
@@ -96,6 +104,7 @@ fn serves_metrics_and_healthz_on_a_free_port() {
             address: "127.0.0.1:0".into(),
             ..Default::default()
         },
+        None,
         None,
     );
     assert!(

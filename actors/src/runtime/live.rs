@@ -57,7 +57,7 @@ struct LiveEpisode {
     tokens: usize,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Board {
     /// By entry serial: a re-queued episode's new attempt may enter before the old
     /// attempt's entry is dropped.
@@ -65,6 +65,20 @@ struct Board {
     next_serial: u64,
     completed: u64,
     ended_otherwise: u64,
+    /// When anything last moved (an episode's stage, an update, a warm-start step), and what.
+    last_activity: (Instant, String),
+}
+
+impl Default for Board {
+    fn default() -> Self {
+        Self {
+            episodes: BTreeMap::new(),
+            next_serial: 0,
+            completed: 0,
+            ended_otherwise: 0,
+            last_activity: (Instant::now(), "started".into()),
+        }
+    }
 }
 
 /// The board all episodes of a run write to (cheap to clone; one per run).
@@ -130,6 +144,7 @@ impl LiveBoard {
         let mut board = self.lock();
         let serial = board.next_serial;
         board.next_serial += 1;
+        board.last_activity = (now, format!("episode {episode_id} started"));
         board.episodes.insert(
             serial,
             LiveEpisode {
@@ -150,6 +165,21 @@ impl LiveBoard {
             serial,
             completed: false,
         }
+    }
+
+    /// Records progress made outside the episodes (an update, a checkpoint, a warm-start
+    /// step), for [`LiveBoard::idle`].
+    pub fn touch(&self, what: impl Into<String>) {
+        self.lock().last_activity = (Instant::now(), what.into());
+    }
+
+    /// How long nothing has moved, and the last thing that did.
+    pub fn idle(&self) -> (std::time::Duration, String) {
+        let board = self.lock();
+        (
+            board.last_activity.0.elapsed(),
+            board.last_activity.1.clone(),
+        )
     }
 
     /// What is in flight now.
@@ -190,8 +220,11 @@ impl LiveBoard {
 
 impl LiveEntry {
     fn update(&self, f: impl FnOnce(&mut LiveEpisode)) {
-        if let Some(e) = self.board.lock().episodes.get_mut(&self.serial) {
+        let mut board = self.board.lock();
+        if let Some(e) = board.episodes.get_mut(&self.serial) {
             f(e);
+            let what = format!("episode {}: {}", e.episode_id, e.stage.label());
+            board.last_activity = (Instant::now(), what);
         }
     }
 
@@ -221,7 +254,8 @@ impl LiveEntry {
 impl Drop for LiveEntry {
     fn drop(&mut self) {
         let mut board = self.board.lock();
-        if board.episodes.remove(&self.serial).is_some() {
+        if let Some(e) = board.episodes.remove(&self.serial) {
+            board.last_activity = (Instant::now(), format!("episode {} ended", e.episode_id));
             if self.completed {
                 board.completed += 1;
             } else {
@@ -253,5 +287,8 @@ mod tests {
         drop(b);
         let s = board.snapshot();
         assert_eq!((s.in_flight, s.completed, s.ended_otherwise), (0, 1, 1));
+        assert_eq!(board.idle().1, "episode 2 ended");
+        board.touch("update 1");
+        assert_eq!(board.idle().1, "update 1");
     }
 }
