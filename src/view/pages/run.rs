@@ -40,6 +40,24 @@ fn points(log: &Log, key: &str) -> Vec<(f64, f64)> {
         .collect()
 }
 
+/// The charts of `log`'s keys that have points, as one `<div id=...>`; each SVG's series is
+/// `{prefix}.{key}`.
+fn curves(id: &str, prefix: &str, log: &Log, keys: &[(&str, &str)]) -> String {
+    let mut b = format!("<div class=\"curves\" id=\"{id}\">");
+    for (key, title) in keys {
+        let pts = points(log, key);
+        if !pts.is_empty() {
+            b.push_str(&curve(&Series {
+                key: &format!("{prefix}.{key}"),
+                title,
+                points: pts,
+            }));
+        }
+    }
+    b.push_str("</div>");
+    b
+}
+
 fn damaged_note(name: &str, log: &Log) -> String {
     if log.damaged.is_empty() {
         return String::new();
@@ -66,18 +84,7 @@ pub(crate) fn page(site: &Site) -> Result<Reply, ViewError> {
     if !metrics.exists {
         b.push_str("<p class=\"note\">No metrics.jsonl yet: no update has finished in this run directory.</p>");
     } else {
-        b.push_str("<div class=\"curves\" id=\"update-curves\">");
-        for (key, title) in UPDATE_CURVES {
-            let pts = points(&metrics, key);
-            if !pts.is_empty() {
-                b.push_str(&curve(&Series {
-                    key: &format!("updates.{key}"),
-                    title,
-                    points: pts,
-                }));
-            }
-        }
-        b.push_str("</div>");
+        b.push_str(&curves("update-curves", "updates", &metrics, UPDATE_CURVES));
     }
 
     b.push_str("<h2>Evaluations (held-out)</h2>");
@@ -85,18 +92,7 @@ pub(crate) fn page(site: &Site) -> Result<Reply, ViewError> {
     if evals.rows.is_empty() {
         b.push_str("<p class=\"note\">No evaluation yet.</p>");
     } else {
-        b.push_str("<div class=\"curves\" id=\"eval-curves\">");
-        for (key, title) in EVAL_CURVES {
-            let pts = points(&evals, key);
-            if !pts.is_empty() {
-                b.push_str(&curve(&Series {
-                    key: &format!("evals.{key}"),
-                    title,
-                    points: pts,
-                }));
-            }
-        }
-        b.push_str("</div>");
+        b.push_str(&curves("eval-curves", "evals", &evals, EVAL_CURVES));
         let metric_keys: Vec<String> = evals
             .rows
             .iter()
