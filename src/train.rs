@@ -604,10 +604,8 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
     let _metrics = if cfg.metrics.enabled {
         let site = Site::open(&run_dir, Some(live.clone()))?;
         let server = metrics_server::start(&cfg.metrics, Some(Arc::new(site)), Some(live.clone()))?;
-        eprintln!(
-            "metrics: http://{addr}/metrics  web UI: http://{addr}/ui",
-            addr = server.local_addr()
-        );
+        eprintln!("metrics: http://{}/metrics", server.local_addr());
+        eprintln!("web UI: http://{}/ui", server.local_addr());
         Some(server)
     } else {
         None
