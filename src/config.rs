@@ -603,6 +603,9 @@ pub struct MetricsSection {
     /// `/healthz` answers 503 when nothing has progressed (no episode moved, no update, no
     /// warm-start step) for this many seconds.
     pub healthz_stale_secs: f64,
+    /// Serve the web UI (`/ui`) on the same address; false keeps only `/metrics` and
+    /// `/healthz` there (when `address` is reachable from other machines, say).
+    pub ui: bool,
 }
 
 impl Default for MetricsSection {
@@ -614,6 +617,7 @@ impl Default for MetricsSection {
             connection_timeout_secs: 60.0,
             max_connections: 32,
             healthz_stale_secs: 900.0,
+            ui: true,
         }
     }
 }

@@ -602,10 +602,16 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
     install_signal_handler(&rt, stop.clone());
     let live = LiveBoard::default();
     let _metrics = if cfg.metrics.enabled {
-        let site = Site::open(&run_dir, Some(live.clone()))?;
-        let server = metrics_server::start(&cfg.metrics, Some(Arc::new(site)), Some(live.clone()))?;
+        let site = if cfg.metrics.ui {
+            Some(Arc::new(Site::open(&run_dir, Some(live.clone()))?))
+        } else {
+            None
+        };
+        let server = metrics_server::start(&cfg.metrics, site, Some(live.clone()))?;
         eprintln!("metrics: http://{}/metrics", server.local_addr());
-        eprintln!("web UI: http://{}/ui", server.local_addr());
+        if cfg.metrics.ui {
+            eprintln!("web UI: http://{}/ui", server.local_addr());
+        }
         Some(server)
     } else {
         None

@@ -43,6 +43,7 @@ fn serves_metrics_and_healthz_on_a_free_port() {
             connection_timeout_secs: 3.0,
             max_connections: 4,
             healthz_stale_secs: 3600.0,
+            ui: false,
         },
         None,
         Some(board.clone()),

@@ -220,6 +220,9 @@ fn train_runs_end_to_end_and_writes_logs_checkpoints_and_curves() {
     assert!(body.contains("agent_r1_train_update_step"), "{body}");
     assert!(body.contains("agent_r1_engine_"), "{body}");
     assert!(http_get(&addr, "/healthz").contains("200"));
+    // The web UI is on the same address while the run goes on.
+    let page = http_get(&addr, "/ui");
+    assert!(page.contains("200") && page.contains("Training curves"), "{page}");
     let (code, out, err) = t.finish();
     assert_eq!(code, Some(0), "{err}");
     let summary = last_json(&out);
