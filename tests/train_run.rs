@@ -222,7 +222,10 @@ fn train_runs_end_to_end_and_writes_logs_checkpoints_and_curves() {
     assert!(http_get(&addr, "/healthz").contains("200"));
     // The web UI is on the same address while the run goes on.
     let page = http_get(&addr, "/ui");
-    assert!(page.contains("200") && page.contains("Training curves"), "{page}");
+    assert!(
+        page.contains("200") && page.contains("Training curves"),
+        "{page}"
+    );
     let (code, out, err) = t.finish();
     assert_eq!(code, Some(0), "{err}");
     let summary = last_json(&out);
