@@ -18,6 +18,8 @@ use super::ViewError;
 
 /// Longest episode line the viewer reads (a longer one is reported, not loaded).
 const MAX_EPISODE_BYTES: u64 = 256 << 20;
+/// Indexes kept in memory at once (the least recently used goes first).
+const CACHED_INDEXES: usize = 16;
 
 /// The episodes of a rollouts file.
 #[derive(Debug)]
@@ -32,10 +34,17 @@ pub struct EpisodeIndex {
 
 type Stamp = (u64, Option<SystemTime>, u64, Option<SystemTime>);
 
-/// Indexes by source, reloaded when their files change.
+/// Indexes by source, reloaded when their files change; at most 16 are kept.
 #[derive(Debug, Default)]
 pub struct IndexCache {
-    loaded: Mutex<HashMap<Source, (Stamp, Arc<EpisodeIndex>)>>,
+    loaded: Mutex<Loaded>,
+}
+
+/// Cached indexes with their files' stamps and when each was last used.
+#[derive(Debug, Default)]
+struct Loaded {
+    entries: HashMap<Source, (Stamp, Arc<EpisodeIndex>, u64)>,
+    clock: u64,
 }
 
 fn stamp(path: &Path) -> (u64, Option<SystemTime>) {
@@ -64,9 +73,15 @@ impl IndexCache {
         let idx = index_path(&data);
         let (a, b) = (stamp(&data), stamp(&idx));
         let key: Stamp = (a.0, a.1, b.0, b.1);
-        if let Some((k, index)) = self.lock().get(&source) {
-            if *k == key {
-                return Ok(index.clone());
+        {
+            let mut loaded = self.lock();
+            loaded.clock += 1;
+            let now = loaded.clock;
+            if let Some((k, index, used)) = loaded.entries.get_mut(&source) {
+                if *k == key {
+                    *used = now;
+                    return Ok(index.clone());
+                }
             }
         }
         let index = Arc::new(if idx.is_file() {
@@ -74,11 +89,23 @@ impl IndexCache {
         } else {
             scan(&data)?
         });
-        self.lock().insert(source, (key, index.clone()));
+        let mut loaded = self.lock();
+        if loaded.entries.len() >= CACHED_INDEXES && !loaded.entries.contains_key(&source) {
+            let oldest = loaded
+                .entries
+                .iter()
+                .min_by_key(|(_, (_, _, used))| *used)
+                .map(|(s, _)| *s);
+            if let Some(oldest) = oldest {
+                loaded.entries.remove(&oldest);
+            }
+        }
+        let now = loaded.clock;
+        loaded.entries.insert(source, (key, index.clone(), now));
         Ok(index)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Source, (Stamp, Arc<EpisodeIndex>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Loaded> {
         self.loaded.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -171,4 +198,35 @@ pub fn read_episode(
             row.offset
         ))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::view::run_dir::SourceKind;
+
+    #[test]
+    fn at_most_sixteen_indexes_stay_in_memory_and_the_recent_ones_stay() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("rollouts")).unwrap();
+        let run = RunDir::open(dir.path()).unwrap();
+        let cache = IndexCache::default();
+        let source = |step| Source {
+            kind: SourceKind::Train,
+            step,
+        };
+        for step in 1..=20 {
+            std::fs::write(run.data_path(source(step)), "").unwrap();
+            let first = cache.get(&run, source(1)).unwrap();
+            let index = cache.get(&run, source(step)).unwrap();
+            assert!(index.rows.is_empty() && index.scanned);
+            // Update 1 is used every time, so it is never the one evicted.
+            assert!(Arc::ptr_eq(&first, &cache.get(&run, source(1)).unwrap()));
+        }
+        let loaded = cache.lock();
+        assert_eq!(loaded.entries.len(), CACHED_INDEXES);
+        assert!(loaded.entries.contains_key(&source(1)));
+        assert!(loaded.entries.contains_key(&source(20)));
+        assert!(!loaded.entries.contains_key(&source(2)));
+    }
 }
