@@ -61,15 +61,23 @@ pub struct Site {
     run: RunDir,
     indexes: IndexCache,
     live: Option<LiveBoard>,
+    /// The run directory's path as the page header shows it (resolved once).
+    name: String,
 }
 
 impl Site {
     /// Serves `root`; `live` is the running trainer's board (`None` for `agent-r1 view`).
     pub fn open(root: &Path, live: Option<LiveBoard>) -> Result<Self, ViewError> {
+        let name = root
+            .canonicalize()
+            .unwrap_or_else(|_| root.to_path_buf())
+            .display()
+            .to_string();
         Ok(Self {
             run: RunDir::open(root)?,
             indexes: IndexCache::default(),
             live,
+            name,
         })
     }
 
@@ -105,16 +113,11 @@ impl Site {
         );
         Reply {
             status,
-            ..Reply::html(html::frame("error", &self.run_name(), &body))
+            ..Reply::html(html::frame("error", self.run_name(), &body))
         }
     }
 
-    fn run_name(&self) -> String {
-        self.run
-            .root()
-            .canonicalize()
-            .unwrap_or_else(|_| self.run.root().to_path_buf())
-            .display()
-            .to_string()
+    fn run_name(&self) -> &str {
+        &self.name
     }
 }

@@ -134,6 +134,22 @@ impl Lines {
             }
         }
     }
+
+    /// Waits for the end of the stream (the process closed it: it exited).
+    fn wait_end(&mut self, what: &str) {
+        let deadline = Instant::now() + PHASE_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(line) => self.log.push(line),
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                Err(mpsc::RecvTimeoutError::Timeout) => panic!(
+                    "{what}: not within {PHASE_TIMEOUT:?}; output so far:\n{}",
+                    self.log.join("\n")
+                ),
+            }
+        }
+    }
 }
 
 /// The line's last URL (the UI's: `.../ui`).
@@ -232,15 +248,9 @@ fn live_run_and_episode_pages_work_in_headless_chromium() {
         .unwrap()
         .success();
     assert!(ok);
-    let deadline = Instant::now() + PHASE_TIMEOUT;
-    while trainer.0.try_wait().unwrap().is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "train did not stop:\n{}",
-            log.log.join("\n")
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    // Its stderr closes when it exits; then it is reaped.
+    log.wait_end("train stopping after SIGTERM");
+    trainer.0.wait().unwrap();
 
     // 2. `agent-r1 view` on the run directory; its stdout names the address.
     let mut viewer = Killed(

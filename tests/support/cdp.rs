@@ -146,8 +146,16 @@ impl Browser {
     }
 
     /// Sends a command (to the page once attached) and returns its result; panics on an
-    /// error reply.
+    /// error reply or when no answer comes within [`STEP_TIMEOUT`].
     pub fn call(&mut self, method: &str, params: Value) -> Value {
+        match self.try_call(method, params) {
+            Ok(v) => v,
+            Err(()) => panic!("chromium: no answer to {method} within {STEP_TIMEOUT:?}"),
+        }
+    }
+
+    /// [`Browser::call`], with `Err` when no answer came within [`STEP_TIMEOUT`].
+    fn try_call(&mut self, method: &str, params: Value) -> Result<Value, ()> {
         self.next_id += 1;
         let id = self.next_id;
         let mut msg = json!({ "id": id, "method": method, "params": params });
@@ -161,12 +169,13 @@ impl Browser {
             .expect("writing to chromium");
         let deadline = Instant::now() + STEP_TIMEOUT;
         loop {
-            let v = self.recv(deadline, method);
+            let left = deadline.saturating_duration_since(Instant::now());
+            let v = self.from_browser.recv_timeout(left).map_err(|_| ())?;
             if v["id"] == json!(id) {
                 if let Some(e) = v.get("error") {
                     panic!("chromium: {method} failed: {e}");
                 }
-                return v["result"].clone();
+                return Ok(v["result"].clone());
             }
             if v.get("method").is_some() {
                 self.events.push_back(v);
@@ -219,23 +228,32 @@ impl Browser {
         self.wait_event("Page.loadEventFired");
     }
 
-    /// Evaluates `expression` until it is truthy; panics with `what` after [`STEP_TIMEOUT`].
+    /// Waits until `expression` is truthy and returns its value: the page itself resolves a
+    /// promise when a DOM change makes it so (a `MutationObserver`), so nothing here polls;
+    /// panics with `what` and the page's text after [`STEP_TIMEOUT`].
     pub fn wait_for(&mut self, expression: &str, what: &str) -> Value {
-        let deadline = Instant::now() + STEP_TIMEOUT;
-        loop {
-            let v = self.eval(expression);
-            let truthy = !(v.is_null() || v == json!(false) || v == json!(0) || v == json!(""));
-            if truthy {
-                return v;
+        let script = format!(
+            "new Promise(resolve => {{\n\
+               const check = () => {{ const v = ({expression}); if (v) {{ resolve(v); return true; }} return false; }};\n\
+               if (!check()) new MutationObserver((_, o) => {{ if (check()) o.disconnect(); }})\n\
+                 .observe(document, {{ subtree: true, childList: true, characterData: true, attributes: true }});\n\
+             }})"
+        );
+        let params = json!({ "expression": script, "returnByValue": true, "awaitPromise": true });
+        match self.try_call("Runtime.evaluate", params) {
+            Ok(r) => {
+                if let Some(e) = r.get("exceptionDetails") {
+                    panic!("chromium: waiting for {what} threw: {e}");
+                }
+                r["result"]["value"].clone()
             }
-            if Instant::now() > deadline {
+            Err(()) => {
                 let text = self.eval("document.body ? document.body.innerText.slice(0, 1500) : ''");
                 panic!(
                     "waited {STEP_TIMEOUT:?} for {what}; the page says:\n{}",
                     text.as_str().unwrap_or("")
                 );
             }
-            std::thread::sleep(Duration::from_millis(100));
         }
     }
 

@@ -39,17 +39,21 @@ pub fn run_bounded(cmd: &mut Command, limit: Duration) -> Result<(), String> {
     };
     let out = drain(child.stdout.take().map(|r| Box::new(r) as _));
     let err = drain(child.stderr.take().map(|r| Box::new(r) as _));
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break s,
-            Ok(None) if Instant::now() > deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!("{shown}: still running after {limit:?}, killed"));
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(100)),
-            Err(e) => return Err(format!("{shown}: {e}")),
+    // The child is waited for on a thread, which reports its exit; past `limit` it is
+    // killed by pid (the thread then reaps it).
+    let pid = child.id() as libc::pid_t;
+    let (tx, exited) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait());
+    });
+    let status = match exited.recv_timeout(limit) {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return Err(format!("{shown}: {e}")),
+        Err(_) => {
+            // SAFETY: plain syscall; the pid is our unreaped child's.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            let _ = exited.recv();
+            return Err(format!("{shown}: still running after {limit:?}, killed"));
         }
     };
     let (out, err) = (

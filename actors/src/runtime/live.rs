@@ -65,8 +65,17 @@ struct Board {
     next_serial: u64,
     completed: u64,
     ended_otherwise: u64,
-    /// When anything last moved (an episode's stage, an update, a warm-start step), and what.
-    last_activity: (Instant, String),
+    /// When anything last moved, and what (rendered only when asked, off the episodes' path).
+    last_activity: (Instant, Activity),
+}
+
+/// What moved last.
+#[derive(Debug, Clone)]
+enum Activity {
+    /// An episode entered the board, changed stage, or (`ended`) left it.
+    Episode { id: u64, serial: u64, ended: bool },
+    /// Progress outside the episodes ([`LiveBoard::touch`]).
+    Note(String),
 }
 
 impl Default for Board {
@@ -76,7 +85,7 @@ impl Default for Board {
             next_serial: 0,
             completed: 0,
             ended_otherwise: 0,
-            last_activity: (Instant::now(), "started".into()),
+            last_activity: (Instant::now(), Activity::Note("started".into())),
         }
     }
 }
@@ -144,7 +153,14 @@ impl LiveBoard {
         let mut board = self.lock();
         let serial = board.next_serial;
         board.next_serial += 1;
-        board.last_activity = (now, format!("episode {episode_id} started"));
+        board.last_activity = (
+            now,
+            Activity::Episode {
+                id: episode_id,
+                serial,
+                ended: false,
+            },
+        );
         board.episodes.insert(
             serial,
             LiveEpisode {
@@ -170,16 +186,24 @@ impl LiveBoard {
     /// Records progress made outside the episodes (an update, a checkpoint, a warm-start
     /// step), for [`LiveBoard::idle`].
     pub fn touch(&self, what: impl Into<String>) {
-        self.lock().last_activity = (Instant::now(), what.into());
+        self.lock().last_activity = (Instant::now(), Activity::Note(what.into()));
     }
 
     /// How long nothing has moved, and the last thing that did.
     pub fn idle(&self) -> (std::time::Duration, String) {
         let board = self.lock();
-        (
-            board.last_activity.0.elapsed(),
-            board.last_activity.1.clone(),
-        )
+        let (at, what) = &board.last_activity;
+        let what = match what {
+            Activity::Note(text) => text.clone(),
+            Activity::Episode {
+                id, ended: true, ..
+            } => format!("episode {id} ended"),
+            Activity::Episode { id, serial, .. } => match board.episodes.get(serial) {
+                Some(e) => format!("episode {id}: {}", e.stage.label()),
+                None => format!("episode {id} ended"),
+            },
+        };
+        (at.elapsed(), what)
     }
 
     /// What is in flight now.
@@ -223,8 +247,15 @@ impl LiveEntry {
         let mut board = self.board.lock();
         if let Some(e) = board.episodes.get_mut(&self.serial) {
             f(e);
-            let what = format!("episode {}: {}", e.episode_id, e.stage.label());
-            board.last_activity = (Instant::now(), what);
+            let id = e.episode_id;
+            board.last_activity = (
+                Instant::now(),
+                Activity::Episode {
+                    id,
+                    serial: self.serial,
+                    ended: false,
+                },
+            );
         }
     }
 
@@ -255,7 +286,14 @@ impl Drop for LiveEntry {
     fn drop(&mut self) {
         let mut board = self.board.lock();
         if let Some(e) = board.episodes.remove(&self.serial) {
-            board.last_activity = (Instant::now(), format!("episode {} ended", e.episode_id));
+            board.last_activity = (
+                Instant::now(),
+                Activity::Episode {
+                    id: e.episode_id,
+                    serial: self.serial,
+                    ended: true,
+                },
+            );
             if self.completed {
                 board.completed += 1;
             } else {

@@ -159,5 +159,5 @@ pub(crate) fn page(site: &Site, params: &HashMap<String, String>) -> Result<Repl
             common.len()
         );
     }
-    Ok(Reply::html(frame("Side by side", &site.run_name(), &body)))
+    Ok(Reply::html(frame("Side by side", site.run_name(), &body)))
 }

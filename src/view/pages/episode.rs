@@ -202,7 +202,7 @@ pub(crate) fn page(site: &Site, params: &HashMap<String, String>) -> Result<Repl
     }
     Ok(Reply::html(frame(
         &format!("Episode {} ({})", t.episode_id, source.name()),
-        &site.run_name(),
+        site.run_name(),
         &b,
     )))
 }

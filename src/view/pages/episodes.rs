@@ -220,7 +220,7 @@ pub(crate) fn page(site: &Site, params: &HashMap<String, String>) -> Result<Repl
     b.push_str("</p>");
     Ok(Reply::html(frame(
         &format!("Episodes: {}", source.label()),
-        &site.run_name(),
+        site.run_name(),
         &b,
     )))
 }

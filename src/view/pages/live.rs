@@ -47,7 +47,7 @@ pub(crate) fn page(site: &Site) -> Reply {
          <th>turns</th><th>tool calls</th><th>tokens</th></tr></thead><tbody id=\"live-rows\"></tbody></table>\
          <p class=\"note\">The stall detector's warnings will appear here once the rollout service has one.</p>{SCRIPT}"
     );
-    Reply::html(frame("Live", &site.run_name(), &body))
+    Reply::html(frame("Live", site.run_name(), &body))
 }
 
 pub(crate) fn json(site: &Site) -> Reply {

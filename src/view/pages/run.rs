@@ -199,5 +199,5 @@ pub(crate) fn page(site: &Site) -> Result<Reply, ViewError> {
             "<p class=\"note\">No config.toml in the run directory or its checkpoints.</p>",
         ),
     }
-    Ok(Reply::html(frame("Run", &site.run_name(), &b)))
+    Ok(Reply::html(frame("Run", site.run_name(), &b)))
 }
