@@ -182,7 +182,7 @@ pub fn rollout_setup(
     });
     Ok(RolloutSetup {
         engine,
-        env,
+        env: env.into(),
         tools,
         renderer,
         episode: EpisodeConfig {
@@ -197,6 +197,7 @@ pub fn rollout_setup(
             stop_strings: vec![],
             generate_timeout: Duration::from_secs(1800),
             tool_queue_timeout: Duration::from_secs(60),
+            env_timeout: Duration::from_secs(60),
         },
         concurrency: knobs.concurrency,
         tool_queue_capacity: 4 * knobs.concurrency.max(16),

@@ -105,6 +105,9 @@ pub struct TurnOutput {
     pub token_ids: Vec<u32>,
     /// Their sampling log-probabilities.
     pub logprobs: Vec<f32>,
+    /// The weights version that sampled each token (a turn decoding while the weights are
+    /// swapped has two).
+    pub token_versions: Vec<u64>,
     /// Why the turn ended.
     pub finish_reason: FinishReason,
     /// The weights version when the turn was admitted. Weights are swapped between decode

@@ -1,51 +1,53 @@
 //! The supervised actor runtime: many concurrent multi-turn episodes over one engine.
 //!
 //! ```text
-//! run_rollout
-//!  ├─ EngineActor ── crossbeam ──> engine thread (owns the model; continuous batching)
-//!  ├─ ToolPool per tool ── ToolWorker x max_concurrency   (restarts with back-off)
-//!  └─ RolloutSupervisor                                   (re-queues failed episodes once)
-//!       ├─ EnvActor                                       (restarted on failure)
-//!       └─ Episode x concurrency ── Turn messages to itself
+//! RolloutService (one per run; tasks stream in, trajectories stream out)
+//!  ├─ ToolPool per tool ── ToolWorker x max_concurrency     (restarts with back-off)
+//!  └─ RolloutSupervisor ◄── feeder (one credit per episode slot)
+//!       └─ Episode x concurrency                            (re-queued once on failure)
+//!            ├─ EnvActor: this episode's env, calls on the blocking pool
+//!            └─ EngineHandle ── crossbeam ──> engine thread (owns the model; batching)
 //! ```
 //! Backpressure: at most `concurrency` episodes exist; the engine admits a bounded number of
-//! pending turns; each tool queue is bounded and sheds calls past it; trajectories leave
-//! through a bounded channel. Memory is bounded by those limits and the engine's parked-KV
-//! budget, not by the number of tasks.
+//! pending turns; each tool queue is bounded and sheds calls past it; the task stream and
+//! the trajectory channel are bounded. Memory is bounded by those limits and the engine's
+//! parked-KV budget, not by the number of tasks.
 
-mod engine_actor;
+mod batcher;
 mod env_actor;
+mod env_source;
 mod episode;
+mod episode_error;
 pub mod fault;
 pub mod live;
 mod render;
+mod service;
 mod supervisor;
 mod tool_pool;
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use ractor::Actor;
 use serde::{Deserialize, Serialize};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
-use agent_r1_envs::env::Env;
 use agent_r1_envs::task::Task;
 use agent_r1_envs::tool::{CallError, Tool};
 
-pub use engine_actor::{EngineActor, EngineMsg};
-pub use env_actor::{EnvActor, EnvMsg, EnvReply};
-pub use episode::{Episode, EpisodeMsg};
+pub use batcher::GroupBatcher;
+pub use env_source::{EnvBuilder, EnvSource};
+pub use episode_error::{EnvStage, EpisodeError};
 pub use live::{LiveBoard, LiveSnapshot};
 pub use render::TurnRenderer;
-pub use supervisor::{RolloutSummary, SupervisorMsg};
+pub use service::{RolloutService, TaskSender};
+pub use supervisor::RolloutSummary;
 pub use tool_pool::{RestartPolicy, ToolPool, ToolPoolMsg, ToolPoolStats};
 
 use crate::engine::EngineHandle;
 use crate::model::SamplingParams;
 use crate::trajectory::Trajectory;
-use crate::{Error, Result};
+use crate::Result;
 
 /// Checks a call's arguments against its tool's schema before the call is queued.
 pub type ArgValidator =
@@ -66,6 +68,8 @@ pub struct EpisodeConfig {
     pub generate_timeout: Duration,
     /// Extra deadline for a tool call beyond the tool's own timeout (queue wait).
     pub tool_queue_timeout: Duration,
+    /// Deadline for one env call (reset, turn decision, observation, score).
+    pub env_timeout: Duration,
 }
 
 impl Default for EpisodeConfig {
@@ -77,16 +81,18 @@ impl Default for EpisodeConfig {
             stop_strings: vec![],
             generate_timeout: Duration::from_secs(1800),
             tool_queue_timeout: Duration::from_secs(60),
+            env_timeout: Duration::from_secs(60),
         }
     }
 }
 
 /// Everything a rollout needs besides its tasks.
+#[derive(Clone)]
 pub struct RolloutSetup {
     /// The running engine.
     pub engine: EngineHandle,
-    /// The env.
-    pub env: Arc<dyn Env>,
+    /// Where each episode's env comes from.
+    pub env: EnvSource,
     /// Tools by name (the env's `tool_names` must all be here).
     pub tools: Vec<Arc<dyn Tool>>,
     /// Renders prompts and observations with the model's chat template.
@@ -116,7 +122,8 @@ pub struct RolloutReport {
     pub tool_shed: HashMap<String, u64>,
 }
 
-/// Runs `tasks` (each with its group id) and streams trajectories into `sink` as they finish.
+/// Runs a fixed list of `tasks` (each with its group id) through a [`RolloutService`] and
+/// streams trajectories into `sink` as they finish (the caller drains `sink` concurrently).
 /// Returns when every task has ended (or the run stopped on a fatal error, which is in the
 /// report's `summary.fatal`).
 pub async fn run_rollout(
@@ -124,90 +131,16 @@ pub async fn run_rollout(
     tasks: Vec<(Task, u64)>,
     sink: mpsc::Sender<Trajectory>,
 ) -> Result<RolloutReport> {
-    let missing: Vec<String> = setup
-        .env
-        .tool_names()
-        .into_iter()
-        .filter(|n| !setup.tools.iter().any(|t| t.name() == n))
-        .collect();
-    if !missing.is_empty() {
-        return Err(Error::invalid(
-            "rollout",
-            format!(
-                "the env uses tools that are not configured: {}",
-                missing.join(", ")
-            ),
-        ));
-    }
-    let spawn_err = |what: &str, e: ractor::SpawnErr| Error::Other(format!("spawning {what}: {e}"));
-    let (engine, engine_join) = Actor::spawn(None, EngineActor, setup.engine.clone())
-        .await
-        .map_err(|e| spawn_err("the engine actor", e))?;
-    let mut pools = HashMap::new();
-    let mut pool_joins = Vec::new();
-    for tool in &setup.tools {
-        let args = tool_pool::ToolPoolArgs {
-            tool: tool.clone(),
-            queue_capacity: setup.tool_queue_capacity,
-            restart: setup.restart.clone(),
-            validate: setup.validate.clone(),
-        };
-        let (pool, join) = Actor::spawn(None, ToolPool, args)
-            .await
-            .map_err(|e| spawn_err("a tool pool", e))?;
-        pools.insert(tool.name().to_string(), (pool, tool.timeout()));
-        pool_joins.push(join);
-    }
-    let (env_actor, _) = Actor::spawn(None, EnvActor, setup.env.clone())
-        .await
-        .map_err(|e| spawn_err("the env actor", e))?;
-    let shared = Arc::new(episode::Shared {
-        env: RwLock::new(env_actor.clone()),
-        engine: engine.clone(),
-        tools: pools.clone(),
-        renderer: setup.renderer.clone(),
-        config: setup.episode.clone(),
-        live: setup.live.clone(),
-    });
-    let (done_tx, done_rx) = oneshot::channel();
-    let args = supervisor::SupervisorArgs {
-        tasks: tasks.into_iter().map(|(t, g)| (Arc::new(t), g)).collect(),
-        concurrency: setup.concurrency,
-        shared: shared.clone(),
-        env: setup.env.clone(),
-        results: sink,
-        done: done_tx,
-    };
-    let (_sup, sup_join) = Actor::spawn(None, supervisor::RolloutSupervisor, args)
-        .await
-        .map_err(|e| spawn_err("the rollout supervisor", e))?;
-    let _ = sup_join.await;
-    let summary = done_rx
-        .await
-        .map_err(|_| Error::Other("the rollout supervisor ended without a summary".into()))?;
-    let mut report = RolloutReport {
-        summary,
-        ..Default::default()
-    };
-    for (name, (pool, _)) in &pools {
-        if let Ok(ractor::rpc::CallResult::Success(stats)) = pool
-            .call(ToolPoolMsg::Stats, Some(Duration::from_secs(10)))
-            .await
-        {
-            report.tool_restarts.insert(name.clone(), stats.restarts);
-            report.tool_shed.insert(name.clone(), stats.shed);
+    let service = RolloutService::start(setup, sink).await?;
+    let sender = service.tasks();
+    let feed = tokio::spawn(async move {
+        for (task, group) in tasks {
+            if sender.submit(task, group).await.is_err() {
+                return;
+            }
         }
-        pool.stop(None);
-    }
-    shared
-        .env
-        .read()
-        .unwrap_or_else(|p| p.into_inner())
-        .stop(None);
-    engine.stop(None);
-    let _ = engine_join.await;
-    for j in pool_joins {
-        let _ = j.await;
-    }
-    Ok(report)
+    });
+    let report = service.finish().await;
+    feed.abort();
+    report
 }

@@ -31,8 +31,14 @@ pub struct Step {
     pub action_ids: Vec<u32>,
     /// Their sampling log-probabilities.
     pub logprobs: Vec<f32>,
-    /// Weights version that sampled them.
+    /// Weights version when the turn was admitted: the oldest version that sampled any of
+    /// its tokens.
     pub policy_version: u64,
+    /// The version that sampled each action token, when they differ (weights were swapped
+    /// while the turn decoded: a partial rollout); empty when every token has
+    /// `policy_version`. Read it through [`Step::token_version`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub token_versions: Vec<u64>,
     /// Why generation ended.
     pub finish_reason: FinishReason,
     /// Tool calls made in this step and their outcomes.
@@ -47,6 +53,35 @@ pub struct Step {
     pub tool_seconds: f64,
     /// Context tokens the engine prefilled for this step (the rest were reused).
     pub prefill_tokens: usize,
+}
+
+impl Step {
+    /// The stored form of per-token versions: empty when all equal `policy_version`.
+    pub fn compact_versions(policy_version: u64, versions: Vec<u64>) -> Vec<u64> {
+        if versions.iter().all(|&v| v == policy_version) {
+            vec![]
+        } else {
+            versions
+        }
+    }
+
+    /// The weights version that sampled action token `i`.
+    pub fn token_version(&self, i: usize) -> u64 {
+        self.token_versions
+            .get(i)
+            .copied()
+            .unwrap_or(self.policy_version)
+    }
+
+    /// The distinct versions that sampled this step's tokens, oldest first.
+    pub fn versions(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = (0..self.action_ids.len())
+            .map(|i| self.token_version(i))
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
 }
 
 /// How an episode ended.

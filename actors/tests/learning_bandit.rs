@@ -97,6 +97,7 @@ async fn episode(
             action_ids: turn.token_ids.clone(),
             logprobs: turn.logprobs.clone(),
             policy_version: turn.policy_version,
+            token_versions: vec![],
             finish_reason: FinishReason::Length,
             tool_calls: vec![],
             observation_ids: observation.clone(),

@@ -191,7 +191,7 @@ fn run(
     let end = renderer.end_of_turn_id();
     let setup = RolloutSetup {
         engine: f.engine.clone(),
-        env,
+        env: env.into(),
         tools: vec![tool],
         renderer,
         episode: EpisodeConfig {

@@ -212,7 +212,7 @@ fn run_family(style: TokenizerStyle, family: &str, format: ToolCallFormat) {
     .unwrap();
     let setup = RolloutSetup {
         engine,
-        env: Arc::new(EchoEnv),
+        env: agent_r1_actors::runtime::EnvSource::Shared(Arc::new(EchoEnv)),
         tools: vec![echo.clone() as Arc<dyn Tool>],
         renderer: renderer.clone(),
         episode: EpisodeConfig {

@@ -310,6 +310,7 @@ fn synthetic_batch(args: &LearnerBench, vocab: u64) -> Vec<Trajectory> {
                             .collect(),
                         action_ids,
                         policy_version: 0,
+                        token_versions: vec![],
                         finish_reason: FinishReason::Stop,
                         tool_calls: vec![],
                         observation_ids,

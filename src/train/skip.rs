@@ -52,6 +52,7 @@ mod tests {
                 action_ids: vec![3],
                 logprobs: vec![-1.0],
                 policy_version: 0,
+                token_versions: vec![],
                 finish_reason: FinishReason::Stop,
                 tool_calls: vec![],
                 observation_ids: vec![],

@@ -33,6 +33,8 @@ struct Running {
     admitted: Instant,
     generated: Vec<u32>,
     logprobs: Vec<f32>,
+    /// The policy version that sampled each generated token.
+    token_versions: Vec<u64>,
     prefill: usize,
     reused: usize,
     /// The episode's own parked KV this turn was restored from; parking the turn copies
@@ -420,6 +422,7 @@ impl Worker {
                 admitted: now,
                 generated: Vec::new(),
                 logprobs: Vec::new(),
+                token_versions: Vec::new(),
                 finish: None,
                 version: self.version,
             });
@@ -600,6 +603,7 @@ impl Worker {
             let r = &mut self.running[row];
             r.generated.push(tokens[b]);
             r.logprobs.push(logprobs[b]);
+            r.token_versions.push(self.version);
             self.stats.tokens_generated += 1;
             let params = &r.request.params;
             let stopped = params.stop_token_ids.contains(&tokens[b])
@@ -684,6 +688,7 @@ impl Worker {
                 final_policy_version: self.version,
                 token_ids: r.generated,
                 logprobs: r.logprobs,
+                token_versions: r.token_versions,
             };
             let _ = r.reply.send(Ok(out));
         }

@@ -139,7 +139,7 @@ pub(crate) fn build_batch(
                     let c = r * l + p - 1;
                     mask[c] = 1.0;
                     old[c] = lp;
-                    versions[c] = step.policy_version.min(i64::MAX as u64) as i64;
+                    versions[c] = step.token_version(i).min(i64::MAX as u64) as i64;
                 }
             }
             if !step.action_ids.is_empty() {
@@ -215,6 +215,7 @@ pub(crate) mod tests {
                     action_ids: a.to_vec(),
                     logprobs: lp.to_vec(),
                     policy_version: *v,
+                    token_versions: vec![],
                     finish_reason: FinishReason::Stop,
                     tool_calls: vec![],
                     observation_ids: o.to_vec(),

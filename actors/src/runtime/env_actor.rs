@@ -1,13 +1,11 @@
-//! The env as an actor: resets, turn decisions, observations and scores for every episode
-//! of a run. Env methods are cheap and synchronous; the actor gives the env one place to
-//! fail and be restarted by the rollout supervisor.
+//! One env actor per episode: resets, turn decisions, observations and scores for that
+//! episode's env, each run on tokio's blocking pool (env methods are synchronous and may be
+//! slow, e.g. a scorer), so no env call occupies a runtime thread and no episode's env
+//! calls wait behind another's.
 //!
-//! A panic inside the env is answered to the request that caused it (so that episode fails
-//! with the reason), then fails the actor so the supervisor restarts it. Requests queued
-//! behind it are dropped with the mailbox; their episodes wait for the replacement and ask
-//! again.
+//! A panic inside the env is answered to the request that caused it, then fails the actor:
+//! its episode fails with [`EpisodeError::EnvPanicked`], and the retry builds a fresh env.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -17,13 +15,15 @@ use agent_r1_envs::message::Message;
 use agent_r1_envs::task::Task;
 use agent_r1_envs::tool::{CallError, CallOutcome, ToolCall};
 
+use super::episode_error::{EnvStage, EpisodeError};
+
 /// An env answer, or why the env could not give one.
-pub type EnvReply<T> = RpcReplyPort<Result<T, String>>;
+pub(crate) type EnvReply<T> = RpcReplyPort<Result<T, EpisodeError>>;
 
 /// Messages of the env actor.
 #[derive(Debug)]
-pub enum EnvMsg {
-    /// First messages of an episode.
+pub(crate) enum EnvMsg {
+    /// First messages of the episode.
     Reset(Arc<Task>, EnvReply<Vec<Message>>),
     /// What an assistant turn asks for.
     OnTurn(
@@ -34,30 +34,46 @@ pub enum EnvMsg {
     ),
     /// Observation messages and the step reward for a turn's call outcomes.
     Observe(Arc<Task>, Vec<CallOutcome>, EnvReply<(Vec<Message>, f64)>),
-    /// Score of a finished transcript.
+    /// Score of the finished transcript.
     Score(Arc<Task>, Vec<Message>, EnvReply<Score>),
 }
 
 /// The env actor.
-pub struct EnvActor;
+pub(crate) struct EnvActor;
 
-fn run<T>(
+fn panic_message(panic: Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
+/// Runs `f` on the blocking pool and answers `reply`; a panic is answered, then fails the
+/// actor.
+async fn run<T: Send + 'static>(
+    env: &Arc<dyn Env>,
+    stage: EnvStage,
     reply: EnvReply<T>,
-    f: impl FnOnce() -> Result<T, String>,
+    f: impl FnOnce(&dyn Env) -> Result<T, String> + Send + 'static,
 ) -> Result<(), ActorProcessingErr> {
-    match catch_unwind(AssertUnwindSafe(f)) {
+    let env = env.clone();
+    match tokio::task::spawn_blocking(move || f(env.as_ref())).await {
         Ok(result) => {
-            let _ = reply.send(result);
+            let _ = reply.send(result.map_err(|reason| EpisodeError::Env { stage, reason }));
             Ok(())
         }
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "unknown panic".into());
-            let _ = reply.send(Err(format!("env panicked: {what}")));
-            Err(format!("env panicked: {what}").into())
+        Err(join) => {
+            let reason = if join.is_panic() {
+                panic_message(join.into_panic())
+            } else {
+                "the env call was cancelled".into()
+            };
+            let _ = reply.send(Err(EpisodeError::EnvPanicked {
+                stage,
+                reason: reason.clone(),
+            }));
+            Err(Box::new(EpisodeError::EnvPanicked { stage, reason }))
         }
     }
 }
@@ -83,17 +99,29 @@ impl Actor for EnvActor {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             EnvMsg::Reset(task, reply) => {
-                run(reply, || env.reset(&task).map_err(|e| e.to_string()))
+                run(env, EnvStage::Reset, reply, move |env| {
+                    env.reset(&task).map_err(|e| e.to_string())
+                })
+                .await
             }
             EnvMsg::OnTurn(task, text, calls, reply) => {
-                run(reply, || Ok(env.on_turn(&task, &text, calls)))
+                run(env, EnvStage::OnTurn, reply, move |env| {
+                    Ok(env.on_turn(&task, &text, calls))
+                })
+                .await
             }
-            EnvMsg::Observe(task, outcomes, reply) => run(reply, || {
-                let messages = env.observe(&task, &outcomes);
-                Ok((messages, env.step_reward(&task, &outcomes)))
-            }),
+            EnvMsg::Observe(task, outcomes, reply) => {
+                run(env, EnvStage::Observe, reply, move |env| {
+                    let messages = env.observe(&task, &outcomes);
+                    Ok((messages, env.step_reward(&task, &outcomes)))
+                })
+                .await
+            }
             EnvMsg::Score(task, transcript, reply) => {
-                run(reply, || Ok(env.score(&task, &transcript)))
+                run(env, EnvStage::Score, reply, move |env| {
+                    Ok(env.score(&task, &transcript))
+                })
+                .await
             }
         }
     }

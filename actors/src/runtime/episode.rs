@@ -1,102 +1,74 @@
 //! One actor per running episode.
 //!
 //! Each turn is one message to itself: ask the engine for a turn on the exact context ids,
-//! let the env decide, run tool calls concurrently through the tool pools, append the
-//! observation as tokens, and send the finished step on. Every wait has a deadline; an error
-//! fails the actor, and the rollout supervisor re-queues or reports the task.
+//! let the episode's env decide, run tool calls concurrently through the tool pools, append
+//! the observation as tokens, and record the step. A finished trajectory is sent straight
+//! into the run's trajectory channel (awaiting it is the backpressure on a slow consumer),
+//! then the actor stops with [`COMPLETED`]. Every wait has a deadline; an error fails the
+//! actor with an [`EpisodeError`], and its supervisor re-queues or reports the task.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ractor::rpc::CallResult;
-use ractor::{Actor, ActorProcessingErr, ActorRef};
+use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
+use tokio::sync::mpsc;
 
 use agent_r1_envs::env::TurnOutcome;
 use agent_r1_envs::message::Message;
 use agent_r1_envs::task::Task;
 use agent_r1_envs::tool::{CallError, CallOutcome, ToolCall};
 
-use super::engine_actor::EngineMsg;
-use super::env_actor::EnvMsg;
+use super::env_actor::{EnvActor, EnvMsg, EnvReply};
+use super::env_source::EnvSource;
+use super::episode_error::{EnvStage, EpisodeError};
 use super::live::{LiveBoard, LiveEntry, Stage};
 use super::render::TurnRenderer;
-use super::supervisor::SupervisorMsg;
 use super::tool_pool::ToolPoolMsg;
 use super::EpisodeConfig;
-use crate::engine::TurnRequest;
+use crate::engine::{EngineHandle, TurnRequest};
 use crate::trajectory::{EpisodeEnd, Step, Trajectory};
-use crate::Error;
+
+/// The stop reason of an episode that delivered its trajectory.
+pub(crate) const COMPLETED: &str = "completed";
 
 /// What every episode of a run shares.
 pub(crate) struct Shared {
-    pub(crate) env: RwLock<ActorRef<EnvMsg>>,
-    pub(crate) engine: ActorRef<EngineMsg>,
+    pub(crate) env: EnvSource,
+    pub(crate) engine: EngineHandle,
     pub(crate) tools: HashMap<String, (ActorRef<ToolPoolMsg>, Duration)>,
     pub(crate) renderer: Arc<TurnRenderer>,
     pub(crate) config: EpisodeConfig,
     pub(crate) live: LiveBoard,
+    pub(crate) sink: mpsc::Sender<Trajectory>,
 }
-
-impl Shared {
-    fn env(&self) -> ActorRef<EnvMsg> {
-        self.env.read().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-}
-
-/// Asks the env actor. If the actor died under the call (another episode's task crashed
-/// it), waits for the supervisor's replacement and asks again, until `ENV_RESTART_WAIT`.
-/// An error the env itself answered (its own failure on this task) is returned at once.
-async fn ask_env<T: Send + 'static>(
-    shared: &Shared,
-    what: &str,
-    build: impl Fn(ractor::RpcReplyPort<Result<T, String>>) -> EnvMsg,
-) -> Result<T, ActorProcessingErr> {
-    let deadline = Instant::now() + ENV_RESTART_WAIT;
-    loop {
-        let env = shared.env();
-        match ask(&env, what, ENV_TIMEOUT, &build).await {
-            Ok(Ok(v)) => return Ok(v),
-            Ok(Err(reason)) => return Err(format!("{what}: {reason}").into()),
-            Err(e) => {
-                while shared.env().get_id() == env.get_id() {
-                    if Instant::now() > deadline {
-                        return Err(e);
-                    }
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-            }
-        }
-    }
-}
-
-const ENV_RESTART_WAIT: Duration = Duration::from_secs(5);
 
 /// Arguments of an episode.
-pub struct EpisodeArgs {
+pub(crate) struct EpisodeArgs {
     pub(crate) episode_id: u64,
     pub(crate) group_id: u64,
     pub(crate) attempts: u32,
     pub(crate) task: Arc<Task>,
     pub(crate) shared: Arc<Shared>,
-    pub(crate) supervisor: ActorRef<SupervisorMsg>,
 }
 
 /// An episode's messages (to itself).
 #[derive(Debug)]
-pub enum EpisodeMsg {
-    /// Render the prompt.
+pub(crate) enum EpisodeMsg {
+    /// Build the env and render the prompt.
     Start,
     /// Generate the next turn.
     Turn,
 }
 
 /// The episode actor.
-pub struct Episode;
+pub(crate) struct Episode;
 
 /// A running episode.
-pub struct EpisodeState {
+pub(crate) struct EpisodeState {
     args: EpisodeArgs,
+    env: Option<ActorRef<EnvMsg>>,
     prompt_ids: Vec<u32>,
     stream: Vec<u32>,
     transcript: Vec<Message>,
@@ -105,19 +77,26 @@ pub struct EpisodeState {
     live: LiveEntry,
 }
 
-const ENV_TIMEOUT: Duration = Duration::from_secs(60);
-
-async fn ask<T: Send + 'static, M: ractor::Message>(
-    actor: &ActorRef<M>,
-    what: &str,
-    timeout: Duration,
-    build: impl Fn(ractor::RpcReplyPort<T>) -> M,
-) -> Result<T, ActorProcessingErr> {
-    match actor.call(build, Some(timeout)).await {
-        Ok(CallResult::Success(v)) => Ok(v),
-        Ok(CallResult::Timeout) => Err(format!("{what}: no answer within {timeout:?}").into()),
-        Ok(CallResult::SenderError) => Err(format!("{what}: the actor dropped the request").into()),
-        Err(e) => Err(format!("{what}: {e}").into()),
+impl EpisodeState {
+    /// Asks the episode's env actor, within `env_timeout`.
+    async fn ask_env<T: Send + 'static>(
+        &self,
+        stage: EnvStage,
+        build: impl FnOnce(EnvReply<T>) -> EnvMsg,
+    ) -> Result<T, EpisodeError> {
+        let env = self
+            .env
+            .as_ref()
+            .ok_or_else(|| EpisodeError::Actor("the episode has no env actor".into()))?;
+        let after = self.args.shared.config.env_timeout;
+        match env.call(build, Some(after)).await {
+            Ok(CallResult::Success(answer)) => answer,
+            Ok(CallResult::Timeout) => Err(EpisodeError::EnvTimeout { stage, after }),
+            Ok(CallResult::SenderError) | Err(_) => Err(EpisodeError::EnvPanicked {
+                stage,
+                reason: "the env actor stopped without answering".into(),
+            }),
+        }
     }
 }
 
@@ -139,6 +118,7 @@ impl Actor for Episode {
         Ok(EpisodeState {
             live,
             args,
+            env: None,
             prompt_ids: vec![],
             stream: vec![],
             transcript: vec![],
@@ -154,38 +134,81 @@ impl Actor for Episode {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            EpisodeMsg::Start => {
-                let shared = state.args.shared.clone();
-                let task = state.args.task.clone();
-                let messages =
-                    ask_env(&shared, "env reset", |r| EnvMsg::Reset(task.clone(), r)).await?;
-                state.prompt_ids = shared.renderer.prompt(&messages)?;
-                if state.prompt_ids.len() + 1 >= shared.config.max_context {
-                    return Err(format!(
-                        "the prompt has {} tokens, more than max_context {}",
-                        state.prompt_ids.len(),
-                        shared.config.max_context
-                    )
-                    .into());
-                }
-                state.stream = state.prompt_ids.clone();
-                state.transcript = messages;
-                myself.cast(EpisodeMsg::Turn)?;
-            }
-            EpisodeMsg::Turn => {
-                if let Some(reason) = turn(state).await? {
-                    finish(myself, state, reason).await?;
-                } else {
-                    myself.cast(EpisodeMsg::Turn)?;
-                }
-            }
+            EpisodeMsg::Start => start(&myself, state).await?,
+            EpisodeMsg::Turn => match turn(state).await? {
+                Some(reason) => finish(&myself, state, reason).await?,
+                None => myself.cast(EpisodeMsg::Turn)?,
+            },
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        // The env actor failing mid-call was already answered to the call; failing here too
+        // covers a failure between calls.
+        if let SupervisionEvent::ActorFailed(_, err) = event {
+            state.env = None;
+            return Err(Box::new(EpisodeError::EnvPanicked {
+                stage: EnvStage::Build,
+                reason: err.to_string(),
+            }));
+        }
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some(env) = state.env.take() {
+            env.stop(None);
         }
         Ok(())
     }
 }
 
+async fn start(
+    myself: &ActorRef<EpisodeMsg>,
+    state: &mut EpisodeState,
+) -> Result<(), EpisodeError> {
+    let shared = state.args.shared.clone();
+    let env = shared.env.build().map_err(|e| EpisodeError::Env {
+        stage: EnvStage::Build,
+        reason: e.to_string(),
+    })?;
+    let (env, _) = Actor::spawn_linked(None, EnvActor, env, myself.get_cell())
+        .await
+        .map_err(|e| EpisodeError::Actor(format!("spawning the env actor: {e}")))?;
+    state.env = Some(env);
+    let task = state.args.task.clone();
+    let messages = state
+        .ask_env(EnvStage::Reset, |r| EnvMsg::Reset(task, r))
+        .await?;
+    state.prompt_ids = shared
+        .renderer
+        .prompt(&messages)
+        .map_err(EpisodeError::Render)?;
+    if state.prompt_ids.len() + 1 >= shared.config.max_context {
+        return Err(EpisodeError::PromptTooLong {
+            tokens: state.prompt_ids.len(),
+            max_context: shared.config.max_context,
+        });
+    }
+    state.stream = state.prompt_ids.clone();
+    state.transcript = messages;
+    myself
+        .cast(EpisodeMsg::Turn)
+        .map_err(|e| EpisodeError::Actor(e.to_string()))
+}
+
 /// Runs one turn; returns the end reason when the episode is over.
-async fn turn(state: &mut EpisodeState) -> Result<Option<String>, ActorProcessingErr> {
+async fn turn(state: &mut EpisodeState) -> Result<Option<String>, EpisodeError> {
     let shared = state.args.shared.clone();
     let config = &shared.config;
     let task = state.args.task.clone();
@@ -203,27 +226,30 @@ async fn turn(state: &mut EpisodeState) -> Result<Option<String>, ActorProcessin
     };
     let began = Instant::now();
     state.live.set(Stage::Generating);
-    let out = match ask(&shared.engine, "engine", config.generate_timeout, |r| {
-        EngineMsg::Generate(request.clone(), r)
-    })
-    .await?
+    let out = match tokio::time::timeout(config.generate_timeout, shared.engine.generate(request))
+        .await
     {
-        Ok(out) => out,
-        Err(Error::EngineStopped(reason)) => {
-            let _ = state.args.supervisor.cast(SupervisorMsg::Fatal(format!(
-                "inference engine stopped: {reason}"
-            )));
-            return Err(format!("inference engine stopped: {reason}").into());
+        Ok(out) => out?,
+        Err(_) => {
+            return Err(EpisodeError::Engine(crate::Error::Timeout {
+                what: "a generated turn (rollout.generate_timeout_secs)".into(),
+                after: config.generate_timeout,
+            }))
         }
-        Err(e) => return Err(format!("engine: {e}").into()),
     };
     let generate_seconds = began.elapsed().as_secs_f64();
-    let text = shared.renderer.tokenizer().decode(&out.token_ids, true)?;
+    let text = shared
+        .renderer
+        .tokenizer()
+        .decode(&out.token_ids, true)
+        .map_err(EpisodeError::Render)?;
     state.transcript.push(Message::assistant(text.clone()));
+    let token_versions = Step::compact_versions(out.policy_version, out.token_versions);
     let mut step = Step {
         context_len,
         logprobs: out.logprobs,
         policy_version: out.policy_version,
+        token_versions,
         finish_reason: out.finish_reason,
         tool_calls: vec![],
         observation_ids: vec![],
@@ -234,13 +260,12 @@ async fn turn(state: &mut EpisodeState) -> Result<Option<String>, ActorProcessin
         action_ids: out.token_ids,
     };
     state.stream.extend(&step.action_ids);
-    let t2 = task.clone();
     let calls = shared.renderer.parse_tool_calls(&text);
     state.live.set(Stage::Deciding);
-    let decision = ask_env(&shared, "env on_turn", |r| {
-        EnvMsg::OnTurn(t2.clone(), text.clone(), calls.clone(), r)
-    })
-    .await?;
+    let t2 = task.clone();
+    let decision = state
+        .ask_env(EnvStage::OnTurn, |r| EnvMsg::OnTurn(t2, text, calls, r))
+        .await?;
     let calls = match decision {
         TurnOutcome::Done => {
             state.live.turn_done(step.action_ids.len(), 0);
@@ -264,10 +289,10 @@ async fn turn(state: &mut EpisodeState) -> Result<Option<String>, ActorProcessin
     let outcomes = run_calls(&shared, calls).await;
     step.tool_seconds = tools_began.elapsed().as_secs_f64();
     state.live.set(Stage::Observing);
-    let (observations, reward) = ask_env(&shared, "env observe", |r| {
-        EnvMsg::Observe(task.clone(), outcomes.clone(), r)
-    })
-    .await?;
+    let sent = outcomes.clone();
+    let (observations, reward) = state
+        .ask_env(EnvStage::Observe, |r| EnvMsg::Observe(task, sent, r))
+        .await?;
     step.tool_calls = outcomes;
     step.reward = reward;
     state
@@ -275,7 +300,8 @@ async fn turn(state: &mut EpisodeState) -> Result<Option<String>, ActorProcessin
         .turn_done(step.action_ids.len(), step.tool_calls.len());
     let continuation = shared
         .renderer
-        .continuation(&step.action_ids, &observations)?;
+        .continuation(&step.action_ids, &observations)
+        .map_err(EpisodeError::Render)?;
     if state.stream.len() + continuation.len() + 1 >= config.max_context {
         state.steps.push(step);
         return Ok(Some("max_context".into()));
@@ -349,18 +375,17 @@ fn count_tool_error(tool: &str, kind: &'static str) {
 }
 
 async fn finish(
-    myself: ActorRef<EpisodeMsg>,
+    myself: &ActorRef<EpisodeMsg>,
     state: &mut EpisodeState,
     reason: String,
-) -> Result<(), ActorProcessingErr> {
+) -> Result<(), EpisodeError> {
     let shared = state.args.shared.clone();
     let task = state.args.task.clone();
     let transcript = state.transcript.clone();
     state.live.set(Stage::Scoring);
-    let score = ask_env(&shared, "env score", |r| {
-        EnvMsg::Score(task.clone(), transcript.clone(), r)
-    })
-    .await?;
+    let score = state
+        .ask_env(EnvStage::Score, |r| EnvMsg::Score(task, transcript, r))
+        .await?;
     let trajectory = Trajectory {
         episode_id: state.args.episode_id,
         group_id: state.args.group_id,
@@ -373,14 +398,13 @@ async fn finish(
         attempts: state.args.attempts,
         wall_seconds: state.started.elapsed().as_secs_f64(),
     };
-    let _ = shared
-        .engine
-        .cast(EngineMsg::Release(state.args.episode_id));
+    shared.engine.release(state.args.episode_id);
     state.live.completed();
-    state.args.supervisor.cast(SupervisorMsg::EpisodeFinished(
-        myself.get_id(),
-        Box::new(trajectory),
-    ))?;
-    myself.stop(None);
+    shared
+        .sink
+        .send(trajectory)
+        .await
+        .map_err(|_| EpisodeError::ConsumerGone)?;
+    myself.stop(Some(COMPLETED.into()));
     Ok(())
 }

@@ -1,10 +1,12 @@
-//! The rollout supervisor: keeps `concurrency` episodes in flight, collects finished
-//! trajectories, and decides what a failure means.
+//! The rollout supervisor: keeps up to `concurrency` episodes in flight, taking tasks from the
+//! service's task stream as episodes end, and decides what a failure means.
 //!
-//! An episode actor that fails (an error or a panic) has its task re-queued once; a second
-//! failure is reported as a failed trajectory with the reason. A failed env actor is
-//! restarted. A failing engine stops the run with its error. So every task ends completed,
-//! failed with a reason, or re-queued, and the counters say which.
+//! Tasks arrive from a feeder task that holds one credit per episode slot: it reads the next
+//! task only when a slot is free, so the stream's producer is paced by the episodes, and a
+//! re-queued task keeps its credit. An episode that fails (an error or a panic) has its task
+//! re-queued once; a second failure is reported as a failed trajectory with the reason. A
+//! fatal failure (the engine stopped, nobody takes trajectories) stops the run. So every task
+//! taken ends completed, failed with a reason, or re-queued, and the counters say which.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -12,28 +14,30 @@ use std::time::Instant;
 
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 use serde::{Deserialize, Serialize};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
-use agent_r1_envs::env::Env;
 use agent_r1_envs::task::Task;
 
-use super::engine_actor::EngineMsg;
-use super::env_actor::EnvActor;
-use super::episode::{Episode, EpisodeArgs, Shared};
+use super::episode::{Episode, EpisodeArgs, Shared, COMPLETED};
+use super::episode_error::EpisodeError;
 use crate::trajectory::{EpisodeEnd, Trajectory};
+
+/// A task with its group id, as submitted to the service.
+pub(crate) type GroupedTask = (Task, u64);
 
 /// Messages of the supervisor.
 #[derive(Debug)]
-pub enum SupervisorMsg {
-    /// An episode finished and sends its trajectory.
-    EpisodeFinished(ActorId, Box<Trajectory>),
-    /// Something the run cannot continue without failed.
-    Fatal(String),
-    /// Spawn episodes up to the concurrency limit.
-    Fill,
-    /// An episode stopped cleanly; if its result has not arrived by the time this message
-    /// is handled (results are sent before stopping, so they are ahead of it in the
-    /// mailbox), it ended without one.
+pub(crate) enum SupervisorMsg {
+    /// The feeder took a task from the stream (with the credit of the slot it will run in).
+    Task(Box<GroupedTask>, OwnedSemaphorePermit),
+    /// The task stream ended: finish what was taken, then stop.
+    InputClosed,
+    /// Take no more tasks; finish the episodes in flight (and re-queued ones), then stop.
+    Drain,
+    /// Stop now: episodes in flight are stopped and counted as not finished.
+    Abort(String),
+    /// An episode stopped cleanly without saying it completed; if it was still counted in
+    /// flight when this is handled, it ended without a result.
     CheckStopped(ActorId),
 }
 
@@ -46,30 +50,38 @@ pub struct RolloutSummary {
     pub failed: u64,
     /// Episodes re-queued after a first failure.
     pub requeued: u64,
-    /// Env actors restarted.
+    /// Env actors that failed and were replaced by a fresh env on the retry.
     pub env_restarts: u64,
     /// The fatal error that stopped the run early, if any.
     pub fatal: Option<String>,
-    /// Tasks never started because the run stopped early.
+    /// Tasks taken from the stream but not finished because the run stopped early.
     pub not_started: u64,
+    /// Tasks taken from the stream.
+    pub taken: u64,
+    /// Episode actors started (first attempts and retries).
+    pub episodes_spawned: u64,
 }
 
-struct InFlight {
+struct Queued {
     task: Arc<Task>,
     group_id: u64,
     attempts: u32,
+    /// Held until the task ends: the slot the feeder may fill next.
+    _credit: OwnedSemaphorePermit,
+}
+
+struct InFlight {
+    queued: Queued,
     episode_id: u64,
     started: Instant,
 }
 
 /// Arguments of the supervisor.
 pub(crate) struct SupervisorArgs {
-    pub(crate) tasks: Vec<(Arc<Task>, u64)>,
+    pub(crate) tasks: mpsc::Receiver<GroupedTask>,
     pub(crate) concurrency: usize,
     pub(crate) shared: Arc<Shared>,
-    pub(crate) env: Arc<dyn Env>,
-    pub(crate) results: mpsc::Sender<Trajectory>,
-    pub(crate) done: oneshot::Sender<RolloutSummary>,
+    pub(crate) done: tokio::sync::oneshot::Sender<RolloutSummary>,
 }
 
 /// The supervisor actor.
@@ -77,16 +89,41 @@ pub(crate) struct RolloutSupervisor;
 
 /// Its state.
 pub(crate) struct SupervisorState {
-    queue: VecDeque<(Arc<Task>, u64, u32)>,
+    queue: VecDeque<Queued>,
     in_flight: HashMap<ActorId, InFlight>,
-    concurrency: usize,
     shared: Arc<Shared>,
-    env: Arc<dyn Env>,
-    env_id: ActorId,
-    results: mpsc::Sender<Trajectory>,
-    done: Option<oneshot::Sender<RolloutSummary>>,
+    feeder: Option<tokio::task::JoinHandle<()>>,
+    input_open: bool,
+    done: Option<tokio::sync::oneshot::Sender<RolloutSummary>>,
     summary: RolloutSummary,
     next_episode: u64,
+}
+
+/// Reads tasks while credits last and hands each to the supervisor.
+async fn feed(
+    mut tasks: mpsc::Receiver<GroupedTask>,
+    credits: Arc<Semaphore>,
+    supervisor: ActorRef<SupervisorMsg>,
+) {
+    loop {
+        let Ok(credit) = credits.clone().acquire_owned().await else {
+            return;
+        };
+        match tasks.recv().await {
+            Some(task) => {
+                if supervisor
+                    .cast(SupervisorMsg::Task(Box::new(task), credit))
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            None => {
+                let _ = supervisor.cast(SupervisorMsg::InputClosed);
+                return;
+            }
+        }
+    }
 }
 
 impl Actor for RolloutSupervisor {
@@ -99,32 +136,19 @@ impl Actor for RolloutSupervisor {
         myself: ActorRef<Self::Msg>,
         args: SupervisorArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
-        let env_id = args
-            .shared
-            .env
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_id();
-        // The env actor was spawned before us; link it so its failures come here.
-        args.shared
-            .env
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .link(myself.get_cell());
-        myself.cast(SupervisorMsg::Fill)?;
         // Known series start at zero, so rates and `increase` exist before the first event.
         metrics::counter!("agent_r1_env_restarts_total").increment(0);
         for status in ["completed", "requeued", "failed"] {
             metrics::counter!("agent_r1_episodes_total", "status" => status).increment(0);
         }
+        let credits = Arc::new(Semaphore::new(args.concurrency.max(1)));
+        let feeder = tokio::spawn(feed(args.tasks, credits, myself.clone()));
         Ok(SupervisorState {
-            queue: args.tasks.into_iter().map(|(t, g)| (t, g, 1)).collect(),
+            queue: VecDeque::new(),
             in_flight: HashMap::new(),
-            concurrency: args.concurrency.max(1),
             shared: args.shared,
-            env: args.env,
-            env_id,
-            results: args.results,
+            feeder: Some(feeder),
+            input_open: true,
             done: Some(args.done),
             summary: RolloutSummary::default(),
             next_episode: 0,
@@ -138,29 +162,36 @@ impl Actor for RolloutSupervisor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            SupervisorMsg::Fill => {}
-            SupervisorMsg::EpisodeFinished(id, trajectory) => {
-                if state.in_flight.remove(&id).is_some() {
-                    state.summary.completed += 1;
-                    metrics::counter!("agent_r1_episodes_total", "status" => "completed")
-                        .increment(1);
-                    // Awaiting the bounded channel is the backpressure on a slow consumer.
-                    if state.results.send(*trajectory).await.is_err() {
-                        return stop(
-                            myself,
-                            state,
-                            Some("the trajectory consumer went away".into()),
-                        );
-                    }
+            SupervisorMsg::Task(task, credit) => {
+                let (task, group_id) = *task;
+                state.summary.taken += 1;
+                if state.input_open {
+                    state.queue.push_back(Queued {
+                        task: Arc::new(task),
+                        group_id,
+                        attempts: 1,
+                        _credit: credit,
+                    });
+                } else {
+                    // Taken by the feeder just before a drain: never started.
+                    state.summary.not_started += 1;
                 }
             }
-            SupervisorMsg::Fatal(reason) => {
-                return stop(myself, state, Some(reason));
+            SupervisorMsg::InputClosed => state.input_open = false,
+            SupervisorMsg::Drain => {
+                state.input_open = false;
+                if let Some(feeder) = state.feeder.take() {
+                    feeder.abort();
+                }
+            }
+            SupervisorMsg::Abort(reason) => {
+                stop(&myself, state, reason);
+                return Ok(());
             }
             SupervisorMsg::CheckStopped(id) => {
                 if state.in_flight.contains_key(&id) {
-                    episode_failed(&myself, state, id, "stopped without a result".into()).await?;
-                    return Ok(());
+                    let reason = "the episode stopped without a result".to_string();
+                    episode_failed(&myself, state, id, reason, None).await?;
                 }
             }
         }
@@ -175,34 +206,36 @@ impl Actor for RolloutSupervisor {
         event: SupervisionEvent,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        // Supervision events overtake ordinary messages, so a cleanly stopped episode's
-        // result may still be in the mailbox: check for it behind the result.
-        let (cell, reason) = match event {
-            SupervisionEvent::ActorFailed(cell, err) => (cell, err.to_string()),
-            SupervisionEvent::ActorTerminated(cell, _, _) => {
-                if state.in_flight.contains_key(&cell.get_id()) {
-                    myself.cast(SupervisorMsg::CheckStopped(cell.get_id()))?;
+        match event {
+            SupervisionEvent::ActorTerminated(cell, _, reason) => {
+                let id = cell.get_id();
+                if reason.as_deref() == Some(COMPLETED) {
+                    if state.in_flight.remove(&id).is_some() {
+                        state.summary.completed += 1;
+                        metrics::counter!("agent_r1_episodes_total", "status" => "completed")
+                            .increment(1);
+                    }
+                } else if state.in_flight.contains_key(&id) {
+                    myself.cast(SupervisorMsg::CheckStopped(id))?;
                     return Ok(());
                 }
-                (cell, "stopped".into())
             }
-            _ => return Ok(()),
-        };
-        let id = cell.get_id();
-        if id == state.env_id {
-            if state.summary.fatal.is_some() {
+            SupervisionEvent::ActorFailed(cell, err) => {
+                let typed = err.downcast_ref::<EpisodeError>();
+                if let Some(e) = typed.filter(|e| e.is_fatal()) {
+                    stop(&myself, state, e.to_string());
+                    return Ok(());
+                }
+                let restarted_env = typed.is_some_and(EpisodeError::restarted_env);
+                let reason = err.to_string();
+                episode_failed(&myself, state, cell.get_id(), reason, Some(restarted_env)).await?;
                 return Ok(());
             }
-            state.summary.env_restarts += 1;
-            metrics::counter!("agent_r1_env_restarts_total").increment(1);
-            tracing::warn!("env actor failed ({reason}); restarting it");
-            let (env, _) =
-                Actor::spawn_linked(None, EnvActor, state.env.clone(), myself.get_cell()).await?;
-            state.env_id = env.get_id();
-            *state.shared.env.write().unwrap_or_else(|p| p.into_inner()) = env;
-            return Ok(());
+            _ => return Ok(()),
         }
-        episode_failed(&myself, state, id, reason).await
+        fill(&myself, state).await?;
+        finish_if_done(&myself, state);
+        Ok(())
     }
 
     async fn post_stop(
@@ -210,6 +243,9 @@ impl Actor for RolloutSupervisor {
         _myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        if let Some(feeder) = state.feeder.take() {
+            feeder.abort();
+        }
         state.summary.not_started += state.queue.len() as u64;
         if let Some(done) = state.done.take() {
             let _ = done.send(state.summary.clone());
@@ -225,27 +261,23 @@ async fn fill(
     if state.summary.fatal.is_some() {
         return Ok(());
     }
-    while state.in_flight.len() < state.concurrency {
-        let Some((task, group_id, attempts)) = state.queue.pop_front() else {
-            break;
-        };
+    // Every queued task holds a credit, so the queue never outgrows the free slots.
+    while let Some(queued) = state.queue.pop_front() {
         let episode_id = state.next_episode;
         state.next_episode += 1;
         let args = EpisodeArgs {
             episode_id,
-            group_id,
-            attempts,
-            task: task.clone(),
+            group_id: queued.group_id,
+            attempts: queued.attempts,
+            task: queued.task.clone(),
             shared: state.shared.clone(),
-            supervisor: myself.clone(),
         };
         let (episode, _) = Actor::spawn_linked(None, Episode, args, myself.get_cell()).await?;
+        state.summary.episodes_spawned += 1;
         state.in_flight.insert(
             episode.get_id(),
             InFlight {
-                task,
-                group_id,
-                attempts,
+                queued,
                 episode_id,
                 started: Instant::now(),
             },
@@ -257,24 +289,21 @@ async fn fill(
 }
 
 fn finish_if_done(myself: &ActorRef<SupervisorMsg>, state: &SupervisorState) {
-    if state.queue.is_empty() && state.in_flight.is_empty() {
+    if !state.input_open && state.queue.is_empty() && state.in_flight.is_empty() {
         myself.stop(None);
     }
 }
 
-fn stop(
-    myself: ActorRef<SupervisorMsg>,
-    state: &mut SupervisorState,
-    fatal: Option<String>,
-) -> Result<(), ActorProcessingErr> {
+fn stop(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, fatal: String) {
     if state.summary.fatal.is_none() {
-        state.summary.fatal = fatal;
+        tracing::error!("rollout stopped: {fatal}");
+        state.summary.fatal = Some(fatal);
     }
     // Episodes still running are stopped; they are counted as not finished.
     state.summary.not_started += state.in_flight.len() as u64;
+    state.in_flight.clear();
     myself.stop_children(None);
     myself.stop(None);
-    Ok(())
 }
 
 async fn episode_failed(
@@ -282,39 +311,44 @@ async fn episode_failed(
     state: &mut SupervisorState,
     id: ActorId,
     reason: String,
+    restarted_env: Option<bool>,
 ) -> Result<(), ActorProcessingErr> {
     if let Some(f) = state.in_flight.remove(&id) {
+        if restarted_env == Some(true) {
+            state.summary.env_restarts += 1;
+            metrics::counter!("agent_r1_env_restarts_total").increment(1);
+        }
         // A retry gets a new episode id, so the failed attempt's parked KV is dead weight.
-        let _ = state.shared.engine.cast(EngineMsg::Release(f.episode_id));
-        if f.attempts < 2 && state.summary.fatal.is_none() {
+        state.shared.engine.release(f.episode_id);
+        let mut queued = f.queued;
+        if queued.attempts < 2 && state.summary.fatal.is_none() {
             state.summary.requeued += 1;
             metrics::counter!("agent_r1_episodes_total", "status" => "requeued").increment(1);
             tracing::warn!(
                 episode = f.episode_id,
                 "episode failed ({reason}); re-queued"
             );
-            state.queue.push_front((f.task, f.group_id, f.attempts + 1));
+            queued.attempts += 1;
+            state.queue.push_front(queued);
         } else {
             state.summary.failed += 1;
             metrics::counter!("agent_r1_episodes_total", "status" => "failed").increment(1);
             let t = Trajectory {
                 episode_id: f.episode_id,
-                group_id: f.group_id,
-                task: (*f.task).clone(),
+                group_id: queued.group_id,
+                task: (*queued.task).clone(),
                 prompt_ids: vec![],
                 steps: vec![],
                 reward: 0.0,
                 metrics: Default::default(),
                 end: EpisodeEnd::Failed { reason },
-                attempts: f.attempts,
+                attempts: queued.attempts,
                 wall_seconds: f.started.elapsed().as_secs_f64(),
             };
-            if state.results.send(t).await.is_err() {
-                return stop(
-                    myself.clone(),
-                    state,
-                    Some("the trajectory consumer went away".into()),
-                );
+            // The credit is released once the failure is delivered.
+            if state.shared.sink.send(t).await.is_err() {
+                stop(myself, state, EpisodeError::ConsumerGone.to_string());
+                return Ok(());
             }
         }
     }

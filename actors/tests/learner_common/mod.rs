@@ -106,6 +106,7 @@ pub fn trajectory(
                 action_ids: s.actions,
                 logprobs: s.logprobs,
                 policy_version: s.version,
+                token_versions: vec![],
                 finish_reason: FinishReason::Length,
                 tool_calls: vec![],
                 observation_ids: s.observation,

@@ -1,0 +1,120 @@
+//! Groups streamed trajectories into learner batches: a batch is `groups` complete groups
+//! (every episode of a task's group ended), in the order the groups completed, each group's
+//! trajectories sorted by episode id. Group estimators (GRPO, RLOO) need whole groups; the
+//! order within a batch does not depend on which episode of a group finished last.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::trajectory::Trajectory;
+
+/// Collects trajectories until whole groups, then whole batches, are ready.
+#[derive(Debug)]
+pub struct GroupBatcher {
+    group_size: usize,
+    groups_per_batch: usize,
+    partial: BTreeMap<u64, Vec<Trajectory>>,
+    complete: VecDeque<Vec<Trajectory>>,
+}
+
+impl GroupBatcher {
+    /// Batches of `groups_per_batch` groups of `group_size` episodes (both at least 1).
+    pub fn new(group_size: usize, groups_per_batch: usize) -> Self {
+        Self {
+            group_size: group_size.max(1),
+            groups_per_batch: groups_per_batch.max(1),
+            partial: BTreeMap::new(),
+            complete: VecDeque::new(),
+        }
+    }
+
+    /// Adds one finished trajectory (completed or failed: both end their group's slot).
+    pub fn push(&mut self, trajectory: Trajectory) {
+        let group = trajectory.group_id;
+        let members = self.partial.entry(group).or_default();
+        members.push(trajectory);
+        if members.len() >= self.group_size {
+            let mut members = self.partial.remove(&group).unwrap_or_default();
+            members.sort_by_key(|t| t.episode_id);
+            self.complete.push_back(members);
+        }
+    }
+
+    /// The next batch, when enough groups are complete.
+    pub fn next_batch(&mut self) -> Option<Vec<Trajectory>> {
+        (self.complete.len() >= self.groups_per_batch).then(|| {
+            self.complete
+                .drain(..self.groups_per_batch)
+                .flatten()
+                .collect()
+        })
+    }
+
+    /// Complete groups waiting for a batch.
+    pub fn complete_groups(&self) -> usize {
+        self.complete.len()
+    }
+
+    /// Groups with some but not all of their episodes ended.
+    pub fn partial_groups(&self) -> impl Iterator<Item = u64> + '_ {
+        self.partial.keys().copied()
+    }
+
+    /// Every trajectory held: complete groups first (in completion order), then partial ones.
+    pub fn take_all(&mut self) -> (Vec<Trajectory>, Vec<Trajectory>) {
+        let complete = self.complete.drain(..).flatten().collect();
+        let partial = std::mem::take(&mut self.partial)
+            .into_values()
+            .flatten()
+            .collect();
+        (complete, partial)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trajectory::EpisodeEnd;
+
+    fn t(group: u64, episode: u64) -> Trajectory {
+        Trajectory {
+            episode_id: episode,
+            group_id: group,
+            task: agent_r1_envs::task::Task {
+                id: format!("t{group}"),
+                data_source: "test".into(),
+                question: String::new(),
+                answers: vec![],
+                prompt: None,
+                extra: serde_json::Value::Null,
+            },
+            prompt_ids: vec![],
+            steps: vec![],
+            reward: 0.0,
+            metrics: Default::default(),
+            end: EpisodeEnd::Completed {
+                reason: "done".into(),
+            },
+            attempts: 1,
+            wall_seconds: 0.0,
+        }
+    }
+
+    #[test]
+    fn batches_hold_whole_groups_in_completion_order() {
+        let mut b = GroupBatcher::new(2, 2);
+        b.push(t(7, 1));
+        b.push(t(3, 4));
+        assert!(b.next_batch().is_none());
+        b.push(t(3, 2));
+        assert!(b.next_batch().is_none(), "one complete group of two");
+        b.push(t(9, 5));
+        b.push(t(7, 0));
+        let batch = b.next_batch().expect("groups 3 and 7 are complete");
+        let ids: Vec<(u64, u64)> = batch.iter().map(|t| (t.group_id, t.episode_id)).collect();
+        assert_eq!(ids, vec![(3, 2), (3, 4), (7, 0), (7, 1)]);
+        assert_eq!(b.partial_groups().collect::<Vec<_>>(), vec![9]);
+        let (complete, partial) = b.take_all();
+        assert!(complete.is_empty());
+        assert_eq!(partial.len(), 1);
+    }
+}

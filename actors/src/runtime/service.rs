@@ -1,0 +1,176 @@
+//! The rollout service: one supervision tree per run, started once, fed by a stream of tasks
+//! and streaming finished trajectories out as they end.
+//!
+//! Stopping is a message: [`RolloutService::finish`] closes the stream and waits for what
+//! was taken, [`RolloutService::drain`] stops taking tasks, [`RolloutService::abort`] stops at
+//! once.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorRef};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use agent_r1_envs::task::Task;
+
+use super::episode::Shared;
+use super::supervisor::{GroupedTask, RolloutSupervisor, SupervisorArgs, SupervisorMsg};
+use super::tool_pool::{ToolPool, ToolPoolArgs, ToolPoolMsg};
+use super::{RolloutReport, RolloutSetup};
+use crate::trajectory::Trajectory;
+use crate::{Error, Result};
+
+/// Submits tasks to a running service (cheap to clone). Each submission waits while the
+/// service has no room: the stream is paced by the episodes.
+#[derive(Clone, Debug)]
+pub struct TaskSender(mpsc::Sender<GroupedTask>);
+
+impl TaskSender {
+    /// Submits one task with its group id.
+    pub async fn submit(&self, task: Task, group_id: u64) -> Result<()> {
+        self.0
+            .send((task, group_id))
+            .await
+            .map_err(|_| Error::Other("the rollout service has stopped taking tasks".into()))
+    }
+}
+
+/// A running rollout service.
+pub struct RolloutService {
+    tasks: Option<TaskSender>,
+    supervisor: ActorRef<SupervisorMsg>,
+    supervisor_join: JoinHandle<()>,
+    done: oneshot::Receiver<super::RolloutSummary>,
+    pools: Vec<(String, ActorRef<ToolPoolMsg>, JoinHandle<()>)>,
+}
+
+impl RolloutService {
+    /// Starts the tree: one pool per tool and the supervisor. Finished trajectories (completed
+    /// or failed with a reason) go into `sink`; awaiting it is the backpressure.
+    pub async fn start(setup: RolloutSetup, sink: mpsc::Sender<Trajectory>) -> Result<Self> {
+        let missing: Vec<String> = setup
+            .env
+            .tool_names()
+            .into_iter()
+            .filter(|n| !setup.tools.iter().any(|t| t.name() == n))
+            .collect();
+        if !missing.is_empty() {
+            return Err(Error::invalid(
+                "rollout",
+                format!(
+                    "the env uses tools that are not configured: {}",
+                    missing.join(", ")
+                ),
+            ));
+        }
+        let spawn_err =
+            |what: &str, e: ractor::SpawnErr| Error::Other(format!("spawning {what}: {e}"));
+        let mut pools = Vec::new();
+        let mut by_name = HashMap::new();
+        for tool in &setup.tools {
+            let args = ToolPoolArgs {
+                tool: tool.clone(),
+                queue_capacity: setup.tool_queue_capacity,
+                restart: setup.restart.clone(),
+                validate: setup.validate.clone(),
+            };
+            let (pool, join) = Actor::spawn(None, ToolPool, args)
+                .await
+                .map_err(|e| spawn_err("a tool pool", e))?;
+            by_name.insert(tool.name().to_string(), (pool.clone(), tool.timeout()));
+            pools.push((tool.name().to_string(), pool, join));
+        }
+        let shared = Arc::new(Shared {
+            env: setup.env,
+            engine: setup.engine,
+            tools: by_name,
+            renderer: setup.renderer,
+            config: setup.episode,
+            live: setup.live,
+            sink,
+        });
+        let concurrency = setup.concurrency.max(1);
+        let (tx, rx) = mpsc::channel(concurrency);
+        let (done_tx, done) = oneshot::channel();
+        let args = SupervisorArgs {
+            tasks: rx,
+            concurrency,
+            shared,
+            done: done_tx,
+        };
+        let (supervisor, supervisor_join) = Actor::spawn(None, RolloutSupervisor, args)
+            .await
+            .map_err(|e| spawn_err("the rollout supervisor", e))?;
+        Ok(Self {
+            tasks: Some(TaskSender(tx)),
+            supervisor,
+            supervisor_join,
+            done,
+            pools,
+        })
+    }
+
+    /// A sender for tasks. The stream ends when [`RolloutService::finish`] is called and
+    /// every sender handed out has been dropped.
+    pub fn tasks(&self) -> TaskSender {
+        self.tasks
+            .clone()
+            .expect("the service's own sender lives until finish")
+    }
+
+    /// Submits one task with its group id.
+    pub async fn submit(&self, task: Task, group_id: u64) -> Result<()> {
+        self.tasks().submit(task, group_id).await
+    }
+
+    /// Takes no more tasks; the episodes in flight (and their retries) still finish.
+    pub fn drain(&self) {
+        let _ = self.supervisor.cast(SupervisorMsg::Drain);
+    }
+
+    /// Stops now: episodes in flight are stopped and reported as not finished.
+    pub fn abort(&self, reason: impl Into<String>) {
+        let _ = self.supervisor.cast(SupervisorMsg::Abort(reason.into()));
+    }
+
+    /// Ends the task stream (once every [`TaskSender`] is dropped), waits for every task
+    /// taken to end, stops the tool pools and returns the counters.
+    pub async fn finish(mut self) -> Result<RolloutReport> {
+        drop(self.tasks.take());
+        let _ = (&mut self.supervisor_join).await;
+        let summary = (&mut self.done)
+            .await
+            .map_err(|_| Error::Other("the rollout supervisor ended without a summary".into()))?;
+        let mut report = RolloutReport {
+            summary,
+            ..Default::default()
+        };
+        for (name, pool, join) in self.pools.drain(..) {
+            if let Ok(ractor::rpc::CallResult::Success(stats)) = pool
+                .call(ToolPoolMsg::Stats, Some(Duration::from_secs(10)))
+                .await
+            {
+                report.tool_restarts.insert(name.clone(), stats.restarts);
+                report.tool_shed.insert(name, stats.shed);
+            }
+            pool.stop(None);
+            let _ = join.await;
+        }
+        Ok(report)
+    }
+}
+
+impl Drop for RolloutService {
+    fn drop(&mut self) {
+        // A service dropped without `finish` (its owner failed) must not leave actors behind.
+        if self.tasks.is_some() {
+            self.supervisor.stop_children(None);
+            self.supervisor.stop(None);
+            for (_, pool, _) in &self.pools {
+                pool.stop(None);
+            }
+        }
+    }
+}
