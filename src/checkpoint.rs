@@ -92,6 +92,10 @@ pub struct TrainingState {
     pub policy_version: u64,
     /// Tasks drawn so far from the run's (seeded) task stream.
     pub data_position: u64,
+    /// Positions below `data_position` whose groups were still being sampled (async mode):
+    /// a resume samples them again first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requeue_positions: Vec<u64>,
     /// The run's seed.
     pub seed: u64,
     /// Whatever state the loop's random generators need to continue their streams (opaque
@@ -607,6 +611,7 @@ mod tests {
             step,
             policy_version: step + 100,
             data_position: step * 32,
+            requeue_positions: vec![],
             seed: 7,
             rng_state: serde_json::json!({"sampler": [step, 1]}),
         })
@@ -631,6 +636,7 @@ mod tests {
             step: 999, // overwritten by the checkpoint's own step
             policy_version: 4,
             data_position: 96,
+            requeue_positions: vec![90, 94],
             seed: 11,
             rng_state: serde_json::json!([1, 2, 3]),
         };

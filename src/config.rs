@@ -470,6 +470,8 @@ pub struct RolloutSection {
     pub generate_timeout_secs: f64,
     /// Longest wait for a tool call beyond the tool's own timeout (its queue), seconds.
     pub tool_queue_timeout_secs: f64,
+    /// Longest wait for one env call (reset, turn decision, observation, score), seconds.
+    pub env_timeout_secs: f64,
 }
 
 impl Default for RolloutSection {
@@ -488,6 +490,7 @@ impl Default for RolloutSection {
             prefault_parked_kv: true,
             generate_timeout_secs: 1800.0,
             tool_queue_timeout_secs: 60.0,
+            env_timeout_secs: 60.0,
         }
     }
 }
@@ -513,6 +516,10 @@ pub struct TrainingSection {
     pub mode: TrainMode,
     /// Async only: tokens sampled more than this many policy versions ago are not trained on.
     pub max_staleness: u64,
+    /// Async only: how many batches sampling may run ahead of the learner (AReaL's
+    /// `max_head_offpolicyness`). More than `max_staleness` keeps the engine busy through
+    /// slow updates at the price of dropping the tokens that grow too old.
+    pub batches_ahead: u64,
     /// Seed of everything random (sampling, shuffles, model init of a preset).
     pub seed: u64,
     /// Where checkpoints, the preset model and logs go.
@@ -529,6 +536,7 @@ impl Default for TrainingSection {
             updates: 100,
             mode: TrainMode::Sync,
             max_staleness: 1,
+            batches_ahead: 1,
             seed: 0,
             run_dir: PathBuf::from("runs/train"),
             update_timeout_secs: 7200.0,
@@ -1110,6 +1118,13 @@ impl TrainConfig {
                 ">= 1 with mode = \"async\" (0 would drop every token; use mode = \"sync\")",
             ));
         }
+        if t.mode == TrainMode::Async && t.batches_ahead == 0 {
+            return Err(ConfigError::range(
+                "training.batches_ahead",
+                0,
+                ">= 1 with mode = \"async\" (0 would never sample ahead; use mode = \"sync\")",
+            ));
+        }
         if t.run_dir.as_os_str().is_empty() {
             return Err(ConfigError::new(
                 "training.run_dir",
@@ -1135,6 +1150,7 @@ impl TrainConfig {
                 "rollout.tool_queue_timeout_secs",
                 self.rollout.tool_queue_timeout_secs,
             ),
+            ("rollout.env_timeout_secs", self.rollout.env_timeout_secs),
         ] {
             seconds(key, v)?;
         }

@@ -11,19 +11,22 @@
 //!   training episodes and every evaluation episode, each file with its `.idx` index),
 //!   `checkpoints/step-K/`, the resolved `config.toml`, and the curves `curves.png` /
 //!   `curves.svg`; the web UI ([`crate::view`]) reads them at `/ui` on the metrics address;
-//! - episodes are sampled in chunks of about `concurrency` episodes, and the stop flag is
-//!   checked between chunks: a SIGINT/SIGTERM stops admitting episodes, and the trajectories
-//!   already collected for the unfinished batch are saved in the checkpoint
-//!   (`pending_trajectories.jsonl`), so a resume loses no samples and trains on exactly the
-//!   batch an uninterrupted run would have;
+//! - one rollout service samples for the whole run ([`sampler::Sampler`]): tasks stream in
+//!   in stream order, a group at a time, and trajectories stream out into group-complete
+//!   batches; a SIGINT/SIGTERM stops feeding tasks, the episodes in flight finish, and the
+//!   complete groups not yet trained on are saved in the checkpoint
+//!   (`pending_trajectories.jsonl`), so a resume loses no samples;
 //! - the task stream is a pure function of (seed, position) ([`tasks::TaskStream`]), so the
 //!   checkpoint's `data_position` is all a resume needs to draw the same tasks;
 //! - a resume (`--resume`, or `checkpoint.resume = true`, the default) starts from the newest
 //!   checkpoint that verifies; damaged or partial ones are skipped with a warning.
 //!
-//! `mode = "async"` overlaps sampling the next batch with the learner's update (one policy
-//! version of staleness, bounded by `max_staleness`); the checkpoint then carries the next
-//! batch as pending trajectories.
+//! `mode = "sync"` feeds one batch, waits for it, trains, publishes: exactly on-policy.
+//! `mode = "async"` feeds the whole run's tasks at once (paced by `rollout.concurrency`):
+//! sampling never waits for an update, new weights are swapped in between engine steps
+//! (turns in flight finish under them, each token recording its version), and the learner
+//! masks tokens older than `max_staleness` versions. An async checkpoint also records the
+//! groups still in flight (`requeue_positions`), which a resume samples again.
 //!
 //! - the optimizers' state (AdamW moments and step counts) is saved beside the policy
 //!   (`optimizer.safetensors`), so the updates after a resume are the ones an uninterrupted
@@ -33,10 +36,10 @@
 
 pub mod plot;
 pub mod records;
+mod sampler;
 mod skip;
 pub mod tasks;
 
-use std::collections::BTreeSet;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -61,6 +64,7 @@ use agent_r1_envs::task::Task;
 use agent_r1_envs::tool::Tool;
 use agent_r1_envs::tools::ToolRegistry;
 use anyhow::Context;
+use sampler::Sampler;
 use serde_json::{json, Value};
 
 use crate::checkpoint::{self, TrainingState, PENDING_TRAJECTORIES};
@@ -184,23 +188,6 @@ pub fn scenario(cfg: &TrainConfig, run_dir: &Path) -> anyhow::Result<Scenario> {
     })
 }
 
-/// Another rollout setup over the same engine, env, tools and renderer (`run_rollout`
-/// consumes its setup; the pieces are shared handles, so this is cheap).
-fn clone_setup(s: &RolloutSetup) -> RolloutSetup {
-    RolloutSetup {
-        engine: s.engine.clone(),
-        env: s.env.clone(),
-        tools: s.tools.clone(),
-        renderer: s.renderer.clone(),
-        episode: s.episode.clone(),
-        concurrency: s.concurrency,
-        tool_queue_capacity: s.tool_queue_capacity,
-        restart: s.restart.clone(),
-        validate: s.validate.clone(),
-        live: s.live.clone(),
-    }
-}
-
 /// Runs `tasks` through the runtime and returns their trajectories sorted by (group,
 /// episode), so that the batch handed to the learner does not depend on finishing order.
 async fn rollout(setup: &RolloutSetup, tasks: Vec<(Task, u64)>) -> anyhow::Result<Vec<Trajectory>> {
@@ -212,7 +199,7 @@ async fn rollout(setup: &RolloutSetup, tasks: Vec<(Task, u64)>) -> anyhow::Resul
         }
         all
     });
-    let report = run_rollout(clone_setup(setup), tasks, tx).await?;
+    let report = run_rollout(setup.clone(), tasks, tx).await?;
     let mut all = collect.await.context("collecting trajectories")?;
     if let Some(fatal) = &report.summary.fatal {
         anyhow::bail!("the rollout stopped: {fatal}");
@@ -307,26 +294,28 @@ struct Run {
     tokenizer: Arc<HfTokenizer>,
     engine: EngineHandle,
     learner: LearnerHandle,
-    train_setup: RolloutSetup,
+    live: LiveBoard,
     eval_setup: RolloutSetup,
     test: Vec<Task>,
-    stream: TaskStream,
-    stop: Arc<AtomicBool>,
+    sampler: Sampler,
+    /// Positions a resumed async checkpoint had in flight, fed again first.
+    requeue: Vec<u64>,
+    /// Whether the async feeder has been started.
+    fed_ahead: bool,
     step: u64,
     version: u64,
-    position: u64,
-    pending: Vec<Trajectory>,
     last_checkpoint: Option<u64>,
     last_eval: Option<u64>,
     started: Instant,
 }
 
 impl Run {
-    fn state(&self) -> TrainingState {
+    fn state(&self, snapshot: &sampler::SamplerSnapshot) -> TrainingState {
         TrainingState {
             step: self.step,
             policy_version: self.version,
-            data_position: self.position,
+            data_position: snapshot.position,
+            requeue_positions: snapshot.open.clone(),
             seed: self.cfg.training.seed,
             rng_state: json!({
                 "task_stream": "epoch shuffles seeded by training.seed; position = data_position",
@@ -351,41 +340,29 @@ impl Run {
             .save_optimizer(pending.dir().join(OPTIMIZER_STATE))
             .await
             .context("saving the optimizer state into the checkpoint")?;
-        if !self.pending.is_empty() {
-            pending.write_jsonl(PENDING_TRAJECTORIES, &self.pending)?;
+        let snapshot = self.sampler.snapshot();
+        if !snapshot.pending.is_empty() {
+            pending.write_jsonl(PENDING_TRAJECTORIES, &snapshot.pending)?;
         }
         pending.write_file("config.toml", self.cfg.to_toml_string().as_bytes())?;
-        let done = pending.commit(self.state())?;
+        let done = pending.commit(self.state(&snapshot))?;
         // The checkpoint is committed; failing to delete older ones is not worth a retry.
         if let Err(e) = checkpoint::prune(&self.run_dir, self.cfg.checkpoint.keep_last) {
             eprintln!("warning: pruning old checkpoints: {e}");
         }
         self.last_checkpoint = Some(self.step);
-        self.train_setup
-            .live
-            .touch(format!("checkpoint step {}", self.step));
+        self.live.touch(format!("checkpoint step {}", self.step));
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
         metrics::gauge!("agent_r1_train_last_checkpoint_timestamp_seconds")
             .set(now.map_or(0.0, |d| d.as_secs_f64()));
         eprintln!(
-            "checkpoint step {} -> {} ({} pending trajectories)",
+            "checkpoint step {} -> {} ({} pending trajectories, {} groups in flight)",
             self.step,
             done.dir.display(),
-            self.pending.len()
+            snapshot.pending.len(),
+            snapshot.open.len()
         );
         Ok(done.dir)
-    }
-
-    /// Publishes the learner's weights to the engine, within `training.publish_timeout_secs`.
-    async fn publish(&self) -> anyhow::Result<u64> {
-        let limit = Duration::from_secs_f64(self.cfg.training.publish_timeout_secs);
-        match tokio::time::timeout(limit, self.learner.publish(&self.engine)).await {
-            Ok(version) => version.context("publishing the new weights to the engine"),
-            Err(_) => anyhow::bail!(
-                "stuck stage: weight publication to the engine did not complete within {limit:?} \
-                 (training.publish_timeout_secs)"
-            ),
-        }
     }
 
     /// [`Run::checkpoint`], retried `checkpoint.retries` times (1 s, 2 s, 4 s, ... apart).
@@ -471,71 +448,64 @@ impl Run {
         Ok(Some(s))
     }
 
-    /// Samples the rest of the current batch in chunks, checking the stop flag between
-    /// chunks. Returns false when stopped before the batch was complete.
-    async fn fill_batch(&mut self) -> anyhow::Result<bool> {
-        let r = &self.cfg.rollout;
-        let (batch, group) = (r.batch_size as u64, r.group_size);
-        let chunk = (r.concurrency / group.max(1)).max(1) as u64;
-        let groups_pending = self
-            .pending
-            .iter()
-            .map(|t| t.group_id)
-            .collect::<BTreeSet<_>>()
-            .len() as u64;
-        let end = self.position + batch.saturating_sub(groups_pending);
-        while self.position < end {
-            if self.stop.load(Ordering::SeqCst) {
-                return Ok(false);
-            }
-            let n = chunk.min(end - self.position);
-            let mut tasks = Vec::with_capacity((n as usize) * group);
-            for p in self.position..self.position + n {
-                let task = self.stream.task(p).context("the task stream is empty")?;
-                // The group id is the task's position in the run: unique across updates.
-                tasks.extend(std::iter::repeat_n((task, p), group));
-            }
-            let got = rollout(&self.train_setup, tasks).await?;
-            metrics::counter!("agent_r1_train_episodes_total").increment(got.len() as u64);
-            // An episode that failed before its first turn has no tokens to train on.
-            let (kept, empty): (Vec<_>, Vec<_>) =
-                got.into_iter().partition(|t| !t.steps.is_empty());
-            if !empty.is_empty() {
-                metrics::counter!("agent_r1_train_empty_episodes_total")
-                    .increment(empty.len() as u64);
-                tracing::warn!(
-                    episodes = empty.len(),
-                    "episodes ended before their first turn (prompt too long for max_context_length?); not trained on"
-                );
-            }
-            self.pending.extend(kept);
-            self.position += n;
-            // Batches are aligned in the task stream, so the position names the update.
-            eprintln!(
-                "sample update {}: {}/{batch} tasks, {} episodes",
-                (self.position - 1) / batch + 1,
-                (self.position - 1) % batch + 1,
-                self.pending.len()
-            );
-            metrics::gauge!("agent_r1_train_data_position").set(self.position as f64);
+    /// The next batch of whole groups: in sync mode, feeds exactly the groups the batch
+    /// still needs and waits for them; in async mode, feeds the rest of the run's tasks once
+    /// (the service paces them) and takes the next groups to complete. `None` when the stop
+    /// flag ended feeding before a batch was complete.
+    async fn next_batch(&mut self) -> anyhow::Result<Option<Vec<Trajectory>>> {
+        let batch = self.cfg.rollout.batch_size as u64;
+        let updates_fed = match self.cfg.training.mode {
+            TrainMode::Sync => 1,
+            TrainMode::Async if self.fed_ahead => 0,
+            TrainMode::Async => self.cfg.training.updates.saturating_sub(self.step),
+        };
+        if updates_fed > 0 {
+            let requeue = std::mem::take(&mut self.requeue);
+            let held = self.sampler.complete_groups() as u64 + requeue.len() as u64;
+            let to = self.sampler.position() + (updates_fed * batch).saturating_sub(held);
+            let ahead = (self.cfg.training.mode == TrainMode::Async)
+                .then_some(self.cfg.training.batches_ahead);
+            self.sampler.feed(requeue, to, ahead);
+            self.fed_ahead = self.cfg.training.mode == TrainMode::Async;
         }
-        Ok(true)
+        let got = self.sampler.next_batch().await?;
+        let position = self.sampler.position();
+        metrics::gauge!("agent_r1_train_data_position").set(position as f64);
+        if let Some(b) = &got {
+            eprintln!(
+                "sampled update {}: {} episodes (data position {position})",
+                self.step + 1,
+                b.len()
+            );
+        }
+        Ok(got)
     }
 
-    /// One update on the pending batch: train, publish, write a sample of it. In async
-    /// mode the next batch is sampled (with the weights before this update) while the
-    /// learner trains; its trajectories are then one version stale, which the learner's
-    /// `max_staleness` bound admits. Returns the batch summary, the learner's stats, the
-    /// update's wall seconds, and whether the overlapping sampling was stopped by a signal.
-    async fn update(&mut self) -> anyhow::Result<(BatchSummary, UpdateStats, f64, bool)> {
+    /// One update on `batch`: train, publish, write a sample of it. Trajectories keep
+    /// arriving meanwhile (async mode samples on). Returns the batch summary, the learner's
+    /// stats and the update's wall seconds.
+    async fn update(
+        &mut self,
+        batch: Vec<Trajectory>,
+    ) -> anyhow::Result<(BatchSummary, UpdateStats, f64)> {
         let t0 = Instant::now();
-        let batch = std::mem::take(&mut self.pending);
+        metrics::counter!("agent_r1_train_episodes_total").increment(batch.len() as u64);
         let summary = BatchSummary::of(&batch);
+        // An episode that failed before its first turn has no tokens to train on.
+        let (batch, empty): (Vec<_>, Vec<_>) = batch.into_iter().partition(|t| !t.steps.is_empty());
+        if !empty.is_empty() {
+            metrics::counter!("agent_r1_train_empty_episodes_total").increment(empty.len() as u64);
+            tracing::warn!(
+                episodes = empty.len(),
+                "episodes ended before their first turn (prompt too long for max_context_length?); not trained on"
+            );
+        }
         let sample: Vec<Trajectory> = batch.iter().take(ROLLOUT_SAMPLE).cloned().collect();
         if let Some((reason, why)) = unusable(&batch) {
             // The batch's tasks are consumed and the weights stay as they are; the run goes
             // on with the next batch instead of ending on one bad one.
             self.step += 1;
+            self.sampler.set_step(self.step);
             metrics::counter!("agent_r1_train_skipped_updates_total", "reason" => reason)
                 .increment(1);
             tracing::warn!(step = self.step, reason, "update skipped: {why}");
@@ -545,7 +515,7 @@ impl Run {
                 skipped_reason: Some(reason.to_string()),
                 ..Default::default()
             };
-            return Ok((summary, stats, t0.elapsed().as_secs_f64(), false));
+            return Ok((summary, stats, t0.elapsed().as_secs_f64()));
         }
         let learner = self.learner.clone();
         let step = self.step + 1;
@@ -559,16 +529,15 @@ impl Run {
                 ),
             }
         };
-        let overlap =
-            self.cfg.training.mode == TrainMode::Async && step < self.cfg.training.updates;
-        let (stats, stopped) = if overlap {
-            let (stats, filled) = tokio::join!(train, self.fill_batch());
-            (stats?, !filled?)
-        } else {
-            (train.await?, false)
-        };
-        self.version = self.publish().await?;
+        let stats = self.sampler.while_sampling(train).await??;
+        let publish = publish(
+            self.learner.clone(),
+            self.engine.clone(),
+            self.cfg.training.publish_timeout_secs,
+        );
+        self.version = self.sampler.while_sampling(publish).await??;
         self.step += 1;
+        self.sampler.set_step(self.step);
         write_trajectories(
             &self
                 .run_dir
@@ -577,7 +546,23 @@ impl Run {
             &self.tokenizer,
             &sample,
         )?;
-        Ok((summary, stats, t0.elapsed().as_secs_f64(), stopped))
+        Ok((summary, stats, t0.elapsed().as_secs_f64()))
+    }
+}
+
+/// Publishes the learner's weights to the engine, within `training.publish_timeout_secs`.
+async fn publish(
+    learner: LearnerHandle,
+    engine: EngineHandle,
+    timeout_secs: f64,
+) -> anyhow::Result<u64> {
+    let limit = Duration::from_secs_f64(timeout_secs);
+    match tokio::time::timeout(limit, learner.publish(&engine)).await {
+        Ok(version) => version.context("publishing the new weights to the engine"),
+        Err(_) => anyhow::bail!(
+            "stuck stage: weight publication to the engine did not complete within {limit:?} \
+             (training.publish_timeout_secs)"
+        ),
     }
 }
 
@@ -923,17 +908,28 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
         scenario.tools.clone(),
         &eval_knobs,
     )?;
-    eval_setup.live = live;
+    eval_setup.live = live.clone();
     waits(&mut eval_setup);
 
+    let mut sampler = rt.block_on(Sampler::start(
+        train_setup,
+        TaskStream::new(scenario.train, seed),
+        state.data_position,
+        r.group_size,
+        r.batch_size,
+        stop,
+    ))?;
+    sampler.restore(pending);
+    sampler.set_step(state.step);
     let mut run = Run {
-        stream: TaskStream::new(scenario.train, seed),
+        sampler,
+        requeue: state.requeue_positions.clone(),
+        fed_ahead: false,
+        live: live.clone(),
         test: scenario.test,
         tokenizer_dir: base_dir.clone(),
         step: state.step,
         version: state.policy_version,
-        position: state.data_position,
-        pending,
         last_checkpoint: resumed.as_ref().map(|c| c.step()),
         last_eval: None,
         cfg,
@@ -941,14 +937,15 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
         tokenizer,
         engine,
         learner,
-        train_setup,
         eval_setup,
-        stop,
         started,
     };
     let outcome = rt.block_on(train_loop(&mut run, resumed.is_some()));
+    let sampled = rt.block_on(run.sampler.finish());
     run.learner.shutdown();
     let interrupted = outcome?;
+    let sampled = sampled?.summary;
+    let snapshot = run.sampler.snapshot();
 
     let curves = write_plots(&run.run_dir)?;
     let evals = read_jsonl(&run.run_dir.join("eval.jsonl"))?;
@@ -958,8 +955,11 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
         "updates": run.step,
         "interrupted": interrupted,
         "policy_version": run.version,
-        "data_position": run.position,
-        "pending_trajectories": run.pending.len(),
+        "data_position": snapshot.position,
+        "pending_trajectories": snapshot.pending.len(),
+        "episodes_requeued": sampled.requeued,
+        "episodes_failed": sampled.failed,
+        "env_restarts": sampled.env_restarts,
         "em_before": first.get("em"),
         "em_after": last.get("em"),
         "f1_before": first.get("f1"),
@@ -1036,7 +1036,12 @@ pub fn summary_table(summary: &Value) -> String {
 /// The loop; returns whether it was interrupted by a signal.
 async fn train_loop(run: &mut Run, resumed: bool) -> anyhow::Result<bool> {
     // The engine loaded the start weights as version 0: give it the learner's version.
-    run.version = run.publish().await?;
+    run.version = publish(
+        run.learner.clone(),
+        run.engine.clone(),
+        run.cfg.training.publish_timeout_secs,
+    )
+    .await?;
     let updates = run.cfg.training.updates;
     if !resumed && run.cfg.eval.every > 0 {
         run.evaluate().await?;
@@ -1045,16 +1050,16 @@ async fn train_loop(run: &mut Run, resumed: bool) -> anyhow::Result<bool> {
     let bar = progress_bar(updates, run.step);
     while run.step < updates {
         let sample_t0 = Instant::now();
-        if !run.fill_batch().await? {
+        let Some(batch) = run.next_batch().await? else {
             interrupted = true;
             break;
-        }
+        };
         let sample_secs = sample_t0.elapsed().as_secs_f64();
-        let (s, stats, secs, stopped) = run.update().await?;
+        let (s, stats, secs) = run.update(batch).await?;
         let line = json!({
             "step": run.step,
             "policy_version": run.version,
-            "data_position": run.position,
+            "data_position": run.sampler.position(),
             "episodes": s.episodes,
             "failed": s.failed,
             "reward_mean": s.reward_mean,
@@ -1071,6 +1076,10 @@ async fn train_loop(run: &mut Run, resumed: bool) -> anyhow::Result<bool> {
             "grad_norm": stats.grad_norm,
             "metrics": s.metrics,
             "kept": stats.trajectories_kept,
+            "action_tokens": stats.action_tokens,
+            "staleness_mean": stats.staleness_mean,
+            "staleness_max": stats.staleness_max,
+            "stale_tokens_dropped": stats.stale_tokens_dropped,
             "skipped": stats.skipped_reason,
             "update_seconds": stats.duration_seconds,
             "sample_seconds": sample_secs,
@@ -1079,7 +1088,7 @@ async fn train_loop(run: &mut Run, resumed: bool) -> anyhow::Result<bool> {
         });
         append_jsonl(&run.run_dir.join("metrics.jsonl"), &line)?;
         metrics::gauge!("agent_r1_train_update_step").set(run.step as f64);
-        run.train_setup.live.touch(format!("update {}", run.step));
+        run.live.touch(format!("update {}", run.step));
         metrics::gauge!("agent_r1_train_reward_mean").set(s.reward_mean);
         metrics::gauge!("agent_r1_train_tool_calls_per_episode").set(s.tool_calls_per_episode);
         for (k, v) in &s.metrics {
@@ -1111,16 +1120,16 @@ async fn train_loop(run: &mut Run, resumed: bool) -> anyhow::Result<bool> {
         if every(run.cfg.checkpoint.every) {
             run.checkpoint_with_retries(false).await?;
         }
-        if stopped {
-            interrupted = true;
-            break;
-        }
     }
     bar.finish_and_clear();
     if !interrupted && run.cfg.eval.every > 0 && run.last_eval != Some(run.step) {
         run.evaluate().await?;
     }
-    if run.last_checkpoint != Some(run.step) || !run.pending.is_empty() {
+    let snapshot = run.sampler.snapshot();
+    if run.last_checkpoint != Some(run.step)
+        || !snapshot.pending.is_empty()
+        || !snapshot.open.is_empty()
+    {
         run.checkpoint_with_retries(true).await?;
     }
     Ok(interrupted)

@@ -41,7 +41,7 @@ pub use episode_error::{EnvStage, EpisodeError};
 pub use live::{LiveBoard, LiveSnapshot};
 pub use render::TurnRenderer;
 pub use service::{RolloutService, TaskSender};
-pub use supervisor::RolloutSummary;
+pub use supervisor::{EpisodeRequest, RolloutSummary, RETRY_BIT};
 pub use tool_pool::{RestartPolicy, ToolPool, ToolPoolMsg, ToolPoolStats};
 
 use crate::engine::EngineHandle;
@@ -122,7 +122,8 @@ pub struct RolloutReport {
     pub tool_shed: HashMap<String, u64>,
 }
 
-/// Runs a fixed list of `tasks` (each with its group id) through a [`RolloutService`] and
+/// Runs a fixed list of `tasks` (each with its group id; episode ids are their indexes)
+/// through a [`RolloutService`] and
 /// streams trajectories into `sink` as they finish (the caller drains `sink` concurrently).
 /// Returns when every task has ended (or the run stopped on a fatal error, which is in the
 /// report's `summary.fatal`).
@@ -134,8 +135,13 @@ pub async fn run_rollout(
     let service = RolloutService::start(setup, sink).await?;
     let sender = service.tasks();
     let feed = tokio::spawn(async move {
-        for (task, group) in tasks {
-            if sender.submit(task, group).await.is_err() {
+        for (i, (task, group_id)) in tasks.into_iter().enumerate() {
+            let request = EpisodeRequest {
+                task,
+                group_id,
+                episode_id: i as u64,
+            };
+            if sender.submit(request).await.is_err() {
                 return;
             }
         }

@@ -27,16 +27,24 @@ impl GroupBatcher {
         }
     }
 
-    /// Adds one finished trajectory (completed or failed: both end their group's slot).
-    pub fn push(&mut self, trajectory: Trajectory) {
+    /// Adds one finished trajectory (completed or failed: both end their group's slot);
+    /// returns the group id when this completed its group.
+    pub fn push(&mut self, trajectory: Trajectory) -> Option<u64> {
         let group = trajectory.group_id;
         let members = self.partial.entry(group).or_default();
         members.push(trajectory);
-        if members.len() >= self.group_size {
-            let mut members = self.partial.remove(&group).unwrap_or_default();
-            members.sort_by_key(|t| t.episode_id);
-            self.complete.push_back(members);
+        if members.len() < self.group_size {
+            return None;
         }
+        let mut members = self.partial.remove(&group).unwrap_or_default();
+        members.sort_by_key(|t| t.episode_id);
+        self.complete.push_back(members);
+        Some(group)
+    }
+
+    /// Complete groups waiting for a batch, without taking them (for a checkpoint).
+    pub fn complete(&self) -> impl Iterator<Item = &Trajectory> + '_ {
+        self.complete.iter().flatten()
     }
 
     /// The next batch, when enough groups are complete.
@@ -102,10 +110,10 @@ mod tests {
     #[test]
     fn batches_hold_whole_groups_in_completion_order() {
         let mut b = GroupBatcher::new(2, 2);
-        b.push(t(7, 1));
+        assert_eq!(b.push(t(7, 1)), None);
         b.push(t(3, 4));
         assert!(b.next_batch().is_none());
-        b.push(t(3, 2));
+        assert_eq!(b.push(t(3, 2)), Some(3));
         assert!(b.next_batch().is_none(), "one complete group of two");
         b.push(t(9, 5));
         b.push(t(7, 0));

@@ -13,10 +13,8 @@ use ractor::{Actor, ActorRef};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use agent_r1_envs::task::Task;
-
 use super::episode::Shared;
-use super::supervisor::{GroupedTask, RolloutSupervisor, SupervisorArgs, SupervisorMsg};
+use super::supervisor::{EpisodeRequest, RolloutSupervisor, SupervisorArgs, SupervisorMsg};
 use super::tool_pool::{ToolPool, ToolPoolArgs, ToolPoolMsg};
 use super::{RolloutReport, RolloutSetup};
 use crate::trajectory::Trajectory;
@@ -25,13 +23,13 @@ use crate::{Error, Result};
 /// Submits tasks to a running service (cheap to clone). Each submission waits while the
 /// service has no room: the stream is paced by the episodes.
 #[derive(Clone, Debug)]
-pub struct TaskSender(mpsc::Sender<GroupedTask>);
+pub struct TaskSender(mpsc::Sender<EpisodeRequest>);
 
 impl TaskSender {
-    /// Submits one task with its group id.
-    pub async fn submit(&self, task: Task, group_id: u64) -> Result<()> {
+    /// Submits one episode.
+    pub async fn submit(&self, request: EpisodeRequest) -> Result<()> {
         self.0
-            .send((task, group_id))
+            .send(request)
             .await
             .map_err(|_| Error::Other("the rollout service has stopped taking tasks".into()))
     }
@@ -120,9 +118,9 @@ impl RolloutService {
             .expect("the service's own sender lives until finish")
     }
 
-    /// Submits one task with its group id.
-    pub async fn submit(&self, task: Task, group_id: u64) -> Result<()> {
-        self.tasks().submit(task, group_id).await
+    /// Submits one episode.
+    pub async fn submit(&self, request: EpisodeRequest) -> Result<()> {
+        self.tasks().submit(request).await
     }
 
     /// Takes no more tasks; the episodes in flight (and their retries) still finish.

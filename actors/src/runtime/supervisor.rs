@@ -22,14 +22,28 @@ use super::episode::{Episode, EpisodeArgs, Shared, COMPLETED};
 use super::episode_error::EpisodeError;
 use crate::trajectory::{EpisodeEnd, Trajectory};
 
-/// A task with its group id, as submitted to the service.
-pub(crate) type GroupedTask = (Task, u64);
+/// A task as submitted to the service.
+#[derive(Debug, Clone)]
+pub struct EpisodeRequest {
+    /// The task.
+    pub task: Task,
+    /// Episodes of one task in a batch share a group id (group estimators).
+    pub group_id: u64,
+    /// The episode's id, unique among the service's episodes: the engine keys parked KV by
+    /// it and draws the episode's tokens from (seed, id, position, version), so a caller that
+    /// numbers episodes by what they are (task position, member of the group) samples the
+    /// same tokens however episodes interleave. A retry runs as `id | RETRY_BIT`.
+    pub episode_id: u64,
+}
+
+/// Set in the episode id of a task's second attempt.
+pub const RETRY_BIT: u64 = 1 << 63;
 
 /// Messages of the supervisor.
 #[derive(Debug)]
 pub(crate) enum SupervisorMsg {
     /// The feeder took a task from the stream (with the credit of the slot it will run in).
-    Task(Box<GroupedTask>, OwnedSemaphorePermit),
+    Task(Box<EpisodeRequest>, OwnedSemaphorePermit),
     /// The task stream ended: finish what was taken, then stop.
     InputClosed,
     /// Take no more tasks; finish the episodes in flight (and re-queued ones), then stop.
@@ -65,6 +79,7 @@ pub struct RolloutSummary {
 struct Queued {
     task: Arc<Task>,
     group_id: u64,
+    episode_id: u64,
     attempts: u32,
     /// Held until the task ends: the slot the feeder may fill next.
     _credit: OwnedSemaphorePermit,
@@ -78,7 +93,7 @@ struct InFlight {
 
 /// Arguments of the supervisor.
 pub(crate) struct SupervisorArgs {
-    pub(crate) tasks: mpsc::Receiver<GroupedTask>,
+    pub(crate) tasks: mpsc::Receiver<EpisodeRequest>,
     pub(crate) concurrency: usize,
     pub(crate) shared: Arc<Shared>,
     pub(crate) done: tokio::sync::oneshot::Sender<RolloutSummary>,
@@ -96,12 +111,11 @@ pub(crate) struct SupervisorState {
     input_open: bool,
     done: Option<tokio::sync::oneshot::Sender<RolloutSummary>>,
     summary: RolloutSummary,
-    next_episode: u64,
 }
 
 /// Reads tasks while credits last and hands each to the supervisor.
 async fn feed(
-    mut tasks: mpsc::Receiver<GroupedTask>,
+    mut tasks: mpsc::Receiver<EpisodeRequest>,
     credits: Arc<Semaphore>,
     supervisor: ActorRef<SupervisorMsg>,
 ) {
@@ -151,7 +165,6 @@ impl Actor for RolloutSupervisor {
             input_open: true,
             done: Some(args.done),
             summary: RolloutSummary::default(),
-            next_episode: 0,
         })
     }
 
@@ -163,12 +176,17 @@ impl Actor for RolloutSupervisor {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             SupervisorMsg::Task(task, credit) => {
-                let (task, group_id) = *task;
+                let EpisodeRequest {
+                    task,
+                    group_id,
+                    episode_id,
+                } = *task;
                 state.summary.taken += 1;
                 if state.input_open {
                     state.queue.push_back(Queued {
                         task: Arc::new(task),
                         group_id,
+                        episode_id,
                         attempts: 1,
                         _credit: credit,
                     });
@@ -185,7 +203,11 @@ impl Actor for RolloutSupervisor {
                 }
             }
             SupervisorMsg::Abort(reason) => {
-                stop(&myself, state, reason);
+                tracing::info!(
+                    in_flight = state.in_flight.len(),
+                    "rollout service stopped: {reason}"
+                );
+                stop(&myself, state, None);
                 return Ok(());
             }
             SupervisorMsg::CheckStopped(id) => {
@@ -223,7 +245,7 @@ impl Actor for RolloutSupervisor {
             SupervisionEvent::ActorFailed(cell, err) => {
                 let typed = err.downcast_ref::<EpisodeError>();
                 if let Some(e) = typed.filter(|e| e.is_fatal()) {
-                    stop(&myself, state, e.to_string());
+                    stop(&myself, state, Some(e.to_string()));
                     return Ok(());
                 }
                 let restarted_env = typed.is_some_and(EpisodeError::restarted_env);
@@ -263,8 +285,10 @@ async fn fill(
     }
     // Every queued task holds a credit, so the queue never outgrows the free slots.
     while let Some(queued) = state.queue.pop_front() {
-        let episode_id = state.next_episode;
-        state.next_episode += 1;
+        let episode_id = match queued.attempts {
+            1 => queued.episode_id,
+            _ => queued.episode_id | RETRY_BIT,
+        };
         let args = EpisodeArgs {
             episode_id,
             group_id: queued.group_id,
@@ -294,8 +318,9 @@ fn finish_if_done(myself: &ActorRef<SupervisorMsg>, state: &SupervisorState) {
     }
 }
 
-fn stop(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, fatal: String) {
-    if state.summary.fatal.is_none() {
+/// Stops the tree; `fatal` is the error that forced it (none for an abort asked for).
+fn stop(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, fatal: Option<String>) {
+    if let (None, Some(fatal)) = (&state.summary.fatal, fatal) {
         tracing::error!("rollout stopped: {fatal}");
         state.summary.fatal = Some(fatal);
     }
@@ -347,7 +372,7 @@ async fn episode_failed(
             };
             // The credit is released once the failure is delivered.
             if state.shared.sink.send(t).await.is_err() {
-                stop(myself, state, EpisodeError::ConsumerGone.to_string());
+                stop(myself, state, Some(EpisodeError::ConsumerGone.to_string()));
                 return Ok(());
             }
         }

@@ -1,0 +1,308 @@
+//! Sampling for `train`: one rollout service for the whole run, fed from the task stream in
+//! stream order, its trajectories gathered into group-complete batches.
+//!
+//! A stream position is one task and one group: its `group_size` episodes have the position
+//! as their group id and `position * group_size + member` as their episode ids, so the
+//! tokens sampled for a task do not depend on which episodes ran beside it. The feeder
+//! records a position as open before submitting its group and closes it when the group's
+//! last trajectory arrives; a checkpoint saves the complete groups not yet trained on, the
+//! next position, and the open ones, which a resume samples again (whole groups).
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use agent_r1_actors::runtime::{
+    EpisodeRequest, GroupBatcher, RolloutReport, RolloutService, RolloutSetup, TaskSender,
+};
+use agent_r1_actors::trajectory::Trajectory;
+
+use super::tasks::TaskStream;
+
+/// Trajectories buffered between the service and the batcher.
+const TRAJECTORY_BUFFER: usize = 256;
+
+/// Where the feeder is in the stream.
+#[derive(Debug, Default)]
+struct Feed {
+    /// The next position to feed.
+    next: u64,
+    /// Positions fed whose group has not completed.
+    open: BTreeSet<u64>,
+}
+
+/// What a checkpoint keeps of the sampler.
+pub(crate) struct SamplerSnapshot {
+    /// Complete groups not yet trained on.
+    pub(crate) pending: Vec<Trajectory>,
+    /// The next position to feed.
+    pub(crate) position: u64,
+    /// Positions fed whose groups had not completed (sampled again on resume).
+    pub(crate) open: Vec<u64>,
+}
+
+/// The run's sampling stage.
+pub(crate) struct Sampler {
+    service: Option<RolloutService>,
+    trajectories: mpsc::Receiver<Trajectory>,
+    closed: bool,
+    batcher: GroupBatcher,
+    group_size: usize,
+    stream: Arc<Mutex<TaskStream>>,
+    feed: Arc<Mutex<Feed>>,
+    feeder: Option<JoinHandle<anyhow::Result<()>>>,
+    stop: Arc<AtomicBool>,
+    /// Learner updates done, for the feeder's lookahead bound.
+    step: watch::Sender<u64>,
+    groups_per_batch: u64,
+}
+
+impl Sampler {
+    /// Starts the run's rollout service; nothing is fed until [`Sampler::feed`].
+    pub(crate) async fn start(
+        setup: RolloutSetup,
+        stream: TaskStream,
+        position: u64,
+        group_size: usize,
+        groups_per_batch: usize,
+        stop: Arc<AtomicBool>,
+    ) -> anyhow::Result<Self> {
+        let (tx, trajectories) = mpsc::channel(TRAJECTORY_BUFFER);
+        let group_size = group_size.max(1);
+        let service = RolloutService::start(setup, tx)
+            .await
+            .context("starting the rollout service")?;
+        Ok(Self {
+            service: Some(service),
+            trajectories,
+            closed: false,
+            batcher: GroupBatcher::new(group_size, groups_per_batch),
+            group_size,
+            stream: Arc::new(Mutex::new(stream)),
+            feed: Arc::new(Mutex::new(Feed {
+                next: position,
+                open: BTreeSet::new(),
+            })),
+            feeder: None,
+            stop,
+            step: watch::Sender::new(0),
+            groups_per_batch: groups_per_batch.max(1) as u64,
+        })
+    }
+
+    /// Tells the feeder how many updates the learner has done (see [`Sampler::feed`]).
+    pub(crate) fn set_step(&self, step: u64) {
+        self.step.send_replace(step);
+    }
+
+    /// The next position to feed.
+    pub(crate) fn position(&self) -> u64 {
+        self.feed.lock().unwrap_or_else(|p| p.into_inner()).next
+    }
+
+    /// Groups held: complete ones waiting for a batch.
+    pub(crate) fn complete_groups(&self) -> usize {
+        self.batcher.complete_groups()
+    }
+
+    /// Adds trajectories saved by a checkpoint (complete groups).
+    pub(crate) fn restore(&mut self, pending: Vec<Trajectory>) {
+        for t in pending {
+            self.batcher.push(t);
+        }
+    }
+
+    /// Feeds the `requeue` positions, then the stream from the current position up to `to`
+    /// (exclusive), a whole group at a time, until the stop flag is set. With
+    /// `batches_ahead`, position `p` (of batch `p / groups_per_batch`, counting from 0) waits
+    /// until the learner has done `p / groups_per_batch - batches_ahead` updates: while the
+    /// learner trains batch `s`, batches up to `s + batches_ahead` are sampled.
+    pub(crate) fn feed(&mut self, requeue: Vec<u64>, to: u64, batches_ahead: Option<u64>) {
+        let job = Feeder {
+            sender: self.service().tasks(),
+            stream: self.stream.clone(),
+            feed: self.feed.clone(),
+            group_size: self.group_size,
+            stop: self.stop.clone(),
+            ahead: batches_ahead.map(|a| (a, self.groups_per_batch, self.step.subscribe())),
+        };
+        self.feeder = Some(tokio::spawn(job.run(requeue, to)));
+    }
+
+    /// The next batch of whole groups; `None` once the feeder has finished (the stream's end
+    /// or the stop flag) and no group is open.
+    pub(crate) async fn next_batch(&mut self) -> anyhow::Result<Option<Vec<Trajectory>>> {
+        loop {
+            if let Some(batch) = self.batcher.next_batch() {
+                return Ok(Some(batch));
+            }
+            if self.feeder.is_none() && self.open_groups() == 0 {
+                return Ok(None);
+            }
+            self.receive().await?;
+        }
+    }
+
+    /// Runs `work` (an update) while trajectories keep arriving into the batcher, so the
+    /// engine never waits on a full trajectory channel during it.
+    pub(crate) async fn while_sampling<F: Future>(&mut self, work: F) -> anyhow::Result<F::Output> {
+        tokio::pin!(work);
+        loop {
+            if self.closed && self.feeder.is_none() {
+                return Ok(work.await);
+            }
+            tokio::select! {
+                biased;
+                out = &mut work => return Ok(out),
+                r = self.receive() => r?,
+            }
+        }
+    }
+
+    /// What a checkpoint saves.
+    pub(crate) fn snapshot(&self) -> SamplerSnapshot {
+        let feed = self.feed.lock().unwrap_or_else(|p| p.into_inner());
+        SamplerSnapshot {
+            pending: self.batcher.complete().cloned().collect(),
+            position: feed.next,
+            open: feed.open.iter().copied().collect(),
+        }
+    }
+
+    /// Stops the service (episodes still in flight are abandoned: their positions are in
+    /// the last snapshot's `open`) and returns its counters.
+    pub(crate) async fn finish(&mut self) -> anyhow::Result<RolloutReport> {
+        if let Some(feeder) = self.feeder.take() {
+            feeder.abort();
+        }
+        let Some(service) = self.service.take() else {
+            return Ok(RolloutReport::default());
+        };
+        service.abort("the run is finishing");
+        // Nothing more is read: episodes still sending get an error and stop.
+        self.trajectories.close();
+        self.closed = true;
+        Ok(service.finish().await?)
+    }
+
+    fn service(&self) -> &RolloutService {
+        self.service
+            .as_ref()
+            .expect("the service lives until finish")
+    }
+
+    fn open_groups(&self) -> usize {
+        self.feed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .open
+            .len()
+    }
+
+    /// Waits for one trajectory (or the feeder's end) and takes it in.
+    async fn receive(&mut self) -> anyhow::Result<()> {
+        tokio::select! {
+            t = self.trajectories.recv(), if !self.closed => match t {
+                Some(t) => {
+                    if let Some(group) = self.batcher.push(t) {
+                        self.feed.lock().unwrap_or_else(|p| p.into_inner()).open.remove(&group);
+                    }
+                    Ok(())
+                }
+                None => {
+                    self.closed = true;
+                    let report = match self.service.take() {
+                        Some(service) => service.finish().await?,
+                        None => RolloutReport::default(),
+                    };
+                    anyhow::bail!(
+                        "the rollout stopped: {}",
+                        report.summary.fatal.unwrap_or_else(|| "it ended without a reason".into())
+                    )
+                }
+            },
+            r = async { self.feeder.as_mut().expect("guarded").await }, if self.feeder.is_some() => {
+                self.feeder = None;
+                r.context("the task feeder panicked")?
+            }
+        }
+    }
+}
+
+/// Submits whole groups to the service in stream order.
+struct Feeder {
+    sender: TaskSender,
+    stream: Arc<Mutex<TaskStream>>,
+    feed: Arc<Mutex<Feed>>,
+    group_size: usize,
+    stop: Arc<AtomicBool>,
+    /// (batches ahead, groups per batch, learner step).
+    ahead: Option<(u64, u64, watch::Receiver<u64>)>,
+}
+
+impl Feeder {
+    async fn run(mut self, requeue: Vec<u64>, to: u64) -> anyhow::Result<()> {
+        for position in requeue {
+            if self.stop.load(Ordering::SeqCst) {
+                return Ok(());
+            }
+            self.feed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .open
+                .insert(position);
+            self.submit(position).await?;
+        }
+        loop {
+            if self.stop.load(Ordering::SeqCst) {
+                return Ok(());
+            }
+            let next = self.feed.lock().unwrap_or_else(|p| p.into_inner()).next;
+            if next >= to {
+                return Ok(());
+            }
+            if let Some((ahead, per_batch, step)) = &mut self.ahead {
+                let needed = (next / *per_batch).saturating_sub(*ahead);
+                // The sender lives in the sampler; its end means the run is ending.
+                if step.wait_for(|&s| s >= needed).await.is_err() {
+                    return Ok(());
+                }
+                if self.stop.load(Ordering::SeqCst) {
+                    return Ok(());
+                }
+            }
+            let position = {
+                let mut feed = self.feed.lock().unwrap_or_else(|p| p.into_inner());
+                let p = feed.next;
+                feed.next += 1;
+                feed.open.insert(p);
+                p
+            };
+            self.submit(position).await?;
+        }
+    }
+
+    async fn submit(&self, position: u64) -> anyhow::Result<()> {
+        let task = self
+            .stream
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .task(position)
+            .context("the task stream is empty")?;
+        let group = self.group_size as u64;
+        for member in 0..group {
+            let request = EpisodeRequest {
+                task: task.clone(),
+                group_id: position,
+                episode_id: position * group + member,
+            };
+            self.sender.submit(request).await?;
+        }
+        Ok(())
+    }
+}
