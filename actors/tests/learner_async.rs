@@ -2,9 +2,11 @@
 //!
 //! Two things are checked with the real engine and learner threads and a tiny model:
 //! - the engine swaps weights between decode steps, so a turn in flight during an update
-//!   samples its first tokens with the old weights and the rest with the new ones; it is
-//!   reported under the version it was admitted with (the oldest that produced any of its
-//!   tokens) and its partly-old KV is not reused by the episode's next turn;
+//!   samples its first tokens with the old weights and the rest with the new ones (a partial
+//!   rollout); it is reported under the version it was admitted with (the oldest that
+//!   produced any of its tokens), each token carries the version that sampled it, a learner
+//!   with `max_staleness` drops exactly the tokens that are too old, and the turn's
+//!   partly-old KV is not reused by the episode's next turn;
 //! - with `max_staleness`, tokens sampled more than that many versions before the learner's
 //!   current one are dropped from the loss and counted, the rest are trained on, and the
 //!   staleness figures match what the trajectories' version tags say.
@@ -116,6 +118,52 @@ fn a_turn_in_flight_during_an_update_switches_weights_between_decode_steps() {
             "tokens sampled before the update ({seen}) differ from the old policy's at {swap}"
         );
         eprintln!("swap after {swap} of {LONG} tokens ({seen} seen before the update)");
+        // Each token records the version that sampled it: the old one up to the swap, the
+        // new one from there (a token sampled with other weights has another log-prob).
+        let switch = mixed
+            .token_versions
+            .iter()
+            .position(|&v| v == 1)
+            .expect("tokens after the update carry version 1");
+        assert!(mixed.token_versions[..switch].iter().all(|&v| v == 0));
+        assert!(mixed.token_versions[switch..].iter().all(|&v| v == 1));
+        assert_eq!(
+            switch, swap,
+            "the version tags put the switch where the tokens change"
+        );
+        // A learner two versions on with max_staleness = 1 drops exactly the version-0
+        // tokens of that one step, and trains on the rest of it.
+        let mut straddling = trajectory(
+            1,
+            0,
+            &[1, 2, 4],
+            vec![TestStep {
+                actions: mixed.token_ids.clone(),
+                logprobs: mixed.logprobs.clone(),
+                observation: vec![],
+                version: 0,
+            }],
+            1.0,
+        );
+        straddling.steps[0].token_versions =
+            Step::compact_versions(0, mixed.token_versions.clone());
+        assert_eq!(straddling.steps[0].versions(), vec![0, 1]);
+        let late = learner(
+            old_dir.path(),
+            LearnerConfig {
+                estimator: Estimator::Grpo,
+                max_staleness: Some(1),
+                initial_version: 2,
+                ..Default::default()
+            },
+            false,
+            false,
+        );
+        let stats = late.update(vec![straddling]).await.unwrap();
+        assert_eq!(stats.stale_tokens_dropped, switch as u64, "{stats:?}");
+        assert_eq!(stats.action_tokens, (LONG - switch) as u64, "{stats:?}");
+        assert_eq!(stats.staleness_max, 2, "{stats:?}");
+        late.shutdown();
         let stats = engine.stats().await.unwrap();
         assert_eq!(stats.turns_spanning_updates, 1);
         assert_eq!(stats.policy_version, 1);

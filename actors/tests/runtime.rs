@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -16,7 +16,8 @@ use agent_r1_actors::model::presets::preset;
 use agent_r1_actors::model::{Placement, PolicyModel, SamplingParams};
 use agent_r1_actors::runtime::fault::FaultyTool;
 use agent_r1_actors::runtime::{
-    run_rollout, EpisodeConfig, RolloutReport, RolloutSetup, TurnRenderer,
+    run_rollout, EnvSource, EpisodeConfig, EpisodeRequest, GroupBatcher, RolloutReport,
+    RolloutService, RolloutSetup, TurnRenderer,
 };
 use agent_r1_actors::tiny_tokenizer::write_tiny_tokenizer;
 use agent_r1_actors::tokenizer::HfTokenizer;
@@ -157,6 +158,10 @@ struct Fixture {
 }
 
 fn fixture() -> Fixture {
+    fixture_with_rows(16)
+}
+
+fn fixture_with_rows(max_batch_rows: usize) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     tiny_model(dir.path());
     let path = dir.path().to_path_buf();
@@ -164,7 +169,7 @@ fn fixture() -> Fixture {
         move || PolicyModel::load(&path, Placement::default(), false),
         None,
         EngineConfig {
-            max_batch_rows: 16,
+            max_batch_rows,
             max_context: 1024,
             ..Default::default()
         },
@@ -180,19 +185,19 @@ fn fixture() -> Fixture {
     }
 }
 
-fn run(
+fn setup(
     f: &Fixture,
-    env: Arc<dyn Env>,
-    tool: Arc<dyn Tool>,
-    tasks: Vec<(Task, u64)>,
-) -> (RolloutReport, Vec<Trajectory>) {
-    let renderer =
-        Arc::new(TurnRenderer::new(f.tokenizer.clone(), vec![tool.spec()], None).unwrap());
+    env: EnvSource,
+    tools: Vec<Arc<dyn Tool>>,
+    concurrency: usize,
+) -> RolloutSetup {
+    let specs = tools.iter().map(|t| t.spec()).collect();
+    let renderer = Arc::new(TurnRenderer::new(f.tokenizer.clone(), specs, None).unwrap());
     let end = renderer.end_of_turn_id();
-    let setup = RolloutSetup {
+    RolloutSetup {
         engine: f.engine.clone(),
-        env: env.into(),
-        tools: vec![tool],
+        env,
+        tools,
         renderer,
         episode: EpisodeConfig {
             max_turns: 4,
@@ -205,18 +210,30 @@ fn run(
             },
             ..Default::default()
         },
-        concurrency: 12,
-        tool_queue_capacity: 64,
+        concurrency,
+        tool_queue_capacity: 4 * concurrency.max(16),
         restart: Default::default(),
         validate: Arc::new(|_, _| Ok(())),
         live: Default::default(),
-    };
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .unwrap();
-    rt.block_on(async {
+        .unwrap()
+}
+
+fn run(
+    f: &Fixture,
+    env: Arc<dyn Env>,
+    tool: Arc<dyn Tool>,
+    tasks: Vec<(Task, u64)>,
+) -> (RolloutReport, Vec<Trajectory>) {
+    let setup = setup(f, env.into(), vec![tool], 12);
+    runtime().block_on(async {
         let (tx, mut rx) = tokio::sync::mpsc::channel(8);
         let collector = tokio::spawn(async move {
             let mut out = Vec::new();
@@ -468,4 +485,305 @@ fn a_failing_engine_stops_the_run_with_its_error() {
         report.summary.completed as usize,
         trajectories.iter().filter(|t| t.completed()).count()
     );
+}
+
+/// Runs `tasks` through one service (episode ids are the tasks' indexes), collecting
+/// trajectories until every task has one; `on_each` sees each as it arrives.
+async fn stream(
+    setup: RolloutSetup,
+    tasks: Vec<(Task, u64)>,
+    mut on_each: impl FnMut(&Trajectory),
+) -> (RolloutReport, Vec<Trajectory>) {
+    let n = tasks.len();
+    let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+    let service = RolloutService::start(setup, tx).await.unwrap();
+    let sender = service.tasks();
+    let feed = tokio::spawn(async move {
+        for (i, (task, group_id)) in tasks.into_iter().enumerate() {
+            let episode_id = i as u64;
+            let request = EpisodeRequest {
+                task,
+                group_id,
+                episode_id,
+            };
+            sender.submit(request).await.unwrap();
+        }
+    });
+    let mut out = Vec::new();
+    while out.len() < n {
+        let t = tokio::time::timeout(Duration::from_secs(300), rx.recv())
+            .await
+            .expect("a trajectory within 300 s")
+            .expect("the service ended early");
+        on_each(&t);
+        out.push(t);
+    }
+    feed.await.unwrap();
+    (service.finish().await.unwrap(), out)
+}
+
+#[test]
+fn one_service_streams_2000_episodes_and_the_engine_batch_stays_full_across_batches() {
+    const EPISODES: usize = 2000;
+    const CONCURRENCY: usize = 256;
+    const BATCH: usize = 64;
+    let f = fixture_with_rows(CONCURRENCY);
+    let env = Arc::new(ScriptedEnv {
+        calls: 1,
+        turns: Default::default(),
+        resets: Default::default(),
+    });
+    let setup = setup(
+        &f,
+        EnvSource::Shared(env),
+        vec![Arc::new(Echo)],
+        CONCURRENCY,
+    );
+    let engine = f.engine.clone();
+    let (report, all, windows) = runtime().block_on(async move {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(CONCURRENCY);
+        let service = RolloutService::start(setup, tx).await.unwrap();
+        let sender = service.tasks();
+        let feed = tokio::spawn(async move {
+            for (i, (task, group_id)) in tasks("s", EPISODES).into_iter().enumerate() {
+                let request = EpisodeRequest {
+                    task,
+                    group_id,
+                    episode_id: i as u64,
+                };
+                sender.submit(request).await.unwrap();
+            }
+        });
+        // Groups of 4 (the tasks' group ids), 16 groups = 64 trajectories a batch, taken as
+        // a learner would while the service runs on. At each batch boundary the engine's
+        // counters give the mean rows per decode step since the previous boundary.
+        let mut batcher = GroupBatcher::new(4, BATCH / 4);
+        let mut all = Vec::new();
+        let mut windows = Vec::new();
+        let mut batches = 0;
+        let mut last = engine.stats().await.unwrap();
+        let mut received = 0;
+        while received < EPISODES {
+            let t = tokio::time::timeout(Duration::from_secs(300), rx.recv())
+                .await
+                .expect("a trajectory within 300 s")
+                .expect("the service ended early");
+            received += 1;
+            batcher.push(t);
+            while let Some(batch) = batcher.next_batch() {
+                batches += 1;
+                all.extend(batch);
+                // Episodes finish in waves, so several batches can complete between two
+                // decode steps: such a boundary extends the window instead of closing it.
+                let now = engine.stats().await.unwrap();
+                let steps = now.decode_steps - last.decode_steps;
+                if steps > 0 {
+                    let rows = now.decode_rows - last.decode_rows;
+                    let idle = now.idle_seconds - last.idle_seconds;
+                    windows.push((rows as f64 / steps as f64, idle, received));
+                    last = now;
+                }
+            }
+        }
+        let (rest, partial) = batcher.take_all();
+        assert!(partial.is_empty());
+        all.extend(rest);
+        feed.await.unwrap();
+        assert_eq!(batches, EPISODES / BATCH);
+        (service.finish().await.unwrap(), all, windows)
+    });
+    let s = &report.summary;
+    eprintln!("{s:?}");
+    assert_eq!(all.len(), EPISODES);
+    assert_eq!(
+        (s.taken, s.not_started, s.fatal.clone()),
+        (EPISODES as u64, 0, None)
+    );
+    assert_eq!(
+        s.completed + s.failed,
+        EPISODES as u64,
+        "every episode ended"
+    );
+    assert_eq!(s.episodes_spawned, EPISODES as u64 + s.requeued);
+    assert!(
+        all.iter().all(|t| t.completed()),
+        "{:?}",
+        all.iter().find(|t| !t.completed())
+    );
+    let mut ids: Vec<u64> = all.iter().map(|t| t.episode_id).collect();
+    ids.sort_unstable();
+    assert_eq!(
+        ids,
+        (0..EPISODES as u64).collect::<Vec<_>>(),
+        "one service ran them all"
+    );
+    // While at least `CONCURRENCY` tasks remain, a batch boundary is not a drain: the
+    // engine keeps stepping with most of the episodes in flight (mean rows per step in each
+    // window between boundaries; the first window is the ramp-up, the tail drains).
+    for (k, (rows, idle, received)) in windows.iter().enumerate() {
+        eprintln!(
+            "window {k:>2}: {received:>4} received, {rows:>6.1} rows/step, engine idle {idle:.3} s"
+        );
+    }
+    let steady: Vec<f64> = windows
+        .iter()
+        .skip(1)
+        .filter(|w| w.2 + CONCURRENCY <= EPISODES)
+        .map(|w| w.0)
+        .collect();
+    assert!(steady.len() >= 10, "{} steady windows", steady.len());
+    let low = steady.iter().cloned().fold(f64::INFINITY, f64::min);
+    assert!(
+        low >= 0.5 * CONCURRENCY as f64,
+        "a window averaged {low:.1} rows per step, under half of {CONCURRENCY}: {steady:?}"
+    );
+}
+
+/// Blocks a test double until the test opens it (at most two minutes).
+#[derive(Default)]
+struct Gate {
+    open: Mutex<bool>,
+    changed: std::sync::Condvar,
+}
+
+impl Gate {
+    fn wait(&self) -> bool {
+        let open = self.open.lock().unwrap();
+        let (open, _) = self
+            .changed
+            .wait_timeout_while(open, Duration::from_secs(120), |o| !*o)
+            .unwrap();
+        *open
+    }
+    fn open(&self) {
+        *self.open.lock().unwrap() = true;
+        self.changed.notify_all();
+    }
+}
+
+/// Test double: answers at once (no tools), and its scorer blocks on `slow-*` tasks until
+/// the gate opens; it records which env instance scored what, and the first score of a
+/// `crash-*` task panics.
+struct ScorerEnv {
+    instance: u64,
+    gate: Arc<Gate>,
+    scored: Arc<Mutex<Vec<(String, u64)>>>,
+    crashed: Arc<Mutex<std::collections::HashSet<String>>>,
+}
+
+impl Env for ScorerEnv {
+    fn name(&self) -> &str {
+        "scorer"
+    }
+    fn tool_names(&self) -> Vec<String> {
+        vec![]
+    }
+    fn reset(&self, task: &Task) -> agent_r1_envs::Result<Vec<Message>> {
+        Ok(vec![Message::user(task.question.clone())])
+    }
+    fn on_turn(&self, _: &Task, _: &str, _: Vec<Result<ToolCall, CallError>>) -> TurnOutcome {
+        TurnOutcome::Done
+    }
+    fn score(&self, task: &Task, _transcript: &[Message]) -> Score {
+        self.scored
+            .lock()
+            .unwrap()
+            .push((task.id.clone(), self.instance));
+        if task.id.starts_with("slow") && !self.gate.wait() {
+            panic!("the gate never opened: other episodes did not finish");
+        }
+        if task.id.starts_with("crash") && self.crashed.lock().unwrap().insert(task.id.clone()) {
+            panic!("injected scorer crash (fault injection)");
+        }
+        Score {
+            reward: 1.0,
+            metrics: Default::default(),
+        }
+    }
+}
+
+fn scorer_env(gate: &Arc<Gate>) -> ScorerEnv {
+    ScorerEnv {
+        instance: 0,
+        gate: gate.clone(),
+        scored: Default::default(),
+        crashed: Default::default(),
+    }
+}
+
+#[test]
+fn a_slow_scorer_in_one_episode_does_not_delay_the_others() {
+    let f = fixture();
+    let gate = Arc::new(Gate::default());
+    let env = Arc::new(scorer_env(&gate));
+    let mut all = tasks("slow", 1);
+    all.extend(tasks("ok", 30));
+    let setup = setup(&f, EnvSource::Shared(env), vec![], 8);
+    let mut others = 0;
+    let mut slow_after = None;
+    let (report, out) = runtime().block_on(stream(setup, all, |t| {
+        if t.task.id.starts_with("ok") {
+            others += 1;
+            // The slow scorer is still blocked: every other episode got past it.
+            if others == 30 {
+                gate.open();
+            }
+        } else {
+            slow_after = Some(others);
+        }
+    }));
+    assert_eq!(
+        slow_after,
+        Some(30),
+        "the slow episode ended after all 30 others, which finished while it was scoring"
+    );
+    assert_eq!(report.summary.completed, 31, "{report:?}");
+    assert!(out.iter().all(|t| t.completed()));
+}
+
+#[test]
+fn a_crashed_env_actor_is_replaced_by_a_freshly_built_env() {
+    let f = fixture();
+    let gate = Arc::new(Gate::default());
+    let template = scorer_env(&gate);
+    let (scored, crashed) = (template.scored.clone(), template.crashed.clone());
+    let builds = Arc::new(AtomicU64::new(0));
+    let build = {
+        let builds = builds.clone();
+        Arc::new(move || {
+            let instance = builds.fetch_add(1, Ordering::SeqCst);
+            Ok(Arc::new(ScorerEnv {
+                instance,
+                gate: gate.clone(),
+                scored: scored.clone(),
+                crashed: crashed.clone(),
+            }) as Arc<dyn Env>)
+        })
+    };
+    let source = EnvSource::per_episode(build).unwrap();
+    let mut all = tasks("crash", 1);
+    all.extend(tasks("ok", 5));
+    let setup = setup(&f, source, vec![], 4);
+    let (report, out) = runtime().block_on(stream(setup, all, |_| {}));
+    let s = &report.summary;
+    assert_eq!(
+        (s.completed, s.failed, s.requeued, s.env_restarts),
+        (6, 0, 1, 1),
+        "{s:?}"
+    );
+    let crash = out.iter().find(|t| t.task.id == "crash-0").unwrap();
+    assert!(crash.completed() && crash.attempts == 2, "{crash:?}");
+    // One env per episode attempt (plus the one built at start to learn its tools), and the
+    // retry scored on a different instance than the one that crashed.
+    assert_eq!(builds.load(Ordering::SeqCst), 1 + s.episodes_spawned);
+    let instances: Vec<u64> = template
+        .scored
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(task, _)| task == "crash-0")
+        .map(|(_, i)| *i)
+        .collect();
+    assert_eq!(instances.len(), 2, "{instances:?}");
+    assert_ne!(instances[0], instances[1], "the retry ran on a fresh env");
 }
