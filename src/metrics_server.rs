@@ -680,7 +680,12 @@ fn describe_series() {
     describe_histogram!(
         "agent_r1_train_sample_seconds",
         Unit::Seconds,
-        "Wall time spent sampling a batch before its update."
+        "Wall time spent waiting for a batch before its update (near zero when async sampling kept ahead)."
+    );
+    describe_histogram!(
+        "agent_r1_train_engine_idle_during_update_seconds",
+        Unit::Seconds,
+        "Seconds the inference engine had nothing to run while the learner trained one update."
     );
     describe_gauge!(
         "agent_r1_train_last_checkpoint_timestamp_seconds",

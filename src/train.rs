@@ -483,11 +483,12 @@ impl Run {
 
     /// One update on `batch`: train, publish, write a sample of it. Trajectories keep
     /// arriving meanwhile (async mode samples on). Returns the batch summary, the learner's
-    /// stats and the update's wall seconds.
+    /// stats, the update's wall seconds and the engine's idle seconds while the learner
+    /// trained.
     async fn update(
         &mut self,
         batch: Vec<Trajectory>,
-    ) -> anyhow::Result<(BatchSummary, UpdateStats, f64)> {
+    ) -> anyhow::Result<(BatchSummary, UpdateStats, f64, f64)> {
         let t0 = Instant::now();
         metrics::counter!("agent_r1_train_episodes_total").increment(batch.len() as u64);
         let summary = BatchSummary::of(&batch);
@@ -515,7 +516,7 @@ impl Run {
                 skipped_reason: Some(reason.to_string()),
                 ..Default::default()
             };
-            return Ok((summary, stats, t0.elapsed().as_secs_f64()));
+            return Ok((summary, stats, t0.elapsed().as_secs_f64(), 0.0));
         }
         let learner = self.learner.clone();
         let step = self.step + 1;
@@ -529,7 +530,14 @@ impl Run {
                 ),
             }
         };
+        let engine_before = self.engine.stats().await.ok();
         let stats = self.sampler.while_sampling(train).await??;
+        let engine_after = self.engine.stats().await.ok();
+        let engine_idle = match (engine_before, engine_after) {
+            (Some(a), Some(b)) => b.idle_seconds - a.idle_seconds,
+            _ => f64::NAN,
+        };
+        metrics::histogram!("agent_r1_train_engine_idle_during_update_seconds").record(engine_idle);
         let publish = publish(
             self.learner.clone(),
             self.engine.clone(),
@@ -546,7 +554,7 @@ impl Run {
             &self.tokenizer,
             &sample,
         )?;
-        Ok((summary, stats, t0.elapsed().as_secs_f64()))
+        Ok((summary, stats, t0.elapsed().as_secs_f64(), engine_idle))
     }
 }
 
@@ -1055,7 +1063,7 @@ async fn train_loop(run: &mut Run, resumed: bool) -> anyhow::Result<bool> {
             break;
         };
         let sample_secs = sample_t0.elapsed().as_secs_f64();
-        let (s, stats, secs) = run.update(batch).await?;
+        let (s, stats, secs, engine_idle) = run.update(batch).await?;
         let line = json!({
             "step": run.step,
             "policy_version": run.version,
@@ -1082,6 +1090,7 @@ async fn train_loop(run: &mut Run, resumed: bool) -> anyhow::Result<bool> {
             "stale_tokens_dropped": stats.stale_tokens_dropped,
             "skipped": stats.skipped_reason,
             "update_seconds": stats.duration_seconds,
+            "engine_idle_during_update_seconds": engine_idle,
             "sample_seconds": sample_secs,
             "seconds": secs,
             "wall_s": run.started.elapsed().as_secs_f64(),

@@ -29,6 +29,7 @@ fn every_example_config_parses_and_validates() {
         seen,
         [
             "demo.toml",
+            "demo_async.toml",
             "grpo.toml",
             "hotpotqa_qwen2.5.toml",
             "ppo_critic.toml"

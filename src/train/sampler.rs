@@ -60,6 +60,8 @@ pub(crate) struct Sampler {
     /// Learner updates done, for the feeder's lookahead bound.
     step: watch::Sender<u64>,
     groups_per_batch: u64,
+    /// A progress line every this many completed groups.
+    progress_every: usize,
 }
 
 impl Sampler {
@@ -74,6 +76,8 @@ impl Sampler {
     ) -> anyhow::Result<Self> {
         let (tx, trajectories) = mpsc::channel(TRAJECTORY_BUFFER);
         let group_size = group_size.max(1);
+        // About one line per `concurrency` episodes.
+        let progress_every = (setup.concurrency / group_size).max(1);
         let service = RolloutService::start(setup, tx)
             .await
             .context("starting the rollout service")?;
@@ -92,6 +96,7 @@ impl Sampler {
             stop,
             step: watch::Sender::new(0),
             groups_per_batch: groups_per_batch.max(1) as u64,
+            progress_every,
         })
     }
 
@@ -190,6 +195,20 @@ impl Sampler {
         Ok(service.finish().await?)
     }
 
+    /// `sample update U: G/B tasks, E episodes` as the next batch's groups complete.
+    fn report_progress(&self) {
+        let per_batch = self.groups_per_batch as usize;
+        let complete = self.batcher.complete_groups();
+        let in_batch = (complete - 1) % per_batch + 1;
+        if in_batch % self.progress_every == 0 || in_batch == per_batch {
+            let update = *self.step.borrow() + 1 + ((complete - 1) / per_batch) as u64;
+            eprintln!(
+                "sample update {update}: {in_batch}/{per_batch} tasks, {} episodes",
+                in_batch * self.group_size
+            );
+        }
+    }
+
     fn service(&self) -> &RolloutService {
         self.service
             .as_ref()
@@ -211,6 +230,7 @@ impl Sampler {
                 Some(t) => {
                     if let Some(group) = self.batcher.push(t) {
                         self.feed.lock().unwrap_or_else(|p| p.into_inner()).open.remove(&group);
+                        self.report_progress();
                     }
                     Ok(())
                 }

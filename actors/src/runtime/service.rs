@@ -90,7 +90,9 @@ impl RolloutService {
             sink,
         });
         let concurrency = setup.concurrency.max(1);
-        let (tx, rx) = mpsc::channel(concurrency);
+        // One task waits in the channel: the feeder takes tasks as slots free up, and a
+        // producer that stops feeding (a drain, a signal) has little left in the pipe.
+        let (tx, rx) = mpsc::channel(1);
         let (done_tx, done) = oneshot::channel();
         let args = SupervisorArgs {
             tasks: rx,
