@@ -7,7 +7,6 @@
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use agent_r1_actors::chat_template::{ChatTemplate, TemplateVars, QWEN2_5_CHAT_TEMPLATE};
 use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle};
@@ -194,10 +193,7 @@ pub fn rollout_setup(
                 stop_token_ids: stops,
                 ..Default::default()
             },
-            stop_strings: vec![],
-            generate_timeout: Duration::from_secs(1800),
-            tool_queue_timeout: Duration::from_secs(60),
-            env_timeout: Duration::from_secs(60),
+            ..Default::default()
         },
         concurrency: knobs.concurrency,
         tool_queue_capacity: 4 * knobs.concurrency.max(16),

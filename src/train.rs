@@ -903,6 +903,7 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
     let waits = |setup: &mut RolloutSetup| {
         setup.episode.generate_timeout = Duration::from_secs_f64(r.generate_timeout_secs);
         setup.episode.tool_queue_timeout = Duration::from_secs_f64(r.tool_queue_timeout_secs);
+        setup.episode.env_timeout = Duration::from_secs_f64(r.env_timeout_secs);
     };
     waits(&mut train_setup);
     let eval_knobs = RolloutKnobs {
