@@ -48,10 +48,10 @@ use std::time::{Duration, Instant};
 
 use agent_r1_actors::engine::{EngineConfig, EngineHandle};
 use agent_r1_actors::learner::{
-    spawn_learner, LearnerHandle, LearnerModels, UpdateStats, CRITIC_DIR,
+    BeforeUpdate, LearnerModels, LearnerRef, LearnerStart, UpdateStats, CRITIC_DIR,
 };
-use agent_r1_actors::model::PolicyModel;
-use agent_r1_actors::runtime::{run_rollout, LiveBoard, RolloutSetup};
+use agent_r1_actors::model::{Placement, PolicyModel};
+use agent_r1_actors::runtime::{run_rollout, LiveBoard, RolloutSetup, RolloutSummary};
 use agent_r1_actors::sft::SftConfig;
 use agent_r1_actors::tokenizer::HfTokenizer;
 use agent_r1_actors::trajectory::{Trajectory, TrajectoryWriter};
@@ -72,7 +72,9 @@ use crate::config::{FileCheck, TrainConfig, TrainMode};
 use crate::setup::{self, RolloutKnobs};
 use crate::view::Site;
 use crate::{memory, metrics_server};
-use records::{append_jsonl, read_jsonl, truncate_after, BatchSummary};
+use records::{
+    append_row, read_jsonl, read_rows, truncate_after, BatchSummary, EvalRow, UpdateRow,
+};
 use skip::unusable;
 use tasks::TaskStream;
 
@@ -103,6 +105,9 @@ pub struct TrainArgs {
     pub out: Option<PathBuf>,
     /// Continue from the newest complete checkpoint even when the config says not to.
     pub resume: bool,
+    /// Fault injection for `bench train`: the learner sleeps this long at the start of every
+    /// update (a slow learner on purpose). `None` for real runs.
+    pub learner_delay: Option<Duration>,
 }
 
 /// Training episodes of each update written to `rollouts/` (a sample, not the batch).
@@ -293,7 +298,7 @@ struct Run {
     tokenizer_dir: PathBuf,
     tokenizer: Arc<HfTokenizer>,
     engine: EngineHandle,
-    learner: LearnerHandle,
+    learner: LearnerRef,
     live: LiveBoard,
     eval_setup: RolloutSetup,
     test: Vec<Task>,
@@ -417,19 +422,19 @@ impl Run {
             &self.tokenizer,
             &trajectories,
         )?;
-        let line = json!({
-            "step": self.step,
-            "policy_version": self.version,
-            "episodes": s.episodes,
-            "em": s.metric("em"),
-            "f1": s.metric("f1"),
-            "reward_mean": s.reward_mean,
-            "tool_calls_per_episode": s.tool_calls_per_episode,
-            "metrics": s.metrics,
-            "greedy": self.cfg.eval.greedy,
-            "seconds": t0.elapsed().as_secs_f64(),
-        });
-        append_jsonl(&self.run_dir.join("eval.jsonl"), &line)?;
+        let row = EvalRow {
+            step: self.step,
+            policy_version: self.version,
+            episodes: s.episodes,
+            em: s.metric("em"),
+            f1: s.metric("f1"),
+            reward_mean: s.reward_mean,
+            tool_calls_per_episode: s.tool_calls_per_episode,
+            metrics: s.metrics.clone(),
+            greedy: self.cfg.eval.greedy,
+            seconds: t0.elapsed().as_secs_f64(),
+        };
+        append_row(&self.run_dir.join("eval.jsonl"), &row)?;
         for (k, v) in &s.metrics {
             metrics::gauge!("agent_r1_train_eval_score", "metric" => k.clone()).set(*v);
         }
@@ -560,7 +565,7 @@ impl Run {
 
 /// Publishes the learner's weights to the engine, within `training.publish_timeout_secs`.
 async fn publish(
-    learner: LearnerHandle,
+    learner: LearnerRef,
     engine: EngineHandle,
     timeout_secs: f64,
 ) -> anyhow::Result<u64> {
@@ -575,6 +580,11 @@ async fn publish(
 }
 
 /// Runs `agent-r1 train`; returns the final summary (also printed as the last line).
+///
+/// The stages, in order: the run directory and its config, the resume point, the env and its
+/// tasks, the base model (a preset and the warm start), the start point (policy, state,
+/// pending samples), the engine, the supervised learner, the rollout service, the loop, the
+/// summary.
 pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
     let started = Instant::now();
     let cfg = args.config.load()?;
@@ -582,57 +592,153 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
     std::fs::create_dir_all(run_dir.join("rollouts"))
         .with_context(|| format!("{}: cannot create the run directory", run_dir.display()))?;
     let placement = cfg.placement()?;
-    if cfg.learner.check_memory {
-        let memory = memory::plan(&cfg, placement, memory::ShapeSource::Config)?;
-        if let Some(capacity) = memory::device_capacity(placement.device) {
-            if let Err(why) = memory.check(placement.device, capacity) {
-                anyhow::bail!("{why} (learner.check_memory = false starts anyway)");
-            }
-        }
-    }
+    check_memory(&cfg, placement)?;
     let rt = setup::actor_runtime()?;
     let stop = Arc::new(AtomicBool::new(false));
     install_signal_handler(&rt, stop.clone());
     let live = LiveBoard::default();
-    let _metrics = if cfg.metrics.enabled {
-        let site = if cfg.metrics.ui {
-            Some(Arc::new(Site::open(&run_dir, Some(live.clone()))?))
-        } else {
-            None
-        };
-        let server = metrics_server::start(&cfg.metrics, site, Some(live.clone()))?;
-        eprintln!("metrics: http://{}/metrics", server.local_addr());
-        if cfg.metrics.ui {
-            eprintln!("web UI: http://{}/ui", server.local_addr());
+    let _metrics = serve_metrics(&cfg, &run_dir, &live)?;
+    let resumed = resume_point(&cfg, &run_dir, args.resume)?;
+    // The resolved config, for the web UI and for people reading the directory.
+    let config_path = run_dir.join("config.toml");
+    std::fs::write(&config_path, cfg.to_toml_string())
+        .with_context(|| format!("{}: cannot write", config_path.display()))?;
+    let scenario = scenario(&cfg, &run_dir)?;
+    log_scenario(&cfg, &scenario);
+    let base = base_model(
+        &cfg,
+        &run_dir,
+        &scenario,
+        resumed.is_some(),
+        placement,
+        &live,
+        &stop,
+    )?;
+    if base.interrupted {
+        return Ok(json!({
+            "updates": 0,
+            "interrupted": true,
+            "warm_start": base.warm,
+            "wall_s": started.elapsed().as_secs_f64(),
+            "run_dir": run_dir.display().to_string(),
+            "checkpoint": null,
+        }));
+    }
+    let start = StartPoint::load(&run_dir, resumed.as_ref(), &base.dir)?;
+    let tokenizer = Arc::new(
+        HfTokenizer::from_dir(&start.policy_dir)?
+            .with_template_kwargs(cfg.model.chat_template_kwargs.clone())?,
+    );
+    let engine = start_engine(&cfg, &start.policy_dir, placement)?;
+    let learner = rt.block_on(start_learner(
+        &cfg,
+        &start,
+        &base.dir,
+        placement,
+        args.learner_delay,
+    ))?;
+    let (train_setup, eval_setup) = rollout_setups(&cfg, &engine, &tokenizer, &scenario, &live)?;
+    let mut sampler = rt.block_on(Sampler::start(
+        train_setup,
+        TaskStream::new(scenario.train, cfg.training.seed),
+        start.state.data_position,
+        cfg.rollout.group_size,
+        cfg.rollout.batch_size,
+        stop,
+    ))?;
+    sampler.restore(start.pending);
+    sampler.set_step(start.state.step);
+    let mut run = Run {
+        sampler,
+        requeue: start.state.requeue_positions.clone(),
+        fed_ahead: false,
+        live: live.clone(),
+        test: scenario.test,
+        tokenizer_dir: base.dir.clone(),
+        step: start.state.step,
+        version: start.state.policy_version,
+        last_checkpoint: start.resumed_step,
+        last_eval: None,
+        cfg,
+        run_dir,
+        tokenizer,
+        engine,
+        learner,
+        eval_setup,
+        started,
+    };
+    let outcome = rt.block_on(train_loop(&mut run, start.resumed_step.is_some()));
+    let sampled = rt.block_on(run.sampler.finish());
+    run.learner.shutdown();
+    let interrupted = outcome?;
+    summarize(&run, interrupted, &sampled?.summary, base.warm)
+}
+
+/// Refuses to start when the planned memory does not fit the device (unless
+/// `learner.check_memory = false`).
+fn check_memory(cfg: &TrainConfig, placement: Placement) -> anyhow::Result<()> {
+    if !cfg.learner.check_memory {
+        return Ok(());
+    }
+    let memory = memory::plan(cfg, placement, memory::ShapeSource::Config)?;
+    if let Some(capacity) = memory::device_capacity(placement.device) {
+        if let Err(why) = memory.check(placement.device, capacity) {
+            anyhow::bail!("{why} (learner.check_memory = false starts anyway)");
         }
-        Some(server)
+    }
+    Ok(())
+}
+
+/// The Prometheus endpoint and, when `metrics.ui`, the web UI, when metrics are enabled.
+fn serve_metrics(
+    cfg: &TrainConfig,
+    run_dir: &Path,
+    live: &LiveBoard,
+) -> anyhow::Result<Option<metrics_server::MetricsServer>> {
+    if !cfg.metrics.enabled {
+        return Ok(None);
+    }
+    let site = if cfg.metrics.ui {
+        Some(Arc::new(Site::open(run_dir, Some(live.clone()))?))
     } else {
         None
     };
+    let server = metrics_server::start(&cfg.metrics, site, Some(live.clone()))?;
+    eprintln!("metrics: http://{}/metrics", server.local_addr());
+    if cfg.metrics.ui {
+        eprintln!("web UI: http://{}/ui", server.local_addr());
+    }
+    Ok(Some(server))
+}
 
-    // Where to start: the newest complete checkpoint, when resuming.
-    let resume_allowed = args.resume || cfg.checkpoint.resume;
-    let resumed = match checkpoint::latest_complete(&run_dir)? {
-        Some(c) if resume_allowed => Some(c),
+/// The newest complete checkpoint when resuming is allowed; an error when checkpoints exist
+/// and it is not.
+fn resume_point(
+    cfg: &TrainConfig,
+    run_dir: &Path,
+    resume: bool,
+) -> anyhow::Result<Option<checkpoint::Checkpoint>> {
+    let allowed = resume || cfg.checkpoint.resume;
+    match checkpoint::latest_complete(run_dir)? {
+        Some(c) if allowed => Ok(Some(c)),
         Some(c) => anyhow::bail!(
             "{} holds checkpoints (newest: step {}); pass --resume or set checkpoint.resume = true to continue, or choose another --out",
             run_dir.display(),
             c.step()
         ),
         None => {
-            if args.resume {
-                eprintln!("--resume: no complete checkpoint in {}; starting fresh", run_dir.display());
+            if resume {
+                eprintln!(
+                    "--resume: no complete checkpoint in {}; starting fresh",
+                    run_dir.display()
+                );
             }
-            None
+            Ok(None)
         }
-    };
+    }
+}
 
-    // The resolved config, for the web UI and for people reading the directory.
-    let config_path = run_dir.join("config.toml");
-    std::fs::write(&config_path, cfg.to_toml_string())
-        .with_context(|| format!("{}: cannot write", config_path.display()))?;
-
-    let scenario = scenario(&cfg, &run_dir)?;
+fn log_scenario(cfg: &TrainConfig, scenario: &Scenario) {
     eprintln!(
         "env {}: {} train / {} test tasks; tools: {}",
         cfg.env.name,
@@ -645,16 +751,35 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
             .collect::<Vec<_>>()
             .join(", ")
     );
+}
 
-    // The model to start from: the config's directory, or a fresh preset in the run dir,
-    // then the warm start. On a resume these exist already (they are the KL reference).
+/// The model RL starts from (also the KL reference and the tokenizer's home).
+struct BaseModel {
+    dir: PathBuf,
+    /// The warm start's report (`null` when there was none this time).
+    warm: Value,
+    /// A signal stopped the warm start: nothing is saved and the run ends.
+    interrupted: bool,
+}
+
+/// The config's model directory, or a fresh preset in the run directory, then the warm start
+/// on the env's demonstrations. On a resume these exist already and are reused.
+fn base_model(
+    cfg: &TrainConfig,
+    run_dir: &Path,
+    scenario: &Scenario,
+    resuming: bool,
+    placement: Placement,
+    live: &LiveBoard,
+    stop: &AtomicBool,
+) -> anyhow::Result<BaseModel> {
     let seed = cfg.training.seed;
-    let mut base_dir = match (&cfg.model.dir, &cfg.model.preset) {
+    let mut dir = match (&cfg.model.dir, &cfg.model.preset) {
         (Some(dir), _) => dir.clone(),
         (None, preset) => {
             let preset = preset.as_deref().unwrap_or("tiny");
             let dir = run_dir.join("model-init");
-            if resumed.is_none() || !dir.join("config.json").is_file() {
+            if !resuming || !dir.join("config.json").is_file() {
                 let corpus = match &scenario.synthetic {
                     Some(env) => Some(setup::tokenizer_corpus(
                         env,
@@ -676,118 +801,145 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
         }
     };
     let mut warm = json!(null);
-    if cfg.warm_start.steps > 0 {
-        let sft_dir = run_dir.join("model-sft");
-        if resumed.is_none() || !sft_dir.join("config.json").is_file() {
-            let env = scenario
-                .synthetic
-                .as_ref()
-                .context("warm_start needs the synthetic_multihop env")?;
-            let search = scenario
-                .tools
-                .iter()
-                .find(|t| t.name() == "search")
-                .context("warm_start needs a [tools.search] table (demonstrations search)")?;
-            let w = &cfg.warm_start;
-            let sft = SftConfig {
-                steps: w.steps,
-                batch_size: w.batch_size,
-                learning_rate: w.learning_rate,
-                final_lr_fraction: w.final_lr_fraction,
-                max_len: cfg.rollout.max_context_length,
-                seed,
-                ..Default::default()
-            };
-            let demos = |early_wrong_answer_prob, variants_per_question| DemoConfig {
-                early_wrong_answer_prob,
-                variants_per_question,
-                seed,
-            };
-            let mut phases = vec![setup::WarmStartPhase {
-                steps: w.steps,
-                learning_rate: w.learning_rate,
-                demos: demos(w.early_wrong_answer_prob, w.variants_per_question),
-            }];
-            if let Some(h) = &w.bad_habit {
-                phases.push(setup::WarmStartPhase {
-                    steps: h.steps,
-                    learning_rate: h.learning_rate,
-                    demos: demos(h.early_wrong_answer_prob, h.variants_per_question),
-                });
-            }
-            let total: usize = phases.iter().map(|p| p.steps).sum();
-            eprintln!(
-                "warm start: {total} steps{}",
-                w.bad_habit.as_ref().map_or(String::new(), |h| format!(
-                    " (the last {} on demonstrations that answer early at {})",
-                    h.steps, h.early_wrong_answer_prob
-                ))
-            );
-            let t0 = Instant::now();
-            let done = setup::warm_start(
-                env,
-                &scenario.train,
-                search.as_ref(),
-                &base_dir,
-                &sft_dir,
-                placement,
-                &sft,
-                &phases,
-                |step, loss| {
-                    live.touch(format!("warm start step {step}"));
-                    if step % 25 == 0 || step + 1 == total {
-                        eprintln!("  sft step {step:>4}  loss {loss:.3}");
-                    }
-                    if stop.load(Ordering::SeqCst) {
-                        ControlFlow::Break(())
-                    } else {
-                        ControlFlow::Continue(())
-                    }
-                },
-            )?;
-            warm = json!({
-                "steps": done.report.steps,
-                "demonstrations": done.demonstrations,
-                "loss_first": done.report.first_loss,
-                "loss_last": done.report.last_loss,
-                "seconds": t0.elapsed().as_secs_f64(),
-                "interrupted": done.report.interrupted,
-            });
-            if done.report.interrupted {
-                // Nothing to checkpoint yet: a restart redoes the warm start.
-                eprintln!(
-                    "interrupted during the warm start (after {} of {total} steps): nothing \
-                     saved, the next start redoes it",
-                    done.report.steps
-                );
-                return Ok(json!({
-                    "updates": 0,
-                    "interrupted": true,
-                    "warm_start": warm,
-                    "wall_s": started.elapsed().as_secs_f64(),
-                    "run_dir": run_dir.display().to_string(),
-                    "checkpoint": null,
-                }));
-            }
-        }
-        base_dir = sft_dir;
+    if cfg.warm_start.steps == 0 {
+        return Ok(BaseModel {
+            dir,
+            warm,
+            interrupted: false,
+        });
     }
-
-    let (policy_dir, state, pending) = match &resumed {
-        Some(c) => {
-            let pending: Vec<Trajectory> = match c.pending_trajectories() {
-                Some(path) => read_jsonl(&path)?
-                    .into_iter()
-                    .map(serde_json::from_value)
-                    .collect::<Result<_, _>>()
-                    .with_context(|| format!("{}: not trajectories", path.display()))?,
-                None => vec![],
-            };
-            (c.path("policy"), c.manifest.state.clone(), pending)
+    let sft_dir = run_dir.join("model-sft");
+    if !resuming || !sft_dir.join("config.json").is_file() {
+        let env = scenario
+            .synthetic
+            .as_ref()
+            .context("warm_start needs the synthetic_multihop env")?;
+        let search = scenario
+            .tools
+            .iter()
+            .find(|t| t.name() == "search")
+            .context("warm_start needs a [tools.search] table (demonstrations search)")?;
+        let w = &cfg.warm_start;
+        let sft = SftConfig {
+            steps: w.steps,
+            batch_size: w.batch_size,
+            learning_rate: w.learning_rate,
+            final_lr_fraction: w.final_lr_fraction,
+            max_len: cfg.rollout.max_context_length,
+            seed,
+            ..Default::default()
+        };
+        let demos = |early_wrong_answer_prob, variants_per_question| DemoConfig {
+            early_wrong_answer_prob,
+            variants_per_question,
+            seed,
+        };
+        let mut phases = vec![setup::WarmStartPhase {
+            steps: w.steps,
+            learning_rate: w.learning_rate,
+            demos: demos(w.early_wrong_answer_prob, w.variants_per_question),
+        }];
+        if let Some(h) = &w.bad_habit {
+            phases.push(setup::WarmStartPhase {
+                steps: h.steps,
+                learning_rate: h.learning_rate,
+                demos: demos(h.early_wrong_answer_prob, h.variants_per_question),
+            });
         }
-        None => (base_dir.clone(), TrainingState::default(), vec![]),
-    };
-    if let Some(c) = &resumed {
+        let total: usize = phases.iter().map(|p| p.steps).sum();
+        eprintln!(
+            "warm start: {total} steps{}",
+            w.bad_habit.as_ref().map_or(String::new(), |h| format!(
+                " (the last {} on demonstrations that answer early at {})",
+                h.steps, h.early_wrong_answer_prob
+            ))
+        );
+        let t0 = Instant::now();
+        let done = setup::warm_start(
+            env,
+            &scenario.train,
+            search.as_ref(),
+            &dir,
+            &sft_dir,
+            placement,
+            &sft,
+            &phases,
+            |step, loss| {
+                live.touch(format!("warm start step {step}"));
+                if step % 25 == 0 || step + 1 == total {
+                    eprintln!("  sft step {step:>4}  loss {loss:.3}");
+                }
+                if stop.load(Ordering::SeqCst) {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            },
+        )?;
+        warm = json!({
+            "steps": done.report.steps,
+            "demonstrations": done.demonstrations,
+            "loss_first": done.report.first_loss,
+            "loss_last": done.report.last_loss,
+            "seconds": t0.elapsed().as_secs_f64(),
+            "interrupted": done.report.interrupted,
+        });
+        if done.report.interrupted {
+            eprintln!(
+                "interrupted during the warm start (after {} of {total} steps): nothing \
+                 saved, the next start redoes it",
+                done.report.steps
+            );
+            return Ok(BaseModel {
+                dir,
+                warm,
+                interrupted: true,
+            });
+        }
+    }
+    dir = sft_dir;
+    Ok(BaseModel {
+        dir,
+        warm,
+        interrupted: false,
+    })
+}
+
+/// Where the loop starts: the policy to load, the training state, and the samples a
+/// checkpoint held that were not trained on yet.
+struct StartPoint {
+    policy_dir: PathBuf,
+    state: TrainingState,
+    pending: Vec<Trajectory>,
+    /// The checkpoint's step, when resuming.
+    resumed_step: Option<u64>,
+    /// The checkpoint's optimizer state, when it has one.
+    optimizer_state: Option<PathBuf>,
+}
+
+impl StartPoint {
+    fn load(
+        run_dir: &Path,
+        resumed: Option<&checkpoint::Checkpoint>,
+        base_dir: &Path,
+    ) -> anyhow::Result<Self> {
+        let Some(c) = resumed else {
+            return Ok(Self {
+                policy_dir: base_dir.to_path_buf(),
+                state: TrainingState::default(),
+                pending: vec![],
+                resumed_step: None,
+                optimizer_state: None,
+            });
+        };
+        let pending: Vec<Trajectory> = match c.pending_trajectories() {
+            Some(path) => read_jsonl(&path)?
+                .into_iter()
+                .map(serde_json::from_value)
+                .collect::<Result<_, _>>()
+                .with_context(|| format!("{}: not trajectories", path.display()))?,
+            None => vec![],
+        };
         for log in ["metrics.jsonl", "eval.jsonl"] {
             let dropped = truncate_after(&run_dir.join(log), c.step())?;
             if dropped > 0 {
@@ -797,6 +949,7 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
                 );
             }
         }
+        let state = c.manifest.state.clone();
         eprintln!(
             "resumed from step {} ({}): policy version {}, data position {}, {} pending trajectories",
             c.step(),
@@ -805,30 +958,64 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
             state.data_position,
             pending.len()
         );
+        let optimizer_state = if c.manifest.files.iter().any(|f| f.path == OPTIMIZER_STATE) {
+            Some(c.path(OPTIMIZER_STATE))
+        } else {
+            eprintln!(
+                "warning: {} has no {OPTIMIZER_STATE} (written before it was saved): \
+                 AdamW's moments restart from zero",
+                c.dir.display()
+            );
+            None
+        };
+        Ok(Self {
+            policy_dir: c.path("policy"),
+            state,
+            pending,
+            resumed_step: Some(c.step()),
+            optimizer_state,
+        })
     }
+}
 
-    let tokenizer = Arc::new(
-        HfTokenizer::from_dir(&policy_dir)?
-            .with_template_kwargs(cfg.model.chat_template_kwargs.clone())?,
-    );
+/// The engine over the start policy, sized from `[rollout]`.
+fn start_engine(
+    cfg: &TrainConfig,
+    policy_dir: &Path,
+    placement: Placement,
+) -> anyhow::Result<EngineHandle> {
     let r = &cfg.rollout;
-    let engine = setup::engine(
-        &policy_dir,
+    setup::engine(
+        policy_dir,
         placement,
         EngineConfig {
             max_batch_rows: r.concurrency.max(1),
             max_context: r.max_context_length,
             parked_kv_bytes: r.parked_kv_mib.saturating_mul(1 << 20),
             prefault_parked_kv: r.prefault_parked_kv,
-            seed: seed as i64,
+            seed: cfg.training.seed as i64,
             ..Default::default()
         },
-    )?;
-    let mut learner_config = cfg.learner_config();
-    learner_config.initial_version = state.policy_version;
-    learner_config.seed = seed.wrapping_add(state.step);
-    let needs_critic = learner_config.estimator.needs_critic();
-    let with_reference = learner_config.kl.is_some();
+    )
+}
+
+/// The supervised learner over the start policy (a critic and a KL reference when the
+/// config needs them), its optimizer state restored on a resume. `learner_delay` slows every
+/// update on purpose (fault injection for `bench train`).
+async fn start_learner(
+    cfg: &TrainConfig,
+    start: &StartPoint,
+    reference_dir: &Path,
+    placement: Placement,
+    learner_delay: Option<Duration>,
+) -> anyhow::Result<LearnerRef> {
+    let seed = cfg.training.seed;
+    let mut config = cfg.learner_config();
+    config.initial_version = start.state.policy_version;
+    config.seed = seed.wrapping_add(start.state.step);
+    let needs_critic = config.estimator.needs_critic();
+    let with_reference = config.kl.is_some();
+    let policy_dir = start.policy_dir.clone();
     // A separate critic resumes from its checkpoint (`policy/critic`), else starts from
     // `critic.model` or the policy's starting weights with a fresh value head.
     let critic_dir = (needs_critic && cfg.critic.separate).then(|| {
@@ -845,44 +1032,53 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
     if let Some(dir) = &critic_dir {
         eprintln!("critic: a separate model, from {}", dir.display());
     }
-    let (learner, _learner_thread) = {
-        let (policy_dir, reference_dir) = (policy_dir.clone(), base_dir.clone());
-        let value_head_on_policy = needs_critic && critic_dir.is_none();
-        spawn_learner(
-            move || {
-                tch::manual_seed(seed as i64);
-                let policy = PolicyModel::load(&policy_dir, placement, value_head_on_policy)?;
-                let critic = critic_dir
-                    .map(|dir| PolicyModel::load(&dir, placement, true))
-                    .transpose()?;
-                let reference = if with_reference {
-                    Some(PolicyModel::load(&reference_dir, placement, false)?)
-                } else {
-                    None
-                };
-                Ok(LearnerModels {
-                    policy,
-                    critic,
-                    reference,
-                })
-            },
-            learner_config,
-        )
-        .context("starting the learner")?
-    };
-    if let Some(c) = &resumed {
-        if c.manifest.files.iter().any(|f| f.path == OPTIMIZER_STATE) {
-            rt.block_on(learner.load_optimizer(c.path(OPTIMIZER_STATE)))
-                .with_context(|| format!("restoring the optimizer state of {}", c.dir.display()))?;
-            eprintln!("AdamW state restored from {OPTIMIZER_STATE}");
+    let reference_dir = reference_dir.to_path_buf();
+    let value_head_on_policy = needs_critic && critic_dir.is_none();
+    let load = move || {
+        tch::manual_seed(seed as i64);
+        let policy = PolicyModel::load(&policy_dir, placement, value_head_on_policy)?;
+        let critic = critic_dir
+            .map(|dir| PolicyModel::load(&dir, placement, true))
+            .transpose()?;
+        let reference = if with_reference {
+            Some(PolicyModel::load(&reference_dir, placement, false)?)
         } else {
-            eprintln!(
-                "warning: {} has no {OPTIMIZER_STATE} (written before it was saved): \
-                 AdamW's moments restart from zero",
-                c.dir.display()
-            );
-        }
+            None
+        };
+        Ok(LearnerModels {
+            policy,
+            critic,
+            reference,
+        })
+    };
+    let before_update: Option<BeforeUpdate> =
+        learner_delay.map(|delay| Arc::new(move |_| std::thread::sleep(delay)) as BeforeUpdate);
+    let learner = LearnerRef::spawn(LearnerStart {
+        before_update,
+        ..LearnerStart::new(load, config)
+    })
+    .await
+    .context("starting the learner")?;
+    if let Some(path) = &start.optimizer_state {
+        learner
+            .load_optimizer(path.clone())
+            .await
+            .with_context(|| format!("restoring the optimizer state {}", path.display()))?;
+        eprintln!("AdamW state restored from {OPTIMIZER_STATE}");
     }
+    Ok(learner)
+}
+
+/// The rollout setups of training (sampled) and of the held-out evaluation (greedy when
+/// `eval.greedy`), with `[rollout]`'s waits.
+fn rollout_setups(
+    cfg: &TrainConfig,
+    engine: &EngineHandle,
+    tokenizer: &Arc<HfTokenizer>,
+    scenario: &Scenario,
+    live: &LiveBoard,
+) -> anyhow::Result<(RolloutSetup, RolloutSetup)> {
+    let r = &cfg.rollout;
     let knobs = RolloutKnobs {
         concurrency: r.concurrency,
         max_turns: r.max_turns,
@@ -891,76 +1087,42 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
         temperature: r.temperature,
         tool_call_format: cfg.model.tool_call_format,
     };
-    let mut train_setup = setup::rollout_setup(
-        engine.clone(),
-        tokenizer.clone(),
-        scenario.env.clone(),
-        scenario.tools.clone(),
-        &knobs,
-    )?;
-    train_setup.episode.sampling.top_p = r.top_p;
-    train_setup.live = live.clone();
-    let waits = |setup: &mut RolloutSetup| {
-        setup.episode.generate_timeout = Duration::from_secs_f64(r.generate_timeout_secs);
-        setup.episode.tool_queue_timeout = Duration::from_secs_f64(r.tool_queue_timeout_secs);
-        setup.episode.env_timeout = Duration::from_secs_f64(r.env_timeout_secs);
-    };
-    waits(&mut train_setup);
     let eval_knobs = RolloutKnobs {
         temperature: if cfg.eval.greedy { 0.0 } else { r.temperature },
         ..knobs
     };
-    let mut eval_setup = setup::rollout_setup(
-        engine.clone(),
-        tokenizer.clone(),
-        scenario.env.clone(),
-        scenario.tools.clone(),
-        &eval_knobs,
-    )?;
-    eval_setup.live = live.clone();
-    waits(&mut eval_setup);
-
-    let mut sampler = rt.block_on(Sampler::start(
-        train_setup,
-        TaskStream::new(scenario.train, seed),
-        state.data_position,
-        r.group_size,
-        r.batch_size,
-        stop,
-    ))?;
-    sampler.restore(pending);
-    sampler.set_step(state.step);
-    let mut run = Run {
-        sampler,
-        requeue: state.requeue_positions.clone(),
-        fed_ahead: false,
-        live: live.clone(),
-        test: scenario.test,
-        tokenizer_dir: base_dir.clone(),
-        step: state.step,
-        version: state.policy_version,
-        last_checkpoint: resumed.as_ref().map(|c| c.step()),
-        last_eval: None,
-        cfg,
-        run_dir,
-        tokenizer,
-        engine,
-        learner,
-        eval_setup,
-        started,
+    let build = |knobs: &RolloutKnobs| -> anyhow::Result<RolloutSetup> {
+        let mut setup = setup::rollout_setup(
+            engine.clone(),
+            tokenizer.clone(),
+            scenario.env.clone(),
+            scenario.tools.clone(),
+            knobs,
+        )?;
+        setup.live = live.clone();
+        setup.episode.generate_timeout = Duration::from_secs_f64(r.generate_timeout_secs);
+        setup.episode.tool_queue_timeout = Duration::from_secs_f64(r.tool_queue_timeout_secs);
+        setup.episode.env_timeout = Duration::from_secs_f64(r.env_timeout_secs);
+        Ok(setup)
     };
-    let outcome = rt.block_on(train_loop(&mut run, resumed.is_some()));
-    let sampled = rt.block_on(run.sampler.finish());
-    run.learner.shutdown();
-    let interrupted = outcome?;
-    let sampled = sampled?.summary;
-    let snapshot = run.sampler.snapshot();
+    let mut train = build(&knobs)?;
+    train.episode.sampling.top_p = r.top_p;
+    Ok((train, build(&eval_knobs)?))
+}
 
+/// The run's summary: updates, outcomes of the episodes, held-out scores before and after,
+/// where things are; the curves are redrawn.
+fn summarize(
+    run: &Run,
+    interrupted: bool,
+    sampled: &RolloutSummary,
+    warm: Value,
+) -> anyhow::Result<Value> {
+    let snapshot = run.sampler.snapshot();
     let curves = write_plots(&run.run_dir)?;
-    let evals = read_jsonl(&run.run_dir.join("eval.jsonl"))?;
-    let first = evals.first().cloned().unwrap_or(Value::Null);
-    let last = evals.last().cloned().unwrap_or(Value::Null);
-    let summary = json!({
+    let evals: Vec<EvalRow> = read_rows(&run.run_dir.join("eval.jsonl"))?;
+    let (first, last) = (evals.first(), evals.last());
+    Ok(json!({
         "updates": run.step,
         "interrupted": interrupted,
         "policy_version": run.version,
@@ -969,21 +1131,20 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
         "episodes_requeued": sampled.requeued,
         "episodes_failed": sampled.failed,
         "env_restarts": sampled.env_restarts,
-        "em_before": first.get("em"),
-        "em_after": last.get("em"),
-        "f1_before": first.get("f1"),
-        "f1_after": last.get("f1"),
-        "tool_calls_before": first.get("tool_calls_per_episode"),
-        "tool_calls_after": last.get("tool_calls_per_episode"),
-        "eval_step_before": first.get("step"),
-        "eval_step_after": last.get("step"),
+        "em_before": first.map(|e| e.em),
+        "em_after": last.map(|e| e.em),
+        "f1_before": first.map(|e| e.f1),
+        "f1_after": last.map(|e| e.f1),
+        "tool_calls_before": first.map(|e| e.tool_calls_per_episode),
+        "tool_calls_after": last.map(|e| e.tool_calls_per_episode),
+        "eval_step_before": first.map(|e| e.step),
+        "eval_step_after": last.map(|e| e.step),
         "warm_start": warm,
         "wall_s": run.started.elapsed().as_secs_f64(),
         "run_dir": run.run_dir.display().to_string(),
         "checkpoint": run.last_checkpoint.map(|s| checkpoint::checkpoints_dir(&run.run_dir).join(format!("step-{s}")).display().to_string()),
         "curves": curves.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
-    });
-    Ok(summary)
+    }))
 }
 
 /// The end-of-run table a person reads (the JSON summary follows it for scripts): held-out
@@ -1065,38 +1226,16 @@ async fn train_loop(run: &mut Run, resumed: bool) -> anyhow::Result<bool> {
         };
         let sample_secs = sample_t0.elapsed().as_secs_f64();
         let (s, stats, secs, engine_idle) = run.update(batch).await?;
-        let line = json!({
-            "step": run.step,
-            "policy_version": run.version,
-            "data_position": run.sampler.position(),
-            "episodes": s.episodes,
-            "failed": s.failed,
-            "reward_mean": s.reward_mean,
-            "em": s.metric("em"),
-            "f1": s.metric("f1"),
-            "tool_calls_per_episode": s.tool_calls_per_episode,
-            "turns_per_episode": s.turns_per_episode,
-            "policy_loss": stats.policy_loss,
-            "value_loss": stats.value_loss,
-            "entropy": stats.entropy,
-            "kl": stats.kl,
-            "approx_kl": stats.approx_kl,
-            "clip_fraction": stats.clip_fraction,
-            "grad_norm": stats.grad_norm,
-            "metrics": s.metrics,
-            "kept": stats.trajectories_kept,
-            "action_tokens": stats.action_tokens,
-            "staleness_mean": stats.staleness_mean,
-            "staleness_max": stats.staleness_max,
-            "stale_tokens_dropped": stats.stale_tokens_dropped,
-            "skipped": stats.skipped_reason,
-            "update_seconds": stats.duration_seconds,
-            "engine_idle_during_update_seconds": engine_idle,
-            "sample_seconds": sample_secs,
-            "seconds": secs,
-            "wall_s": run.started.elapsed().as_secs_f64(),
-        });
-        append_jsonl(&run.run_dir.join("metrics.jsonl"), &line)?;
+        let row = UpdateRow {
+            policy_version: run.version,
+            data_position: run.sampler.position(),
+            engine_idle_during_update_seconds: Some(engine_idle).filter(|s| s.is_finite()),
+            sample_seconds: sample_secs,
+            seconds: secs,
+            wall_s: run.started.elapsed().as_secs_f64(),
+            ..UpdateRow::new(run.step, &s, &stats)
+        };
+        append_row(&run.run_dir.join("metrics.jsonl"), &row)?;
         metrics::gauge!("agent_r1_train_update_step").set(run.step as f64);
         run.live.touch(format!("update {}", run.step));
         metrics::gauge!("agent_r1_train_reward_mean").set(s.reward_mean);
@@ -1172,17 +1311,15 @@ fn log_line(bar: &indicatif::ProgressBar, line: String) {
 
 /// Redraws the curves from `metrics.jsonl` and `eval.jsonl`.
 fn write_plots(run_dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    let points = |rows: &[Value], key: &str| -> Vec<(f64, f64)> {
-        rows.iter()
-            .filter_map(|v| Some((v.get("step")?.as_f64()?, v.get(key)?.as_f64()?)))
-            .collect()
-    };
-    let train = read_jsonl(&run_dir.join("metrics.jsonl"))?;
-    let eval = read_jsonl(&run_dir.join("eval.jsonl"))?;
+    let train: Vec<UpdateRow> = read_rows(&run_dir.join("metrics.jsonl"))?;
+    let eval: Vec<EvalRow> = read_rows(&run_dir.join("eval.jsonl"))?;
     let curves = plot::Curves {
-        reward: points(&train, "reward_mean"),
-        train_em: points(&train, "em"),
-        eval_em: points(&eval, "em"),
+        reward: train
+            .iter()
+            .map(|r| (r.step as f64, r.reward_mean))
+            .collect(),
+        train_em: train.iter().map(|r| (r.step as f64, r.em)).collect(),
+        eval_em: eval.iter().map(|r| (r.step as f64, r.em)).collect(),
     };
     plot::write_curves(run_dir, &curves)
 }

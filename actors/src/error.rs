@@ -52,6 +52,17 @@ pub enum Error {
     /// libtorch raised an error.
     #[error("libtorch: {0}")]
     Torch(#[from] tch::TchError),
+    /// libtorch (or our code) panicked inside a stage that cannot vouch for its state after.
+    #[error("{what} panicked: {message}")]
+    Panicked {
+        /// The stage (`learner update`, ...).
+        what: String,
+        /// The panic's message.
+        message: String,
+    },
+    /// The learner actor failed; its supervisor reported why.
+    #[error("the learner failed: {0}")]
+    LearnerFailed(String),
     /// Any other error, its context already in the message.
     #[error("{0}")]
     Other(String),

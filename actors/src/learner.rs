@@ -2,7 +2,9 @@
 //!
 //! It owns the trainable policy, an optional critic (a value head on the policy's trunk or a
 //! separate model), an optional frozen reference for the KL term, and their AdamW
-//! optimizers, on a dedicated OS thread behind an async [`LearnerHandle`]. One update:
+//! optimizers, on a dedicated OS thread ([`LearnerHandle`]) owned by a supervised actor
+//! ([`LearnerActor`], reached through [`LearnerRef`]; a panic mid-update is reported by its
+//! supervisor, see [`actor`]). One update:
 //! trajectories become right-padded tensors (`batch`), stale tokens are dropped in async
 //! mode (`staleness`), advantages come from the configured estimator (`advantages`),
 //! then `ppo_epochs` passes over shuffled mini-batches with gradient accumulation
@@ -10,8 +12,9 @@
 //! optionally recomputed per layer) ([`trainer`]). Log-probabilities are recomputed under the current policy; the importance
 //! ratio is taken against the log-probabilities the engine sampled with. A step whose loss or
 //! gradient is not finite is skipped, counted and logged, never applied. After an update the
-//! caller publishes the new weights to the engine ([`LearnerHandle::publish`]).
+//! caller publishes the new weights to the engine ([`LearnerRef::publish`]).
 
+pub mod actor;
 mod advantages;
 mod batch;
 pub mod config;
@@ -23,7 +26,8 @@ pub mod stats;
 mod token_stats;
 pub mod trainer;
 
+pub use actor::{LearnerActor, LearnerMsg, LearnerRef, LearnerStart, LearnerSupervisor};
 pub use config::{Estimator, KlConfig, KlPlacement, LearnerConfig};
-pub use handle::{spawn_learner, LearnerHandle, PolicyWeights};
+pub use handle::{spawn_learner, spawn_learner_with, BeforeUpdate, LearnerHandle, PolicyWeights};
 pub use stats::UpdateStats;
 pub use trainer::{check_rewards, Learner, LearnerModels, CRITIC_DIR};

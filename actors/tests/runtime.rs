@@ -3,7 +3,7 @@
 //!
 //! Test doubles, by design: `ScriptedEnv` decides to call a tool on the first turns whatever
 //! the (untrained) model wrote, so tool paths run deterministically, and `FaultyTool` injects
-//! panics, hangs and errors.
+//! panics, hangs and errors, and a `before_update` hook holds the learner mid-update.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -12,6 +12,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle};
+use agent_r1_actors::learner::{
+    BeforeUpdate, Estimator, LearnerConfig, LearnerModels, LearnerRef, LearnerStart,
+};
 use agent_r1_actors::model::presets::preset;
 use agent_r1_actors::model::{Placement, PolicyModel, SamplingParams};
 use agent_r1_actors::runtime::fault::FaultyTool;
@@ -341,7 +344,9 @@ fn every_episode_ends_under_tool_faults_and_actions_match_their_contexts() {
         })
         .collect();
     assert!(
-        echo_errors.iter().any(|k| k == "timeout") && echo_errors.iter().any(|k| k == "failed"),
+        ["timeout", "failed", "panicked"]
+            .iter()
+            .all(|kind| echo_errors.iter().any(|k| k == kind)),
         "errors per tool and kind: {echo_errors:?}"
     );
 
@@ -786,4 +791,101 @@ fn a_crashed_env_actor_is_replaced_by_a_freshly_built_env() {
         .collect();
     assert_eq!(instances.len(), 2, "{instances:?}");
     assert_ne!(instances[0], instances[1], "the retry ran on a fresh env");
+}
+
+/// Fault injection: the learner's `before_update` hook holds the update until the test has
+/// received 24 more trajectories, so the update can only finish if episodes keep sampling
+/// while the learner trains (what `train`'s async mode relies on). A service whose sampling
+/// waited on the learner would deadlock here and fail at the hook's limit.
+#[test]
+fn sampling_goes_on_while_a_slowed_learner_updates() {
+    const DURING: usize = 24;
+    let f = fixture();
+    let env: Arc<dyn Env> = Arc::new(ScriptedEnv {
+        calls: 1,
+        turns: Default::default(),
+        resets: Default::default(),
+    });
+    let setup = setup(&f, env.into(), vec![Arc::new(Echo)], 12);
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel();
+    let (release, release_rx) = std::sync::mpsc::channel::<()>();
+    let release_rx = Mutex::new(release_rx);
+    let hold: BeforeUpdate = Arc::new(move |_| {
+        let _ = started_tx.send(());
+        release_rx
+            .lock()
+            .unwrap()
+            .recv_timeout(Duration::from_secs(300))
+            .expect("sampling went on while the learner was held");
+    });
+    let dir = f._dir.path().to_path_buf();
+    let load = move || {
+        Ok(LearnerModels {
+            policy: PolicyModel::load(&dir, Placement::default(), false)?,
+            critic: None,
+            reference: None,
+        })
+    };
+    let config = LearnerConfig {
+        estimator: Estimator::Grpo,
+        micro_batch_size: 8,
+        ..Default::default()
+    };
+    runtime().block_on(async {
+        let learner = LearnerRef::spawn(LearnerStart {
+            before_update: Some(hold),
+            ..LearnerStart::new(load, config)
+        })
+        .await
+        .unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::channel(8);
+        let service = RolloutService::start(setup, tx).await.unwrap();
+        let sender = service.tasks();
+        let all = tasks("s", 64);
+        let n = all.len();
+        let feed = tokio::spawn(async move {
+            for (i, (task, group_id)) in all.into_iter().enumerate() {
+                let request = EpisodeRequest {
+                    task,
+                    group_id,
+                    episode_id: i as u64,
+                };
+                sender.submit(request).await.unwrap();
+            }
+        });
+        async fn next(rx: &mut tokio::sync::mpsc::Receiver<Trajectory>) -> Trajectory {
+            tokio::time::timeout(Duration::from_secs(300), rx.recv())
+                .await
+                .expect("a trajectory within 300 s")
+                .expect("the service ended early")
+        }
+        let mut batch = Vec::new();
+        for _ in 0..16 {
+            batch.push(next(&mut rx).await);
+        }
+        let update = tokio::spawn({
+            let learner = learner.clone();
+            async move { learner.update(batch).await }
+        });
+        started.recv().await.expect("the update began");
+        let before = f.engine.stats().await.unwrap();
+        for _ in 0..DURING {
+            next(&mut rx).await;
+        }
+        let after = f.engine.stats().await.unwrap();
+        release.send(()).unwrap();
+        let stats = update.await.unwrap().unwrap();
+        assert_eq!(stats.version, 1, "{stats:?}");
+        assert!(
+            after.turns >= before.turns + DURING as u64 && after.decode_steps > before.decode_steps,
+            "the engine decoded while the learner was held: {before:?} -> {after:?}"
+        );
+        for _ in 16 + DURING..n {
+            next(&mut rx).await;
+        }
+        feed.await.unwrap();
+        let report = service.finish().await.unwrap();
+        assert_eq!(report.summary.completed, n as u64, "{report:?}");
+        learner.shutdown();
+    });
 }

@@ -5,11 +5,11 @@
 //! types from its episode, tool and env actors.
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod call_guard;
 pub mod dataset;
 pub mod env;
 pub mod envs;
 pub mod error;
-pub mod executor;
 pub mod message;
 pub mod reward;
 pub mod schema;

@@ -92,9 +92,12 @@ pub enum CallError {
     /// The tool's queue was full and the call was shed.
     #[error("Error: Overloaded: the tool is busy, try again later")]
     Overloaded,
-    /// The tool ran and failed (or panicked).
+    /// The tool ran and failed.
     #[error("Error: {0}")]
     Failed(String),
+    /// The tool panicked while running the call.
+    #[error("Error: the tool panicked: {0}")]
+    Panicked(String),
 }
 
 impl CallError {
@@ -108,6 +111,7 @@ impl CallError {
             CallError::Timeout(_) => "timeout",
             CallError::Overloaded => "overloaded",
             CallError::Failed(_) => "failed",
+            CallError::Panicked(_) => "panicked",
         }
     }
 }

@@ -1,10 +1,11 @@
 //! A user's own tool is one file plus one registration line: this test is that file
 //! (the `WordCount` type, as in `docs/tools.md`) and that line, then calls it through the
-//! registry, a TOML config, validation and the executor.
+//! registry, a TOML config, validation and the call guard.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use agent_r1_envs::executor::{ExecutorConfig, ToolExecutor};
+use agent_r1_envs::call_guard::execute_call;
 use agent_r1_envs::tool::{CallError, Tool, ToolOutput};
 use agent_r1_envs::tool_call::parse_tool_calls;
 use agent_r1_envs::tools::{ToolRegistry, ToolsConfig};
@@ -55,16 +56,24 @@ async fn one_file_plus_one_registration_line() {
         ToolsConfig::from_toml_str("[tools.word_count]\nmin_len = 3\n[tools.calculator]\n")
             .unwrap();
     let tools = config.build_all(&registry).unwrap();
-    let exec = ToolExecutor::new(tools, ExecutorConfig::default());
-    assert_eq!(exec.names(), ["calculator", "word_count"]);
-    assert_eq!(exec.specs()[1]["function"]["name"], "word_count");
+    let tools: HashMap<String, Arc<dyn Tool>> = tools
+        .into_iter()
+        .map(|t| (t.name().to_string(), t))
+        .collect();
+    let mut names: Vec<&String> = tools.keys().collect();
+    names.sort();
+    assert_eq!(names, ["calculator", "word_count"]);
+    assert_eq!(tools["word_count"].spec()["function"]["name"], "word_count");
 
     let turn = r#"<think>count</think>
 <tool_call>{"name": "word_count", "arguments": {"text": "a bb ccc dddd"}}</tool_call>
 <tool_call>{"name": "word_count", "arguments": {"txt": "x"}}</tool_call>
 <tool_call>{"name": "calculator", "arguments": {"expression": "0.1 + 0.2"}}</tool_call>
 <tool_call>{"name": "translate", "arguments": {}}</tool_call>"#;
-    let out = exec.run(parse_tool_calls(turn)).await;
+    let mut out = Vec::new();
+    for call in parse_tool_calls(turn) {
+        out.push(execute_call(&tools, call).await);
+    }
     assert_eq!(
         out[0].observation(100),
         "2",

@@ -3,11 +3,12 @@
 //! `requirements.txt`. Set `AGENT_R1_MCP_TIME_SERVER` to use another install. When the server
 //! is missing the tests skip loudly, unless `CI` is set: then they fail.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_r1_envs::executor::{ExecutorConfig, ToolExecutor};
+use agent_r1_envs::call_guard::execute_call;
 use agent_r1_envs::tool::{CallError, Tool, ToolCall};
 use agent_r1_envs::tools::mcp::{connect_tools, McpClient, McpServerConfig, McpTool};
 use agent_r1_envs::tools::{ToolRegistry, ToolsConfig};
@@ -68,24 +69,29 @@ async fn lists_and_calls_the_real_time_server() {
         .contains(&json!("target_timezone")));
     assert!(!convert.description().is_empty());
 
-    let exec = ToolExecutor::new(tools.clone(), ExecutorConfig::default());
-    let out = exec
-        .run(vec![
-            Ok(ToolCall {
-                name: "convert_time".into(),
-                arguments: json!({"source_timezone": "UTC", "time": "12:00",
+    let tools_by_name: HashMap<String, Arc<dyn Tool>> = tools
+        .iter()
+        .map(|t| (t.name().to_string(), t.clone()))
+        .collect();
+    let calls = vec![
+        Ok(ToolCall {
+            name: "convert_time".into(),
+            arguments: json!({"source_timezone": "UTC", "time": "12:00",
                                   "target_timezone": "Asia/Tokyo"}),
-            }),
-            Ok(ToolCall {
-                name: "get_current_time".into(),
-                arguments: json!({"timezone": "Not/AZone"}),
-            }),
-            Ok(ToolCall {
-                name: "convert_time".into(),
-                arguments: json!({"source_timezone": "UTC"}),
-            }),
-        ])
-        .await;
+        }),
+        Ok(ToolCall {
+            name: "get_current_time".into(),
+            arguments: json!({"timezone": "Not/AZone"}),
+        }),
+        Ok(ToolCall {
+            name: "convert_time".into(),
+            arguments: json!({"source_timezone": "UTC"}),
+        }),
+    ];
+    let mut out = Vec::new();
+    for call in calls {
+        out.push(execute_call(&tools_by_name, call).await);
+    }
     let text = out[0].observation(4000);
     assert!(out[0].result.is_ok(), "{text}");
     // Tokyo has no daylight saving time: 12:00 UTC is 21:00 there.

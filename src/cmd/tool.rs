@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use agent_r1_envs::executor::execute;
+use agent_r1_envs::call_guard::execute;
 use agent_r1_envs::tools::{ToolRegistry, ToolsConfig};
 use anyhow::Context;
 

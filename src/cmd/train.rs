@@ -33,6 +33,7 @@ pub(crate) fn run(args: TrainCmdArgs) -> anyhow::Result<()> {
         config: source,
         out: args.out,
         resume: args.resume,
+        learner_delay: None,
     })?;
     println!("{}", train::summary_table(&summary));
     println!("{summary}");

@@ -10,9 +10,11 @@ use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::Path;
 
+use agent_r1_actors::learner::UpdateStats;
 use agent_r1_actors::trajectory::Trajectory;
 use anyhow::Context;
-use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// Means over a batch of finished episodes.
@@ -68,14 +70,155 @@ impl BatchSummary {
     }
 }
 
+/// One line of `metrics.jsonl`: an update. Fields a line lacks (written by an older
+/// version) read as their defaults.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct UpdateRow {
+    /// Updates done, this one included.
+    pub step: u64,
+    /// The policy version after it.
+    pub policy_version: u64,
+    /// Tasks taken from the task stream so far.
+    pub data_position: u64,
+    /// Episodes in the batch.
+    pub episodes: usize,
+    /// Of those, episodes that did not complete.
+    pub failed: usize,
+    /// Mean episode reward.
+    pub reward_mean: f64,
+    /// Mean exact match (0 when the env does not report it).
+    pub em: f64,
+    /// Mean F1 (0 when the env does not report it).
+    pub f1: f64,
+    /// Tool calls per episode.
+    pub tool_calls_per_episode: f64,
+    /// Model turns per episode.
+    pub turns_per_episode: f64,
+    /// Every env metric's mean.
+    pub metrics: BTreeMap<String, f64>,
+    /// Policy-gradient loss.
+    pub policy_loss: f64,
+    /// Critic loss (estimators with a critic).
+    pub value_loss: Option<f64>,
+    /// Mean token entropy.
+    pub entropy: f64,
+    /// KL to the reference (when configured).
+    pub kl: Option<f64>,
+    /// Approximate KL between the sampling and the updated policy.
+    pub approx_kl: f64,
+    /// Fraction of tokens whose ratio was clipped.
+    pub clip_fraction: f64,
+    /// Gradient norm before clipping.
+    pub grad_norm: f64,
+    /// Trajectories trained on after filtering.
+    pub kept: usize,
+    /// Action tokens trained on.
+    pub action_tokens: u64,
+    /// Mean versions between a token's sampling policy and the learner's.
+    pub staleness_mean: f64,
+    /// Largest such lag.
+    pub staleness_max: u64,
+    /// Tokens masked out for being older than `max_staleness`.
+    pub stale_tokens_dropped: u64,
+    /// Why the update was skipped, if it was.
+    pub skipped: Option<String>,
+    /// Seconds inside the learner.
+    pub update_seconds: f64,
+    /// Seconds the engine sat idle while the learner trained (NaN when unknown; JSON null).
+    pub engine_idle_during_update_seconds: Option<f64>,
+    /// Seconds waiting for the batch.
+    pub sample_seconds: f64,
+    /// Wall seconds of the update: training, publishing, writing samples.
+    pub seconds: f64,
+    /// Seconds since the run started.
+    pub wall_s: f64,
+}
+
+impl UpdateRow {
+    /// The row of the update `step` trained on a batch summarised by `batch`.
+    pub fn new(step: u64, batch: &BatchSummary, stats: &UpdateStats) -> Self {
+        Self {
+            step,
+            episodes: batch.episodes,
+            failed: batch.failed,
+            reward_mean: batch.reward_mean,
+            em: batch.metric("em"),
+            f1: batch.metric("f1"),
+            tool_calls_per_episode: batch.tool_calls_per_episode,
+            turns_per_episode: batch.turns_per_episode,
+            metrics: batch.metrics.clone(),
+            policy_loss: stats.policy_loss,
+            value_loss: stats.value_loss,
+            entropy: stats.entropy,
+            kl: stats.kl,
+            approx_kl: stats.approx_kl,
+            clip_fraction: stats.clip_fraction,
+            grad_norm: stats.grad_norm,
+            kept: stats.trajectories_kept,
+            action_tokens: stats.action_tokens,
+            staleness_mean: stats.staleness_mean,
+            staleness_max: stats.staleness_max,
+            stale_tokens_dropped: stats.stale_tokens_dropped,
+            skipped: stats.skipped_reason.clone(),
+            update_seconds: stats.duration_seconds,
+            ..Default::default()
+        }
+    }
+}
+
+/// One line of `eval.jsonl`: a held-out evaluation.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct EvalRow {
+    /// Updates done when it ran.
+    pub step: u64,
+    /// The policy version evaluated.
+    pub policy_version: u64,
+    /// Episodes (one per held-out task).
+    pub episodes: usize,
+    /// Mean exact match.
+    pub em: f64,
+    /// Mean F1.
+    pub f1: f64,
+    /// Mean episode reward.
+    pub reward_mean: f64,
+    /// Tool calls per episode.
+    pub tool_calls_per_episode: f64,
+    /// Every env metric's mean.
+    pub metrics: BTreeMap<String, f64>,
+    /// Whether decoding was greedy.
+    pub greedy: bool,
+    /// Seconds it took.
+    pub seconds: f64,
+}
+
+/// Appends one row as a JSON line.
+pub fn append_row(path: &Path, row: &impl Serialize) -> anyhow::Result<()> {
+    let line = serde_json::to_string(row).context("encoding a log row")?;
+    append_line(path, &line)
+}
+
+/// The rows of a JSON-lines log that parse as `T` (a line cut short by a crash is skipped).
+pub fn read_rows<T: DeserializeOwned>(path: &Path) -> anyhow::Result<Vec<T>> {
+    Ok(read_jsonl(path)?
+        .into_iter()
+        .filter_map(|v| serde_json::from_value(v).ok())
+        .collect())
+}
+
 /// Appends one JSON object as a line.
 pub fn append_jsonl(path: &Path, value: &Value) -> anyhow::Result<()> {
+    append_line(path, &value.to_string())
+}
+
+fn append_line(path: &Path, line: &str) -> anyhow::Result<()> {
     let mut f = OpenOptions::new()
         .create(true)
         .append(true)
         .open(path)
         .with_context(|| format!("{}: cannot open for appending", path.display()))?;
-    writeln!(f, "{value}").with_context(|| format!("{}: cannot write", path.display()))
+    writeln!(f, "{line}").with_context(|| format!("{}: cannot write", path.display()))
 }
 
 /// The lines of a JSON-lines file that parse (a line cut short by a crash is skipped); an
@@ -140,5 +283,31 @@ mod tests {
             .collect();
         assert_eq!(steps, vec![1, 2, 3]);
         assert!(read_jsonl(&dir.path().join("absent")).unwrap().is_empty());
+    }
+
+    #[test]
+    fn rows_round_trip_and_old_lines_read_with_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("metrics.jsonl");
+        let row = UpdateRow {
+            step: 3,
+            em: 0.5,
+            engine_idle_during_update_seconds: Some(1.5),
+            skipped: Some("no_signal".into()),
+            ..Default::default()
+        };
+        append_row(&path, &row).unwrap();
+        append_jsonl(&path, &serde_json::json!({"step": 4, "reward_mean": 0.25})).unwrap();
+        let rows: Vec<UpdateRow> = read_rows(&path).unwrap();
+        assert_eq!(rows[0], row);
+        assert_eq!(
+            (rows[1].step, rows[1].reward_mean, rows[1].em),
+            (4, 0.25, 0.0)
+        );
+        let line = fs::read_to_string(&path).unwrap();
+        assert!(
+            line.starts_with("{\"step\":3,\"policy_version\":0,"),
+            "{line}"
+        );
     }
 }

@@ -70,12 +70,26 @@ impl std::fmt::Debug for LearnerHandle {
     }
 }
 
+/// Fault injection for tests and benchmarks: runs on the learner thread at the start of
+/// every update with the policy version being updated. A sleep slows the learner down on
+/// purpose; a panic stands for libtorch failing mid-update.
+pub type BeforeUpdate = Arc<dyn Fn(u64) + Send + Sync>;
+
 /// Starts the learner thread; `load` builds the models on that thread.
 ///
 /// Returns once the learner is ready, or with the loading or configuration error.
 pub fn spawn_learner(
     load: impl FnOnce() -> Result<LearnerModels> + Send + 'static,
     config: LearnerConfig,
+) -> Result<(LearnerHandle, std::thread::JoinHandle<()>)> {
+    spawn_learner_with(load, config, None)
+}
+
+/// [`spawn_learner`] with a fault-injection hook run before every update.
+pub fn spawn_learner_with(
+    load: impl FnOnce() -> Result<LearnerModels> + Send + 'static,
+    config: LearnerConfig,
+    before_update: Option<BeforeUpdate>,
 ) -> Result<(LearnerHandle, std::thread::JoinHandle<()>)> {
     config.validate()?;
     let capacity = config.queue_capacity;
@@ -102,7 +116,7 @@ pub fn spawn_learner(
                 }
             };
             let _ = ready_tx.send(Ok(()));
-            serve(learner, rx);
+            serve(learner, rx, before_update);
         })
         .map_err(|e| Error::Other(format!("cannot start the learner thread: {e}")))?;
     match ready_rx.recv() {
@@ -128,24 +142,34 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_else(|| "unknown panic".into())
 }
 
-/// Runs `f`, turning a panic (libtorch raises through tch as panics) into an error naming
-/// `what`.
+/// Runs `f`, turning a panic (libtorch raises through tch as panics) into
+/// [`Error::Panicked`] naming `what`.
 fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
-        Err(Error::Other(format!(
-            "{what} panicked: {}",
-            panic_message(&p)
-        )))
+        Err(Error::Panicked {
+            what: what.into(),
+            message: panic_message(&p),
+        })
     })
 }
 
 /// The thread's loop. A panic inside a command (libtorch raises through tch as panics)
-/// becomes that command's error; the learner keeps serving.
-fn serve(mut learner: Learner, rx: crossbeam::channel::Receiver<Command>) {
+/// becomes that command's error ([`Error::Panicked`]); the thread keeps serving, and
+/// [`super::LearnerActor`] decides whether the learner can go on.
+fn serve(
+    mut learner: Learner,
+    rx: crossbeam::channel::Receiver<Command>,
+    before_update: Option<BeforeUpdate>,
+) {
     while let Ok(command) = rx.recv() {
         match command {
             Command::Update { batch, reply, .. } => {
-                let _ = reply.send(guarded("learner update", || learner.update(batch)));
+                let _ = reply.send(guarded("learner update", || {
+                    if let Some(hook) = &before_update {
+                        hook(learner.version());
+                    }
+                    learner.update(batch)
+                }));
             }
             Command::Weights(reply) => {
                 let _ = reply.send(guarded("copying weights", || {

@@ -1,8 +1,9 @@
 //! One pool per tool: `max_concurrency` worker actors under a pool actor that queues calls
 //! (bounded: a full queue sheds the call with an `Overloaded` observation), validates
-//! arguments, and supervises its workers. A worker that panics is replaced after a back-off;
-//! the call it was running gets an error observation instead of a hang. Timeouts are enforced
-//! in the worker, so a slow tool never holds an episode past `Tool::timeout`. A queued call
+//! arguments, and supervises its workers. Each call runs through the envs crate's one call
+//! guard (`call_guard::run_guarded`: the tool's timeout, panics caught), so a slow tool never
+//! holds an episode past `Tool::timeout`. A call whose tool panicked is answered with that
+//! panic, and its worker is replaced after a back-off. A queued call
 //! whose episode stopped waiting (its reply port closed) is dropped instead of run.
 
 use std::collections::{HashMap, VecDeque};
@@ -11,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 
+use agent_r1_envs::call_guard::run_guarded;
 use agent_r1_envs::tool::{CallError, CallOutcome, Tool, ToolCall};
 
 /// Restart limits of a pool's workers.
@@ -76,7 +78,13 @@ pub struct ToolPoolArgs {
 /// The `kind` labels of `agent_r1_tool_errors_total` for calls that reached a pool (the
 /// episode also reports `timeout` and `failed` for calls that waited too long or whose
 /// worker crashed).
-const POOL_ERROR_KINDS: [&str; 4] = ["invalid_arguments", "overloaded", "timeout", "failed"];
+const POOL_ERROR_KINDS: [&str; 5] = [
+    "invalid_arguments",
+    "overloaded",
+    "timeout",
+    "failed",
+    "panicked",
+];
 
 /// The pool actor.
 pub struct ToolPool;
@@ -332,15 +340,8 @@ impl Actor for ToolWorker {
         let WorkerMsg::Run(call, reply, queued) = message;
         let (tool, pool) = state;
         let name = tool.name().to_string();
-        let limit = tool.timeout();
         let started = Instant::now();
-        // A panic inside `call` unwinds out of this handler: ractor reports the worker as
-        // failed to the pool, which restarts it, and dropping `reply` tells the episode.
-        let result = match tokio::time::timeout(limit, tool.call(call.arguments)).await {
-            Err(_) => Err(CallError::Timeout(limit)),
-            Ok(Err(e)) => Err(CallError::Failed(e.to_string())),
-            Ok(Ok(out)) => Ok(out),
-        };
+        let result = run_guarded(tool.clone(), call.arguments).await;
         let latency = started.elapsed();
         metrics::histogram!("agent_r1_tool_call_duration_seconds", "tool" => name.clone())
             .record(latency.as_secs_f64());
@@ -349,11 +350,20 @@ impl Actor for ToolWorker {
         if let Err(e) = &result {
             record_error(&name, e);
         }
+        let panicked = match &result {
+            Err(CallError::Panicked(message)) => Some(message.clone()),
+            _ => None,
+        };
         let _ = reply.send(CallOutcome {
             name: Some(call.name),
             result,
             latency,
         });
+        if let Some(message) = panicked {
+            // The call is answered; the worker fails so that the pool counts the crash and
+            // replaces it after a back-off (a tool that keeps panicking is slowed down).
+            return Err(format!("tool `{name}` panicked: {message}").into());
+        }
         let _ = pool.cast(ToolPoolMsg::WorkerIdle(myself.get_id()));
         Ok(())
     }

@@ -45,27 +45,33 @@ pub fn learner(
     value_head: bool,
     reference: bool,
 ) -> LearnerHandle {
-    let dir = dir.to_path_buf();
-    let (handle, _join) = spawn_learner(
-        move || {
-            let _guard = INIT.lock().unwrap_or_else(|e| e.into_inner());
-            tch::manual_seed(11);
-            let policy = PolicyModel::load(&dir, Placement::default(), value_head)?;
-            let reference = if reference {
-                Some(PolicyModel::load(&dir, Placement::default(), false)?)
-            } else {
-                None
-            };
-            Ok(LearnerModels {
-                policy,
-                critic: None,
-                reference,
-            })
-        },
-        config,
-    )
-    .unwrap();
+    let (handle, _join) = spawn_learner(load_models(dir, value_head, reference), config).unwrap();
     handle
+}
+
+/// Loads the policy in `dir` (with a value head on the trunk when `value_head`) and, when
+/// `reference`, the same weights as a frozen reference.
+pub fn load_models(
+    dir: &Path,
+    value_head: bool,
+    reference: bool,
+) -> impl FnOnce() -> agent_r1_actors::Result<LearnerModels> + Send + 'static {
+    let dir = dir.to_path_buf();
+    move || {
+        let _guard = INIT.lock().unwrap_or_else(|e| e.into_inner());
+        tch::manual_seed(11);
+        let policy = PolicyModel::load(&dir, Placement::default(), value_head)?;
+        let reference = if reference {
+            Some(PolicyModel::load(&dir, Placement::default(), false)?)
+        } else {
+            None
+        };
+        Ok(LearnerModels {
+            policy,
+            critic: None,
+            reference,
+        })
+    }
 }
 
 /// One step of a hand-made trajectory: sampled ids, their log-probabilities, the ids the

@@ -38,7 +38,12 @@ impl Default for ProcessRewardConfig {
 pub fn is_well_formed(outcome: &CallOutcome) -> bool {
     match &outcome.result {
         Ok(_) => true,
-        Err(CallError::Timeout(_) | CallError::Overloaded | CallError::Failed(_)) => true,
+        Err(
+            CallError::Timeout(_)
+            | CallError::Overloaded
+            | CallError::Failed(_)
+            | CallError::Panicked(_),
+        ) => true,
         Err(
             CallError::InvalidJson(_)
             | CallError::MissingName

@@ -1,0 +1,343 @@
+//! The learner as a supervised actor: [`LearnerActor`] owns the learner thread (it starts it,
+//! loading the models on it, and shuts it down when it stops) and takes batches, weight
+//! publications and checkpoints as messages. [`LearnerSupervisor`] watches it and reports
+//! why it failed. [`LearnerRef`] is what callers hold.
+//!
+//! A panic inside an update (libtorch raises through tch as panics) is answered to the caller,
+//! then fails the actor: the optimizer may have stepped some parameters and not others, so
+//! the learner cannot vouch for its weights. The supervisor does not restart it in place (a
+//! fresh learner from the start weights would silently undo training); it records the reason,
+//! logs it and counts `agent_r1_learner_failures_total`, and every later call answers
+//! [`Error::LearnerFailed`] with that reason. `train` then stops, and a resume continues from
+//! the newest checkpoint.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ractor::rpc::CallResult;
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use tokio::sync::watch;
+
+use super::config::LearnerConfig;
+use super::handle::{spawn_learner_with, BeforeUpdate, LearnerHandle};
+use super::stats::UpdateStats;
+use super::trainer::LearnerModels;
+use crate::engine::EngineHandle;
+use crate::trajectory::Trajectory;
+use crate::{Error, Result};
+
+/// Builds the learner's models; runs on the learner thread.
+pub type LoadModels = Box<dyn FnOnce() -> Result<LearnerModels> + Send>;
+
+/// What the learner actor starts from.
+pub struct LearnerStart {
+    /// Builds the models (on the learner thread).
+    pub load: LoadModels,
+    /// The learner's settings.
+    pub config: LearnerConfig,
+    /// Fault injection for tests and benchmarks ([`BeforeUpdate`]); `None` in production.
+    pub before_update: Option<BeforeUpdate>,
+}
+
+impl LearnerStart {
+    /// A learner from `load` and `config`, with no fault injected.
+    pub fn new(
+        load: impl FnOnce() -> Result<LearnerModels> + Send + 'static,
+        config: LearnerConfig,
+    ) -> Self {
+        Self {
+            load: Box::new(load),
+            config,
+            before_update: None,
+        }
+    }
+}
+
+/// Messages of the learner actor.
+pub enum LearnerMsg {
+    /// Train on one batch.
+    Update(Vec<Trajectory>, RpcReplyPort<Result<UpdateStats>>),
+    /// Send the current policy to the engine; the reply is the version published.
+    Publish(EngineHandle, RpcReplyPort<Result<u64>>),
+    /// The current policy version.
+    Version(RpcReplyPort<Result<u64>>),
+    /// Save the policy (and a separate critic) as Hugging Face directories under `dir`,
+    /// copying tokenizer files from `tokenizer_from`.
+    Save {
+        /// Where.
+        dir: PathBuf,
+        /// Tokenizer files to copy beside the weights.
+        tokenizer_from: Option<PathBuf>,
+        /// The answer.
+        reply: RpcReplyPort<Result<()>>,
+    },
+    /// Write the optimizers' state to a file.
+    SaveOptimizer(PathBuf, RpcReplyPort<Result<()>>),
+    /// Restore the optimizers' state from a file.
+    LoadOptimizer(PathBuf, RpcReplyPort<Result<()>>),
+}
+
+/// The learner actor (see the module docs).
+pub struct LearnerActor;
+
+/// The learner actor's state: the thread it owns.
+pub struct LearnerActorState {
+    handle: LearnerHandle,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl LearnerActorState {
+    /// Why the learner cannot go on after answering `result`, if it cannot.
+    fn fatal<T>(&self, result: &Result<T>) -> Option<String> {
+        match result {
+            Err(e @ Error::Panicked { .. }) => Some(e.to_string()),
+            _ if self.thread.is_finished() => Some("the learner thread exited".into()),
+            _ => None,
+        }
+    }
+}
+
+/// Answers `reply` with `result`, then fails the actor if the learner cannot go on.
+fn answer<T: Send + 'static>(
+    state: &LearnerActorState,
+    reply: RpcReplyPort<Result<T>>,
+    result: Result<T>,
+) -> Result<(), ActorProcessingErr> {
+    let fatal = state.fatal(&result);
+    let _ = reply.send(result);
+    match fatal {
+        Some(why) => Err(why.into()),
+        None => Ok(()),
+    }
+}
+
+impl Actor for LearnerActor {
+    type Msg = LearnerMsg;
+    type State = LearnerActorState;
+    type Arguments = LearnerStart;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        start: LearnerStart,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        // Loading reads checkpoints from disk: keep it off the runtime's threads.
+        let spawned = tokio::task::spawn_blocking(move || {
+            spawn_learner_with(start.load, start.config, start.before_update)
+        })
+        .await?;
+        let (handle, thread) = spawned?;
+        Ok(LearnerActorState { handle, thread })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            LearnerMsg::Update(batch, reply) => {
+                let result = state.handle.update(batch).await;
+                answer(state, reply, result)
+            }
+            LearnerMsg::Publish(engine, reply) => {
+                let result = state.handle.publish(&engine).await;
+                answer(state, reply, result)
+            }
+            LearnerMsg::Version(reply) => {
+                let result = state.handle.version().await;
+                answer(state, reply, result)
+            }
+            LearnerMsg::Save {
+                dir,
+                tokenizer_from,
+                reply,
+            } => {
+                let result = state.handle.save(dir, tokenizer_from).await;
+                answer(state, reply, result)
+            }
+            LearnerMsg::SaveOptimizer(path, reply) => {
+                let result = state.handle.save_optimizer(path).await;
+                answer(state, reply, result)
+            }
+            LearnerMsg::LoadOptimizer(path, reply) => {
+                let result = state.handle.load_optimizer(path).await;
+                answer(state, reply, result)
+            }
+        }
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        // The thread finishes what is queued, then exits and frees the models.
+        state.handle.shutdown();
+        Ok(())
+    }
+}
+
+/// Watches the learner actor: a failure is logged, counted and kept for callers.
+pub struct LearnerSupervisor;
+
+impl Actor for LearnerSupervisor {
+    type Msg = ();
+    type State = watch::Sender<Option<String>>;
+    type Arguments = watch::Sender<Option<String>>;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        failure: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        metrics::counter!("agent_r1_learner_failures_total").increment(0);
+        Ok(failure)
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        failure: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match event {
+            SupervisionEvent::ActorFailed(_, why) => {
+                let why = why.to_string();
+                tracing::error!("the learner failed: {why}");
+                metrics::counter!("agent_r1_learner_failures_total").increment(1);
+                failure.send_replace(Some(why));
+                myself.stop(Some("the learner failed".into()));
+            }
+            SupervisionEvent::ActorTerminated(..) => myself.stop(None),
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// How callers reach the supervised learner. Cheap to clone.
+#[derive(Clone)]
+pub struct LearnerRef {
+    actor: ActorRef<LearnerMsg>,
+    failure: watch::Receiver<Option<String>>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for LearnerRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LearnerRef")
+            .field("actor", &self.actor.get_id())
+            .field("failure", &*self.failure.borrow())
+            .finish()
+    }
+}
+
+impl LearnerRef {
+    /// Starts the supervisor and, under it, the learner actor and its thread. Returns once the
+    /// models are loaded, or with the loading or configuration error.
+    pub async fn spawn(start: LearnerStart) -> Result<Self> {
+        start.config.validate()?;
+        let timeout = start.config.request_timeout;
+        let (report, failure) = watch::channel(None);
+        let (supervisor, _) = Actor::spawn(None, LearnerSupervisor, report)
+            .await
+            .map_err(|e| Error::Other(format!("cannot start the learner's supervisor: {e}")))?;
+        match Actor::spawn_linked(None, LearnerActor, start, supervisor.get_cell()).await {
+            Ok((actor, _)) => Ok(Self {
+                actor,
+                failure,
+                timeout,
+            }),
+            Err(e) => {
+                supervisor.stop(None);
+                Err(Error::Other(format!("starting the learner: {e}")))
+            }
+        }
+    }
+
+    /// Trains on one batch.
+    pub async fn update(&self, batch: Vec<Trajectory>) -> Result<UpdateStats> {
+        self.call("a learner update", |r| LearnerMsg::Update(batch, r))
+            .await
+    }
+
+    /// Sends the current policy to the engine, so its next tokens sample from it; returns the
+    /// version published.
+    pub async fn publish(&self, engine: &EngineHandle) -> Result<u64> {
+        let engine = engine.clone();
+        self.call("a weight publication", |r| LearnerMsg::Publish(engine, r))
+            .await
+    }
+
+    /// The current policy version.
+    pub async fn version(&self) -> Result<u64> {
+        self.call("the learner's version", LearnerMsg::Version)
+            .await
+    }
+
+    /// Saves the policy (and a separate critic under `dir/critic`) as Hugging Face
+    /// directories, copying tokenizer files from `tokenizer_from`.
+    pub async fn save(&self, dir: PathBuf, tokenizer_from: Option<PathBuf>) -> Result<()> {
+        self.call("a learner checkpoint", |reply| LearnerMsg::Save {
+            dir,
+            tokenizer_from,
+            reply,
+        })
+        .await
+    }
+
+    /// Writes the optimizers' state (AdamW moments, step counts) to `path` (safetensors).
+    pub async fn save_optimizer(&self, path: PathBuf) -> Result<()> {
+        self.call("saving the optimizer state", |r| {
+            LearnerMsg::SaveOptimizer(path, r)
+        })
+        .await
+    }
+
+    /// Restores the optimizers' state from a [`Self::save_optimizer`] file.
+    pub async fn load_optimizer(&self, path: PathBuf) -> Result<()> {
+        self.call("loading the optimizer state", |r| {
+            LearnerMsg::LoadOptimizer(path, r)
+        })
+        .await
+    }
+
+    /// Why the learner failed, once its supervisor has reported it (`None` while it runs).
+    pub fn failure(&self) -> Option<String> {
+        self.failure.borrow().clone()
+    }
+
+    /// Stops the learner: it finishes the message it is on, and its thread the work queued.
+    pub fn shutdown(&self) {
+        self.actor.stop(None);
+    }
+
+    async fn call<T: Send + 'static>(
+        &self,
+        what: &str,
+        message: impl FnOnce(RpcReplyPort<Result<T>>) -> LearnerMsg,
+    ) -> Result<T> {
+        match self.actor.call(message, Some(self.timeout)).await {
+            Ok(CallResult::Success(result)) => result,
+            Ok(CallResult::Timeout) => Err(Error::Timeout {
+                what: what.into(),
+                after: self.timeout,
+            }),
+            Ok(CallResult::SenderError) | Err(_) => Err(self.failed().await),
+        }
+    }
+
+    /// The error for a call the actor could not answer: the supervisor's report when it comes
+    /// (it follows the actor's failure by one message), else that the learner stopped.
+    async fn failed(&self) -> Error {
+        let mut failure = self.failure.clone();
+        let reported =
+            tokio::time::timeout(Duration::from_secs(10), failure.wait_for(|f| f.is_some())).await;
+        match reported {
+            Ok(Ok(why)) => Error::LearnerFailed(why.clone().unwrap_or_default()),
+            _ => Error::LearnerFailed("the learner actor stopped".into()),
+        }
+    }
+}

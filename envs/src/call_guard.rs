@@ -1,0 +1,190 @@
+//! Guarding one tool call: the tool exists, the arguments fit its schema, the call runs on
+//! its own task under the tool's timeout, and a panic or an error becomes an observation.
+//!
+//! This is the only place a call is guarded. Queueing, concurrency limits and load shedding
+//! belong to whoever runs many calls: the actor runtime's tool pools
+//! (`agent_r1_actors::runtime`) run every call through [`run_guarded`]; `agent-r1 tool call`
+//! runs one through [`execute`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::schema::validate_arguments;
+use crate::tool::{CallError, CallOutcome, Tool, ToolCall, ToolOutput};
+
+/// Checks a call against the tools available: the tool exists and the arguments fit its
+/// schema. Returns the tool to run.
+pub fn check_call<'a>(
+    tools: &'a HashMap<String, Arc<dyn Tool>>,
+    call: &ToolCall,
+) -> Result<&'a Arc<dyn Tool>, CallError> {
+    let tool = tools
+        .get(&call.name)
+        .ok_or_else(|| CallError::UnknownTool(call.name.clone()))?;
+    validate_arguments(&tool.parameters(), &call.arguments)?;
+    Ok(tool)
+}
+
+/// Runs one call of `tool` on its own task with the tool's timeout. A tool error becomes
+/// [`CallError::Failed`], a panic [`CallError::Panicked`], and a call past [`Tool::timeout`]
+/// is aborted and becomes [`CallError::Timeout`]. Does not validate arguments (see
+/// [`execute`]).
+pub async fn run_guarded(tool: Arc<dyn Tool>, arguments: Value) -> Result<ToolOutput, CallError> {
+    let limit = tool.timeout();
+    let mut task = tokio::spawn(async move { tool.call(arguments).await });
+    match tokio::time::timeout(limit, &mut task).await {
+        Err(_) => {
+            task.abort();
+            Err(CallError::Timeout(limit))
+        }
+        Ok(Ok(Ok(output))) => Ok(output),
+        Ok(Ok(Err(e))) => Err(CallError::Failed(e.to_string())),
+        Ok(Err(join)) if join.is_panic() => {
+            let payload = join.into_panic();
+            let message = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "no message".into());
+            Err(CallError::Panicked(message))
+        }
+        Ok(Err(join)) => Err(CallError::Failed(format!("the tool was cancelled: {join}"))),
+    }
+}
+
+/// Validates and runs one call of `tool` (no queue, no concurrency limit).
+pub async fn execute(tool: Arc<dyn Tool>, arguments: Value) -> CallOutcome {
+    let start = Instant::now();
+    let name = Some(tool.name().to_string());
+    let result = match validate_arguments(&tool.parameters(), &arguments) {
+        Ok(()) => run_guarded(tool, arguments).await,
+        Err(e) => Err(e),
+    };
+    CallOutcome {
+        name,
+        result,
+        latency: start.elapsed(),
+    }
+}
+
+/// Resolves a parsed call among `tools`, validates and runs it: a call that did not parse,
+/// names no tool here, or fails its schema is answered without reaching a tool.
+pub async fn execute_call(
+    tools: &HashMap<String, Arc<dyn Tool>>,
+    call: Result<ToolCall, CallError>,
+) -> CallOutcome {
+    let failed = |name: Option<String>, e: CallError| CallOutcome {
+        name,
+        result: Err(e),
+        latency: Duration::ZERO,
+    };
+    let call = match call {
+        Ok(call) => call,
+        Err(e) => return failed(None, e),
+    };
+    match check_call(tools, &call) {
+        Ok(tool) => execute(tool.clone(), call.arguments).await,
+        Err(e) => failed(Some(call.name), e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use async_trait::async_trait;
+    use serde_json::json;
+
+    /// Panics on `"panic": true`, fails on `"fail": true`, never answers on `"hang": true`.
+    struct Probe;
+
+    #[async_trait]
+    impl Tool for Probe {
+        fn name(&self) -> &str {
+            "probe"
+        }
+        fn description(&self) -> &str {
+            "test probe"
+        }
+        fn parameters(&self) -> Value {
+            json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}},
+                   "required": ["n"]})
+        }
+        fn timeout(&self) -> Duration {
+            Duration::from_millis(200)
+        }
+        async fn call(&self, args: Value) -> crate::Result<ToolOutput> {
+            if args.get("panic") == Some(&json!(true)) {
+                panic!("probe exploded");
+            }
+            if args.get("fail") == Some(&json!(true)) {
+                return Err(crate::Error::Other("probe failed".into()));
+            }
+            if args.get("hang") == Some(&json!(true)) {
+                std::future::pending::<()>().await;
+            }
+            Ok(ToolOutput::text(format!("n = {}", args["n"])))
+        }
+    }
+
+    fn tools() -> HashMap<String, Arc<dyn Tool>> {
+        HashMap::from([("probe".to_string(), Arc::new(Probe) as Arc<dyn Tool>)])
+    }
+
+    fn call(args: Value) -> Result<ToolCall, CallError> {
+        Ok(ToolCall {
+            name: "probe".into(),
+            arguments: args,
+        })
+    }
+
+    #[tokio::test]
+    async fn unknown_tools_and_bad_arguments_never_reach_the_tool() {
+        let tools = tools();
+        let unknown = ToolCall {
+            name: "nope".into(),
+            arguments: json!({}),
+        };
+        let out = execute_call(&tools, Ok(unknown)).await;
+        assert_eq!(out.result, Err(CallError::UnknownTool("nope".into())));
+        let out = execute_call(&tools, call(json!({"n": "ten", "panic": true}))).await;
+        assert!(
+            out.observation(200).contains("`n`"),
+            "{}",
+            out.observation(200)
+        );
+        let out = execute_call(&tools, call(json!({"panic": true}))).await;
+        assert!(out
+            .observation(200)
+            .contains("\"n\" is a required property"));
+        let out = execute_call(&tools, Err(CallError::MissingName)).await;
+        assert_eq!((out.name, out.result), (None, Err(CallError::MissingName)));
+    }
+
+    #[tokio::test]
+    async fn timeouts_panics_and_errors_become_observations() {
+        let tools = tools();
+        let hung = execute_call(&tools, call(json!({"n": 1, "hang": true}))).await;
+        assert_eq!(
+            hung.result,
+            Err(CallError::Timeout(Duration::from_millis(200)))
+        );
+        let panicked = execute_call(&tools, call(json!({"n": 1, "panic": true}))).await;
+        assert_eq!(
+            panicked.result,
+            Err(CallError::Panicked("probe exploded".into()))
+        );
+        assert_eq!(
+            panicked.observation(200),
+            "Error: the tool panicked: probe exploded"
+        );
+        let failed = execute_call(&tools, call(json!({"n": 1, "fail": true}))).await;
+        assert_eq!(failed.observation(200), "Error: probe failed");
+        // The same tool still answers after a panic.
+        let again = execute(tools["probe"].clone(), json!({"n": 2})).await;
+        assert_eq!(again.name.as_deref(), Some("probe"));
+        assert_eq!(again.observation(100), "n = 2");
+    }
+}
