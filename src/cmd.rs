@@ -3,6 +3,7 @@
 pub(crate) mod bench;
 pub(crate) mod bench_fuzz;
 pub(crate) mod bench_learner;
+pub(crate) mod bench_train;
 pub(crate) mod check_config;
 pub(crate) mod eval;
 pub(crate) mod eval_answers;

@@ -520,6 +520,13 @@ pub struct TrainingSection {
     /// `max_head_offpolicyness`). More than `max_staleness` keeps the engine busy through
     /// slow updates at the price of dropping the tokens that grow too old.
     pub batches_ahead: u64,
+    /// Async only: train stale tokens with decoupled PPO (AReaL): the trust region around the
+    /// learner's weights as the update begins, each token weighted by `π_prox / π_behavior`.
+    /// Off: the standard objective around the sampling log-probabilities.
+    pub decoupled_ppo: bool,
+    /// With `decoupled_ppo`: tokens whose weight `π_prox / π_behavior` exceeds this get
+    /// weight 0 (AReaL's `behav_imp_weight_cap`).
+    pub behavior_weight_cap: f64,
     /// Seed of everything random (sampling, shuffles, model init of a preset).
     pub seed: u64,
     /// Where checkpoints, the preset model and logs go.
@@ -537,6 +544,8 @@ impl Default for TrainingSection {
             mode: TrainMode::Sync,
             max_staleness: 1,
             batches_ahead: 1,
+            decoupled_ppo: false,
+            behavior_weight_cap: 5.0,
             seed: 0,
             run_dir: PathBuf::from("runs/train"),
             update_timeout_secs: 7200.0,
@@ -1118,6 +1127,20 @@ impl TrainConfig {
                 ">= 1 with mode = \"async\" (0 would drop every token; use mode = \"sync\")",
             ));
         }
+        if t.decoupled_ppo && t.mode == TrainMode::Sync {
+            return Err(ConfigError::range(
+                "training.decoupled_ppo",
+                true,
+                "false with mode = \"sync\" (every token is on-policy; decoupled PPO corrects stale tokens in mode = \"async\")",
+            ));
+        }
+        if !(t.behavior_weight_cap.is_finite() && t.behavior_weight_cap >= 1.0) {
+            return Err(ConfigError::range(
+                "training.behavior_weight_cap",
+                t.behavior_weight_cap,
+                "a finite number >= 1 (fresh tokens weigh 1)",
+            ));
+        }
         if t.mode == TrainMode::Async && t.batches_ahead == 0 {
             return Err(ConfigError::range(
                 "training.batches_ahead",
@@ -1213,6 +1236,10 @@ impl TrainConfig {
                 TrainMode::Sync => None,
                 TrainMode::Async => Some(self.training.max_staleness),
             },
+            behavior_weight_cap: self
+                .training
+                .decoupled_ppo
+                .then_some(self.training.behavior_weight_cap),
             seed: self.training.seed,
             ..LearnerConfig::default()
         }
@@ -1448,6 +1475,8 @@ group_size = 1
 [training]
 mode = "async"
 max_staleness = 2
+decoupled_ppo = true
+behavior_weight_cap = 3.0
 seed = 7
 "#,
         )
@@ -1465,6 +1494,7 @@ seed = 7
         );
         assert_eq!((l.temperature, l.max_len), (0.7, 2048));
         assert_eq!((l.max_staleness, l.seed), (Some(2), 7));
+        assert_eq!(l.behavior_weight_cap, Some(3.0));
         assert_eq!(
             l.critic_warmup_updates, 5,
             "a critic warms up as in Agent-R1"
@@ -1506,6 +1536,18 @@ seed = 7
         let e = invalid("[training]\nmode = \"later\"\n");
         assert!(
             e.key == "training.mode" && e.message.contains("`async`"),
+            "{e}"
+        );
+        let e = invalid("[training]\ndecoupled_ppo = true\n");
+        assert!(
+            e.key == "training.decoupled_ppo" && e.message.contains("mode = \"async\""),
+            "{e}"
+        );
+        let e = invalid(
+            "[training]\nmode = \"async\"\ndecoupled_ppo = true\nbehavior_weight_cap = 0.5\n",
+        );
+        assert!(
+            e.key == "training.behavior_weight_cap" && e.message.contains(">= 1"),
             "{e}"
         );
     }

@@ -488,12 +488,11 @@ impl Run {
 
     /// One update on `batch`: train, publish, write a sample of it. Trajectories keep
     /// arriving meanwhile (async mode samples on). Returns the batch summary, the learner's
-    /// stats, the update's wall seconds and the engine's idle seconds while the learner
-    /// trained.
+    /// stats and the update's timings.
     async fn update(
         &mut self,
         batch: Vec<Trajectory>,
-    ) -> anyhow::Result<(BatchSummary, UpdateStats, f64, f64)> {
+    ) -> anyhow::Result<(BatchSummary, UpdateStats, UpdateTimes)> {
         let t0 = Instant::now();
         metrics::counter!("agent_r1_train_episodes_total").increment(batch.len() as u64);
         let summary = BatchSummary::of(&batch);
@@ -521,7 +520,11 @@ impl Run {
                 skipped_reason: Some(reason.to_string()),
                 ..Default::default()
             };
-            return Ok((summary, stats, t0.elapsed().as_secs_f64(), 0.0));
+            let times = UpdateTimes {
+                seconds: t0.elapsed().as_secs_f64(),
+                ..Default::default()
+            };
+            return Ok((summary, stats, times));
         }
         let learner = self.learner.clone();
         let step = self.step + 1;
@@ -536,7 +539,9 @@ impl Run {
             }
         };
         let engine_before = self.engine.stats().await.ok();
+        let window = Instant::now();
         let stats = self.sampler.while_sampling(train).await??;
+        let window = window.elapsed().as_secs_f64();
         let engine_after = self.engine.stats().await.ok();
         let engine_idle = match (engine_before, engine_after) {
             (Some(a), Some(b)) => b.idle_seconds - a.idle_seconds,
@@ -559,8 +564,24 @@ impl Run {
             &self.tokenizer,
             &sample,
         )?;
-        Ok((summary, stats, t0.elapsed().as_secs_f64(), engine_idle))
+        let times = UpdateTimes {
+            seconds: t0.elapsed().as_secs_f64(),
+            learner_window: window,
+            engine_idle: Some(engine_idle).filter(|s| s.is_finite()),
+        };
+        Ok((summary, stats, times))
     }
+}
+
+/// Timings of one update.
+#[derive(Debug, Clone, Copy, Default)]
+struct UpdateTimes {
+    /// Wall seconds: training, publishing, writing samples.
+    seconds: f64,
+    /// Wall seconds of the learner call as the loop saw it.
+    learner_window: f64,
+    /// Seconds the engine sat idle during that call (`None` when its stats were unavailable).
+    engine_idle: Option<f64>,
 }
 
 /// Publishes the learner's weights to the engine, within `training.publish_timeout_secs`.
@@ -1220,16 +1241,22 @@ async fn train_loop(run: &mut Run, resumed: bool) -> anyhow::Result<bool> {
     let bar = progress_bar(updates, run.step);
     while run.step < updates {
         let sample_t0 = Instant::now();
+        let idle_before = run.engine.stats().await.ok().map(|s| s.idle_seconds);
         let Some(batch) = run.next_batch().await? else {
             interrupted = true;
             break;
         };
         let sample_secs = sample_t0.elapsed().as_secs_f64();
-        let (s, stats, secs, engine_idle) = run.update(batch).await?;
+        let idle_after = run.engine.stats().await.ok().map(|s| s.idle_seconds);
+        let idle_while_sampling = idle_before.zip(idle_after).map(|(a, b)| b - a);
+        let (s, stats, times) = run.update(batch).await?;
+        let secs = times.seconds;
         let row = UpdateRow {
             policy_version: run.version,
             data_position: run.sampler.position(),
-            engine_idle_during_update_seconds: Some(engine_idle).filter(|s| s.is_finite()),
+            engine_idle_during_update_seconds: times.engine_idle,
+            engine_idle_while_sampling_seconds: idle_while_sampling,
+            update_window_seconds: times.learner_window,
             sample_seconds: sample_secs,
             seconds: secs,
             wall_s: run.started.elapsed().as_secs_f64(),

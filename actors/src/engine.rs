@@ -26,6 +26,7 @@ use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 use crate::model::generate::FinishReason;
 use crate::model::{PolicyModel, SamplingParams};
 use crate::tokenizer::HfTokenizer;
+use crate::weight_digest::WeightDigest;
 use crate::{Error, Result};
 
 /// Limits and budgets of the engine.
@@ -43,9 +44,8 @@ pub struct EngineConfig {
     pub parked_kv_bytes: usize,
     /// Requests accepted (queued or running) before callers wait for admission.
     pub max_pending: usize,
-    /// Longest a caller waits for admission into the queue.
-    pub admission_timeout: Duration,
-    /// Longest a caller waits for its turn to finish once queued.
+    /// The deadline of a turn from [`EngineHandle::generate`] (admission, queueing and
+    /// decoding together); [`EngineHandle::generate_within`] takes its own.
     pub request_timeout: Duration,
     /// Seed of sampling: each token is drawn from (seed, episode, position), so results do
     /// not depend on batch composition.
@@ -75,7 +75,6 @@ impl Default for EngineConfig {
             max_context: 2048,
             parked_kv_bytes: 2 << 30,
             max_pending: 8192,
-            admission_timeout: Duration::from_secs(600),
             request_timeout: Duration::from_secs(1800),
             seed: 0,
             kv_reuse: true,
@@ -181,6 +180,10 @@ pub struct EngineStats {
     /// Completed turns during which the weights were swapped (their KV is not parked).
     #[serde(default)]
     pub turns_spanning_updates: u64,
+    /// Turns whose caller stopped waiting (deadline passed, task dropped): dropped from the
+    /// queue before admission or from the batch mid-decode, never answered.
+    #[serde(default)]
+    pub abandoned_turns: u64,
     /// Current policy version.
     pub policy_version: u64,
 }
@@ -203,6 +206,8 @@ pub(crate) enum Command {
     UpdateWeights {
         version: u64,
         tensors: Vec<(String, Tensor)>,
+        /// The sender's checksums, verified against what arrives and what is served.
+        digest: Option<WeightDigest>,
         reply: oneshot::Sender<Result<()>>,
     },
     Stats(oneshot::Sender<EngineStats>),
@@ -264,20 +269,33 @@ pub fn spawn_engine(
 }
 
 impl EngineHandle {
-    /// Generates one turn. Waits for admission (bounded by `admission_timeout`) and for the
-    /// result (bounded by `request_timeout`).
+    /// Generates one turn within the configured `request_timeout`
+    /// ([`Self::generate_within`]).
     pub async fn generate(&self, request: TurnRequest) -> Result<TurnOutput> {
+        self.generate_within(request, self.config.request_timeout)
+            .await
+    }
+
+    /// Generates one turn under one deadline, `limit` from now, covering admission into the
+    /// queue, waiting for a row and decoding. A caller that stops waiting (the deadline
+    /// passed, or its task was dropped) is noticed by the engine: a queued turn is never
+    /// admitted and a running one leaves the batch at the next step, so no row decodes for
+    /// nobody.
+    pub async fn generate_within(
+        &self,
+        request: TurnRequest,
+        limit: Duration,
+    ) -> Result<TurnOutput> {
         request.params.validate()?;
-        let permit = tokio::time::timeout(
-            self.config.admission_timeout,
-            self.permits.clone().acquire_owned(),
-        )
-        .await
-        .map_err(|_| Error::Timeout {
-            what: "admission into the engine queue".into(),
-            after: self.config.admission_timeout,
-        })?
-        .map_err(|_| Error::EngineStopped("engine closed".into()))?;
+        let deadline = tokio::time::Instant::now() + limit;
+        let timed_out = || Error::Timeout {
+            what: "a generated turn (admission, queueing and decoding)".into(),
+            after: limit,
+        };
+        let permit = tokio::time::timeout_at(deadline, self.permits.clone().acquire_owned())
+            .await
+            .map_err(|_| timed_out())?
+            .map_err(|_| Error::EngineStopped("engine closed".into()))?;
         let (reply, rx) = oneshot::channel();
         self.tx
             .try_send(Command::Generate {
@@ -294,16 +312,18 @@ impl EngineHandle {
                     Error::EngineStopped("engine thread has exited".into())
                 }
             })?;
-        match tokio::time::timeout(self.config.request_timeout, rx).await {
-            Err(_) => Err(Error::Timeout {
-                what: "a generated turn".into(),
-                after: self.config.request_timeout,
-            }),
+        match tokio::time::timeout_at(deadline, rx).await {
+            Err(_) => Err(timed_out()),
             Ok(Err(_)) => Err(Error::EngineStopped(
                 "the engine dropped the request (it failed or shut down)".into(),
             )),
             Ok(Ok(result)) => result,
         }
+    }
+
+    /// Turns accepted and not yet answered (queued or running).
+    pub fn pending(&self) -> usize {
+        self.config.max_pending - self.permits.available_permits()
     }
 
     /// Drops an episode's parked KV (call when the episode ends).
@@ -314,16 +334,48 @@ impl EngineHandle {
     /// Swaps the engine's weights between decode steps and sets the policy version.
     /// Parked KV computed with the old weights is dropped; turns already decoding continue
     /// with the new weights and keep the version they were admitted under
-    /// ([`TurnOutput::policy_version`]).
+    /// ([`TurnOutput::policy_version`]). Waits up to `request_timeout`.
     pub async fn update_weights(&self, version: u64, tensors: Vec<(String, Tensor)>) -> Result<()> {
+        self.swap_weights(version, tensors, None).await
+    }
+
+    /// [`Self::update_weights`], verified: the engine checks the tensors it received against
+    /// `digest` (the sender's checksums) before applying any, and what it then serves against
+    /// what it received. A mismatch is [`Error::WeightSyncMismatch`] naming the tensor; when
+    /// it is caught on arrival the engine keeps serving the weights it had.
+    pub async fn update_weights_verified(
+        &self,
+        version: u64,
+        tensors: Vec<(String, Tensor)>,
+        digest: WeightDigest,
+    ) -> Result<()> {
+        self.swap_weights(version, tensors, Some(digest)).await
+    }
+
+    async fn swap_weights(
+        &self,
+        version: u64,
+        tensors: Vec<(String, Tensor)>,
+        digest: Option<WeightDigest>,
+    ) -> Result<()> {
         let (reply, rx) = oneshot::channel();
         self.send_control(Command::UpdateWeights {
             version,
             tensors,
+            digest,
             reply,
         })?;
-        rx.await
-            .map_err(|_| Error::EngineStopped("engine exited during a weight update".into()))?
+        let limit = self.config.request_timeout;
+        match tokio::time::timeout(limit, rx).await {
+            Err(_) => Err(Error::Timeout {
+                what: "the engine to apply a weight update".into(),
+                after: limit,
+            }),
+            Ok(Err(_)) => Err(Error::EngineStopped(
+                "engine exited during a weight update".into(),
+            )),
+            Ok(Ok(result)) => result,
+        }
     }
 
     /// Counters since start.

@@ -60,6 +60,17 @@ pub enum Error {
         /// The panic's message.
         message: String,
     },
+    /// A weight publication did not arrive intact: a tensor's checksum differs between the
+    /// learner and the engine.
+    #[error("weight sync mismatch ({stage}): tensor `{tensor}`: {detail}")]
+    WeightSyncMismatch {
+        /// Where it was caught (`weights received`, `weights served`).
+        stage: String,
+        /// The first tensor that differs.
+        tensor: String,
+        /// Expected and found checksums.
+        detail: String,
+    },
     /// The learner actor failed; its supervisor reported why.
     #[error("the learner failed: {0}")]
     LearnerFailed(String),

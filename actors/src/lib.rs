@@ -17,5 +17,6 @@ pub mod sft;
 pub mod tiny_tokenizer;
 pub mod tokenizer;
 pub mod trajectory;
+pub mod weight_digest;
 
 pub use error::{Error, Result};

@@ -529,3 +529,96 @@ fn a_sliding_window_shorter_than_the_served_context_is_refused_at_start() {
     // Within the window, attention is exact and the engine runs.
     assert!(start(256).is_ok());
 }
+
+/// Polls the engine's counters until `done` holds (each poll is answered between decode
+/// steps), failing after a minute.
+async fn wait_for(
+    engine: &EngineHandle,
+    what: &str,
+    done: impl Fn(&agent_r1_actors::engine::EngineStats) -> bool,
+) -> agent_r1_actors::engine::EngineStats {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let stats = engine.stats().await.unwrap();
+        if done(&stats) {
+            return stats;
+        }
+        assert!(std::time::Instant::now() < deadline, "never: {what}");
+        tokio::task::yield_now().await;
+    }
+}
+
+/// A turn whose caller stopped waiting (its deadline passed, its episode was dropped) is not
+/// decoded for nobody: queued, it is never admitted; running, it leaves the batch at the
+/// next step and its row goes to the next turn.
+#[test]
+fn turns_whose_caller_stopped_waiting_are_dropped_queued_or_running() {
+    // As long as a turn can be (4 + 2040 < max_context 2048): the callers below go away
+    // within microseconds of what they wait for, against thousands of decode steps.
+    const LONG: usize = 2040;
+    let tmp = tempfile::tempdir().unwrap();
+    make_model(tmp.path());
+    let engine = start(
+        tmp.path(),
+        EngineConfig {
+            max_batch_rows: 1,
+            ..Default::default()
+        },
+    );
+    let turn = |episode: u64, n: usize| TurnRequest {
+        episode,
+        context: prompt(episode as u32, 4),
+        params: greedy(n),
+        stop_strings: vec![],
+    };
+    runtime().block_on(async {
+        // A holds the engine's one row; B queues behind it, then its caller goes away.
+        let a = tokio::spawn({
+            let engine = engine.clone();
+            async move { engine.generate(turn(1, LONG)).await }
+        });
+        wait_for(&engine, "A decodes", |s| s.tokens_generated > 0).await;
+        let b = tokio::spawn({
+            let engine = engine.clone();
+            async move { engine.generate(turn(2, LONG)).await }
+        });
+        while engine.pending() < 2 {
+            tokio::task::yield_now().await;
+        }
+        b.abort();
+        assert!(b.await.unwrap_err().is_cancelled());
+        let a = a.await.unwrap().unwrap();
+        assert_eq!(a.token_ids.len(), LONG);
+        let stats = wait_for(&engine, "B dropped", |s| s.abandoned_turns == 1).await;
+        assert_eq!(
+            (stats.turns, stats.tokens_generated),
+            (1, LONG as u64),
+            "B was never decoded"
+        );
+
+        // C runs alone, and its caller goes away mid-decode: it leaves the batch.
+        let c = tokio::spawn({
+            let engine = engine.clone();
+            async move { engine.generate(turn(3, LONG)).await }
+        });
+        wait_for(&engine, "C decodes", |s| s.tokens_generated > LONG as u64).await;
+        c.abort();
+        let _ = c.await;
+        let stats = wait_for(&engine, "C dropped", |s| s.abandoned_turns == 2).await;
+        assert_eq!(stats.turns, 1, "C was not answered");
+        let decoded = stats.tokens_generated - LONG as u64;
+        assert!(decoded < LONG as u64, "C stopped early: {decoded} tokens");
+        // Its row is free: D decodes exactly its own tokens.
+        let d = engine.generate(turn(4, 8)).await.unwrap();
+        assert_eq!(d.token_ids.len(), 8);
+        let after = engine.stats().await.unwrap();
+        assert_eq!(after.tokens_generated, stats.tokens_generated + 8);
+        // A deadline covers admission, queueing and decoding together.
+        let late = engine
+            .generate_within(turn(5, LONG), std::time::Duration::ZERO)
+            .await
+            .unwrap_err();
+        assert!(late.to_string().contains("timed out"), "{late}");
+    });
+    engine.shutdown();
+}

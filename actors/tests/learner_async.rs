@@ -164,6 +164,7 @@ fn a_turn_in_flight_during_an_update_switches_weights_between_decode_steps() {
         assert_eq!(stats.action_tokens, (LONG - switch) as u64, "{stats:?}");
         assert_eq!(stats.staleness_max, 2, "{stats:?}");
         late.shutdown();
+
         let stats = engine.stats().await.unwrap();
         assert_eq!(stats.turns_spanning_updates, 1);
         assert_eq!(stats.policy_version, 1);
@@ -175,6 +176,71 @@ fn a_turn_in_flight_during_an_update_switches_weights_between_decode_steps() {
         let next = engine.generate(request(1, context, 8)).await.unwrap();
         assert_eq!(next.reused_tokens, 0);
         assert_eq!((next.policy_version, next.final_policy_version), (1, 1));
+
+        // Decoupled PPO on a learner holding the new weights (version 1): it recomputes the
+        // proximal log-probabilities and weighs each token by prox / behavior. A turn the new
+        // weights sampled weighs 1 to float noise (the learner's log-probabilities line up
+        // with the engine's token for token); the turn the old weights sampled does not.
+        // (Deterministic: the draws depend only on (seed, episode, position).)
+        let decoupled = |trajectory: Trajectory| {
+            let l = learner(
+                new_dir.path(),
+                LearnerConfig {
+                    estimator: Estimator::Grpo,
+                    behavior_weight_cap: Some(5.0),
+                    initial_version: 1,
+                    actor_lr: 1e-9,
+                    ..Default::default()
+                },
+                false,
+                false,
+            );
+            async move {
+                let stats = l.update(vec![trajectory]).await.unwrap();
+                l.shutdown();
+                (
+                    stats.behavior_weight_mean.expect("reported with decoupled PPO"),
+                    stats.behavior_kl.expect("reported with decoupled PPO"),
+                )
+            }
+        };
+        let mut fresh_context = vec![1, 2, 4];
+        fresh_context.extend(&mixed.token_ids[..40]);
+        let fresh_turn = engine.generate(request(2, fresh_context.clone(), 64)).await.unwrap();
+        engine.release(2);
+        assert_eq!(fresh_turn.policy_version, 1);
+        let fresh = trajectory(
+            2,
+            0,
+            &fresh_context,
+            vec![TestStep {
+                actions: fresh_turn.token_ids.clone(),
+                logprobs: fresh_turn.logprobs.clone(),
+                observation: vec![],
+                version: 1,
+            }],
+            1.0,
+        );
+        let stale = trajectory(
+            3,
+            0,
+            &[1, 2, 4],
+            vec![TestStep {
+                actions: old.token_ids.clone(),
+                logprobs: old.logprobs.clone(),
+                observation: vec![],
+                version: 0,
+            }],
+            1.0,
+        );
+        let (fresh_weight, fresh_kl) = decoupled(fresh).await;
+        let (stale_weight, stale_kl) = decoupled(stale).await;
+        eprintln!(
+            "behavior weight / KL: fresh {fresh_weight} / {fresh_kl}, stale {stale_weight} / {stale_kl}"
+        );
+        assert!((fresh_weight - 1.0).abs() < 1e-3, "fresh tokens weigh {fresh_weight}");
+        assert!(fresh_kl.abs() < 1e-4, "fresh tokens are on-policy: {fresh_kl}");
+        assert!(stale_kl > 1e-2, "the old weights' tokens are off-policy: {stale_kl}");
     });
     engine.shutdown();
 }

@@ -16,6 +16,9 @@ pub(crate) enum BenchCmd {
     Rollout(crate::cmd::rollout::BenchRolloutCmd),
     /// Learner update throughput (PPO-GAE, GRPO) on synthetic multi-turn trajectories.
     Learner(crate::cmd::bench_learner::LearnerBench),
+    /// The training loop end to end on a fixed short config: sync vs async, and (with
+    /// --old-binary) the old chunked loop vs the streaming service.
+    Train(crate::cmd::bench_train::TrainBench),
     /// Random inputs against the tool-call parser, the rendering of tool results and the
     /// config parser, counting panics.
     Fuzz(crate::cmd::bench_fuzz::FuzzBench),
@@ -66,6 +69,7 @@ pub(crate) fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Rollout(args) => crate::cmd::rollout::run_bench(args),
         BenchCmd::Learner(args) => crate::cmd::bench_learner::run(args),
         BenchCmd::Fuzz(args) => crate::cmd::bench_fuzz::run(args),
+        BenchCmd::Train(args) => crate::cmd::bench_train::run(args),
     }
 }
 

@@ -21,6 +21,10 @@ pub(crate) struct TrainCmdArgs {
     /// Continue from the newest complete checkpoint in the run directory.
     #[arg(long)]
     resume: bool,
+    /// Fault injection for `bench train`: the learner sleeps this many milliseconds at the
+    /// start of every update.
+    #[arg(long, hide = true)]
+    learner_delay_ms: Option<u64>,
 }
 
 pub(crate) fn run(args: TrainCmdArgs) -> anyhow::Result<()> {
@@ -33,7 +37,7 @@ pub(crate) fn run(args: TrainCmdArgs) -> anyhow::Result<()> {
         config: source,
         out: args.out,
         resume: args.resume,
-        learner_delay: None,
+        learner_delay: args.learner_delay_ms.map(std::time::Duration::from_millis),
     })?;
     println!("{}", train::summary_table(&summary));
     println!("{summary}");

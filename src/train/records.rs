@@ -121,14 +121,23 @@ pub struct UpdateRow {
     pub staleness_max: u64,
     /// Tokens masked out for being older than `max_staleness`.
     pub stale_tokens_dropped: u64,
+    /// Decoupled PPO: mean importance weight `π_prox / π_behavior` of the trained tokens.
+    pub behavior_weight_mean: Option<f64>,
+    /// Decoupled PPO: KL(behavior || prox) of the trained tokens (k1 estimate).
+    pub behavior_kl: Option<f64>,
     /// Why the update was skipped, if it was.
     pub skipped: Option<String>,
     /// Seconds inside the learner.
     pub update_seconds: f64,
-    /// Seconds the engine sat idle while the learner trained (NaN when unknown; JSON null).
+    /// Seconds the engine sat idle while the learner trained (`None` when unknown).
     pub engine_idle_during_update_seconds: Option<f64>,
+    /// Wall seconds of the learner call as the loop saw it: the window the engine's idle
+    /// time is measured over (includes queueing and any injected delay).
+    pub update_window_seconds: f64,
     /// Seconds waiting for the batch.
     pub sample_seconds: f64,
+    /// Seconds the engine sat idle while the loop waited for the batch (`None` when unknown).
+    pub engine_idle_while_sampling_seconds: Option<f64>,
     /// Wall seconds of the update: training, publishing, writing samples.
     pub seconds: f64,
     /// Seconds since the run started.
@@ -160,6 +169,8 @@ impl UpdateRow {
             staleness_mean: stats.staleness_mean,
             staleness_max: stats.staleness_max,
             stale_tokens_dropped: stats.stale_tokens_dropped,
+            behavior_weight_mean: stats.behavior_weight_mean,
+            behavior_kl: stats.behavior_kl,
             skipped: stats.skipped_reason.clone(),
             update_seconds: stats.duration_seconds,
             ..Default::default()

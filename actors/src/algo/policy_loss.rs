@@ -1,4 +1,5 @@
-//! PPO's clipped surrogate with dual clip (verl's `compute_policy_loss_vanilla`).
+//! PPO's clipped surrogate with dual clip (verl's `compute_policy_loss_vanilla`), and its
+//! decoupled, importance-corrected form for stale tokens (AReaL).
 
 use tch::Tensor;
 
@@ -47,6 +48,13 @@ pub struct PolicyLoss {
     /// Scalar, detached: fraction of action tokens where the dual clip was binding
     /// (`pg_clipfrac_lower`).
     pub clip_frac_lower: Tensor,
+    /// Decoupled PPO only: scalar, detached, the mean importance weight `π_prox / π_behavior`
+    /// over action tokens (capped tokens count as 0).
+    pub behavior_weight: Option<Tensor>,
+    /// Decoupled PPO only: scalar, detached, masked mean of `behavior_log_prob -
+    /// prox_log_prob`, the k1 estimate of KL(behavior || prox): how far off-policy the tokens
+    /// are (0 when fresh).
+    pub behavior_kl: Option<Tensor>,
 }
 
 /// PPO clipped surrogate loss over `[B, T]` log-probabilities.
@@ -65,6 +73,67 @@ pub fn ppo_policy_loss(
     clip: &PpoClip,
     agg: LossAgg,
 ) -> Result<PolicyLoss> {
+    check_inputs(log_prob, old_log_prob, advantages, mask, clip)?;
+    surrogate(log_prob, old_log_prob, advantages, mask, clip, agg, None)
+}
+
+/// Decoupled PPO (AReaL, "Boosting ... with Decoupled PPO"): the trust region is taken around
+/// the proximal policy (the learner's weights when the update began), not around the stale
+/// policy that sampled, and each token is importance-weighted by `w = π_prox / π_behavior`
+/// (detached). Per token, with `r = exp(log_prob - prox_log_prob)`, the loss is
+/// `w · l(r)` with `l` the dual-clipped surrogate of [`ppo_policy_loss`]; a token whose
+/// weight exceeds `weight_cap` gets weight 0 (it is too far off-policy to correct), and still
+/// counts in the aggregation's denominator. With fresh tokens `w = 1` and this is
+/// [`ppo_policy_loss`] around the proximal policy.
+#[allow(clippy::too_many_arguments)]
+pub fn decoupled_ppo_policy_loss(
+    log_prob: &Tensor,
+    prox_log_prob: &Tensor,
+    behavior_log_prob: &Tensor,
+    advantages: &Tensor,
+    mask: &Tensor,
+    clip: &PpoClip,
+    weight_cap: f64,
+    agg: LossAgg,
+) -> Result<PolicyLoss> {
+    check_inputs(log_prob, prox_log_prob, advantages, mask, clip)?;
+    check::floating("behavior_log_prob", behavior_log_prob)?;
+    check::same_shape("behavior_log_prob", behavior_log_prob, "log_prob", log_prob)?;
+    check::param(
+        "behavior_weight_cap",
+        weight_cap,
+        weight_cap >= 1.0,
+        ">= 1 (fresh tokens have weight 1)",
+    )?;
+    let kind = log_prob.kind();
+    let (weight, behavior_kl) = tch::no_grad(|| {
+        let log_w = (prox_log_prob.to_kind(kind) - behavior_log_prob.to_kind(kind))
+            .clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO);
+        let behavior_kl = masked::masked_mean_unchecked(&(-&log_w), mask).detach();
+        let w = log_w.exp();
+        let kept = w.le(weight_cap).to_kind(kind);
+        ((w * kept).detach(), behavior_kl)
+    });
+    let mut loss = surrogate(
+        log_prob,
+        prox_log_prob,
+        advantages,
+        mask,
+        clip,
+        agg,
+        Some(&weight),
+    )?;
+    loss.behavior_kl = Some(behavior_kl);
+    Ok(loss)
+}
+
+fn check_inputs(
+    log_prob: &Tensor,
+    old_log_prob: &Tensor,
+    advantages: &Tensor,
+    mask: &Tensor,
+    clip: &PpoClip,
+) -> Result<()> {
     check::floating("log_prob", log_prob)?;
     check::dims("log_prob", log_prob, 2)?;
     check::floating("old_log_prob", old_log_prob)?;
@@ -86,6 +155,25 @@ pub fn ppo_policy_loss(
     check::param("clip_ratio_high", high, high >= 0.0, ">= 0")?;
     check::param("clip_ratio_c", c, c > 1.0, "> 1 (dual-clip lower bound)")?;
 
+    Ok(())
+}
+
+/// The dual-clipped surrogate around `old_log_prob`, each token's loss scaled by `weight`
+/// when given.
+fn surrogate(
+    log_prob: &Tensor,
+    old_log_prob: &Tensor,
+    advantages: &Tensor,
+    mask: &Tensor,
+    clip: &PpoClip,
+    agg: LossAgg,
+    weight: Option<&Tensor>,
+) -> Result<PolicyLoss> {
+    let PpoClip {
+        clip_ratio_low: low,
+        clip_ratio_high: high,
+        clip_ratio_c: c,
+    } = *clip;
     let kind = log_prob.kind();
     let old = old_log_prob.detach().to_kind(kind);
     let adv = advantages.detach().to_kind(kind);
@@ -97,19 +185,24 @@ pub fn ppo_policy_loss(
     let ppo = unclipped.maximum(&clipped);
     let dual = -&adv * c;
     let negative = adv.lt(0.0);
-    let per_token = ppo.minimum(&dual).where_self(&negative, &ppo);
+    let mut per_token = ppo.minimum(&dual).where_self(&negative, &ppo);
+    if let Some(w) = weight {
+        per_token *= w;
+    }
     let loss = agg_loss_unchecked(&per_token, mask, agg);
 
-    let (clip_frac, approx_kl, clip_frac_lower) = tch::no_grad(|| {
+    let (clip_frac, approx_kl, clip_frac_lower, behavior_weight) = tch::no_grad(|| {
         let clip_frac =
             masked::masked_mean_unchecked(&clipped.gt_tensor(&unclipped).to_kind(kind), mask);
         let approx_kl = masked::masked_mean_unchecked(&(-&log_ratio), mask);
         let lower = ppo.gt_tensor(&dual).logical_and(&negative).to_kind(kind);
         let clip_frac_lower = masked::masked_mean_unchecked(&lower, mask);
+        let behavior_weight = weight.map(|w| masked::masked_mean_unchecked(w, mask).detach());
         (
             clip_frac.detach(),
             approx_kl.detach(),
             clip_frac_lower.detach(),
+            behavior_weight,
         )
     });
     Ok(PolicyLoss {
@@ -117,6 +210,8 @@ pub fn ppo_policy_loss(
         clip_frac,
         approx_kl,
         clip_frac_lower,
+        behavior_weight,
+        behavior_kl: None,
     })
 }
 
@@ -144,6 +239,65 @@ mod tests {
         let adv = t2(&[&[1.0, 1.0, -1.0, -1.0, 1.0]]);
         let mask = t2(&[&[1.0, 1.0, 1.0, 1.0, 0.0]]);
         (lp, old, adv, mask)
+    }
+
+    // Decoupled PPO, four tokens at the proximal policy (r = 1, nothing clipped), behavior
+    // log-probs giving weights w = prox / behavior of 1, 2, 0.5 and 10 (over the cap of 5):
+    // per token w * (-A r) = -1, -2, 0.5, and 0 for the capped token (still in the mean).
+    #[test]
+    fn decoupled_ppo_weights_tokens_by_prox_over_behavior_and_caps_them() {
+        let lp = t2(&[&[0.0; 4]]).set_requires_grad(true);
+        let prox = t2(&[&[0.0; 4]]);
+        let behavior = t2(&[&[0.0, -(2f64.ln()), 2f64.ln(), -(10f64.ln())]]);
+        let adv = t2(&[&[1.0, 1.0, -1.0, 1.0]]);
+        let mask = t2(&[&[1.0; 4]]);
+        let clip = PpoClip::default();
+        let out = decoupled_ppo_policy_loss(
+            &lp,
+            &prox,
+            &behavior,
+            &adv,
+            &mask,
+            &clip,
+            5.0,
+            LossAgg::TokenMean,
+        )
+        .unwrap();
+        assert_close(&out.loss, &[-2.5 / (4.0 + 1e-8)], 1e-9);
+        assert_close(out.behavior_weight.as_ref().unwrap(), &[3.5 / 4.0], 1e-6);
+        // KL(behavior || prox) by k1: mean of behavior - prox = (0 - ln 2 + ln 2 - ln 10) / 4.
+        assert_close(
+            out.behavior_kl.as_ref().unwrap(),
+            &[-(10f64.ln()) / (4.0 + 1e-8)],
+            1e-6,
+        );
+        out.loss.backward();
+        // d/dlogp of -w A r at r = 1: -w A / 4; the capped token gets no gradient.
+        let g = values(&lp.grad());
+        for (a, b) in g.iter().zip([-0.25, -0.5, 0.125, 0.0]) {
+            assert!((a - b).abs() < 1e-6, "{g:?}");
+        }
+
+        // Fresh tokens (behavior = prox): exactly PPO around the proximal policy.
+        let (lp, old, adv, mask) = batch();
+        let fresh =
+            decoupled_ppo_policy_loss(&lp, &old, &old, &adv, &mask, &clip, 5.0, LossAgg::TokenMean)
+                .unwrap();
+        let plain = ppo_policy_loss(&lp, &old, &adv, &mask, &clip, LossAgg::TokenMean).unwrap();
+        assert_close(&fresh.loss, &values(&plain.loss), 1e-9);
+        assert!(decoupled_ppo_policy_loss(
+            &lp,
+            &old,
+            &old,
+            &adv,
+            &mask,
+            &clip,
+            0.5,
+            LossAgg::TokenMean
+        )
+        .unwrap_err()
+        .to_string()
+        .contains("behavior_weight_cap"));
     }
 
     #[test]

@@ -16,6 +16,7 @@ use crate::model::generate::FinishReason;
 use crate::model::sampling::{sample_with_draws, token_draw};
 use crate::model::{PolicyModel, SamplingParams};
 use crate::tokenizer::HfTokenizer;
+use crate::weight_digest::{TensorDigest, WeightDigest};
 use crate::{Error, Result};
 
 struct Waiting {
@@ -279,9 +280,10 @@ impl Worker {
             Command::UpdateWeights {
                 version,
                 tensors,
+                digest,
                 reply,
             } => {
-                let result = self.update_weights(version, &tensors);
+                let result = self.update_weights(version, &tensors, digest.as_ref());
                 let _ = reply.send(result);
             }
             Command::Stats(reply) => {
@@ -303,7 +305,19 @@ impl Worker {
         }
     }
 
-    fn update_weights(&mut self, version: u64, tensors: &[(String, Tensor)]) -> Result<()> {
+    fn update_weights(
+        &mut self,
+        version: u64,
+        tensors: &[(String, Tensor)],
+        digest: Option<&WeightDigest>,
+    ) -> Result<()> {
+        if let Some(sent) = digest {
+            // What arrived is what was sent, checked before anything is applied.
+            sent.verify(
+                &WeightDigest::of(tensors)?,
+                "weights received by the engine",
+            )?;
+        }
         let vars = self.model.var_store().variables();
         for (name, value) in tensors {
             let var = vars.get(name).ok_or_else(|| {
@@ -326,6 +340,22 @@ impl Worker {
                 var.copy_(&value.to_kind(var.kind()).to_device(var.device()));
             }
         });
+        if digest.is_some() {
+            // What the engine serves is what it received, in the engine's own dtype.
+            for (name, value) in tensors {
+                let var = &vars[name];
+                let received =
+                    TensorDigest::of(&value.to_kind(var.kind()).to_device(var.device()))?;
+                let served = TensorDigest::of(var)?;
+                if received != served {
+                    return Err(Error::WeightSyncMismatch {
+                        stage: "weights served by the engine".into(),
+                        tensor: name.clone(),
+                        detail: format!("checksum {received:?} expected, {served:?} found"),
+                    });
+                }
+            }
+        }
         self.parked.clear();
         self.shared_prefix = None;
         self.version = version;
@@ -366,6 +396,10 @@ impl Worker {
                 break;
             }
             let w = self.waiting.pop_front().expect("front exists");
+            if w.reply.is_closed() {
+                self.abandon();
+                continue;
+            }
             let invalid = if ctx_len == 0 {
                 Some("the context has no tokens".to_string())
             } else if ctx_len >= capacity {
@@ -623,17 +657,31 @@ impl Worker {
         Ok(stop_check)
     }
 
-    /// Replies to finished rows, parks their KV, and packs the running rows.
+    /// Counts a turn whose caller stopped waiting.
+    fn abandon(&mut self) {
+        self.stats.abandoned_turns += 1;
+        metrics::counter!("agent_r1_engine_abandoned_turns_total").increment(1);
+    }
+
+    /// Replies to finished rows, parks their KV, and packs the running rows (dropping rows
+    /// whose caller stopped waiting).
     fn finish_rows(&mut self) {
         let began = Instant::now();
         let mut row = 0;
         while row < self.running.len() {
-            if self.running[row].finish.is_none() {
+            let abandoned = self.running[row].reply.is_closed();
+            if self.running[row].finish.is_none() && !abandoned {
                 row += 1;
                 continue;
             }
             let last = self.running.len() - 1;
             let mut r = self.running.swap_remove(row);
+            if abandoned {
+                // Nobody waits for this turn: free its row, park nothing.
+                self.slots.move_row(last, row);
+                self.abandon();
+                continue;
+            }
             // The slots hold the context and every generated token but the last (sampled,
             // never fed back).
             let mut tokens = r.request.context.clone();

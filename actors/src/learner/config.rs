@@ -148,6 +148,12 @@ pub struct LearnerConfig {
     /// Async mode: tokens sampled more than this many versions ago are masked out.
     /// `None` keeps every token (synchronous training).
     pub max_staleness: Option<u64>,
+    /// Decoupled PPO (AReaL) for tokens sampled by older weights: when set, the trust region
+    /// is taken around the learner's weights as the update begins (their log-probabilities
+    /// are recomputed first) and each token's loss is weighted by `π_prox / π_behavior`;
+    /// tokens whose weight exceeds this cap get weight 0. `None`: the standard objective
+    /// around the log-probabilities the engine sampled with.
+    pub behavior_weight_cap: Option<f64>,
     /// Seed of the mini-batch shuffle.
     pub seed: u64,
     /// Policy version of the weights the learner starts from (the engine's version), so
@@ -189,6 +195,7 @@ impl Default for LearnerConfig {
             temperature: 1.0,
             max_len: 4096,
             max_staleness: None,
+            behavior_weight_cap: None,
             seed: 0,
             initial_version: 0,
             queue_capacity: 4,
@@ -239,6 +246,14 @@ impl LearnerConfig {
         }
         if let Some(kl) = &self.kl {
             non_negative("kl.coef", kl.coef)?;
+        }
+        if let Some(cap) = self.behavior_weight_cap {
+            if !(cap.is_finite() && cap >= 1.0) {
+                return Err(Error::invalid(
+                    "behavior_weight_cap",
+                    format!("must be a finite number >= 1 (fresh tokens weigh 1), got {cap}"),
+                ));
+            }
         }
         if self.ppo_epochs == 0 {
             return Err(Error::invalid("ppo_epochs", "must be at least 1"));

@@ -19,6 +19,7 @@ use super::stats::UpdateStats;
 use super::trainer::{Learner, LearnerModels};
 use crate::engine::EngineHandle;
 use crate::trajectory::Trajectory;
+use crate::weight_digest::WeightDigest;
 use crate::{Error, Result};
 
 /// A snapshot of the policy's weights and the version they are.
@@ -28,6 +29,9 @@ pub struct PolicyWeights {
     pub version: u64,
     /// `(name, tensor)` copies in the engine's naming, value head excluded.
     pub tensors: Vec<(String, Tensor)>,
+    /// Checksums of the learner's own policy weights (those `tensors` copy), which the
+    /// engine verifies a publication against.
+    pub digest: WeightDigest,
 }
 
 enum Command {
@@ -175,6 +179,7 @@ fn serve(
                 let _ = reply.send(guarded("copying weights", || {
                     Ok(PolicyWeights {
                         version: learner.version(),
+                        digest: learner.policy_digest()?,
                         tensors: learner.policy_weights(),
                     })
                 }));
@@ -231,12 +236,13 @@ impl LearnerHandle {
         self.wait(rx, "the learner's weights").await?
     }
 
-    /// Sends the current policy to the engine (`update_weights(version, ..)`), so the next
-    /// turns sample from it; returns the version published.
+    /// Sends the current policy to the engine, verified against the learner's checksums
+    /// ([`EngineHandle::update_weights_verified`]), so the next turns sample from it; returns
+    /// the version published.
     pub async fn publish(&self, engine: &EngineHandle) -> Result<u64> {
         let weights = self.state_dict().await?;
         engine
-            .update_weights(weights.version, weights.tensors)
+            .update_weights_verified(weights.version, weights.tensors, weights.digest)
             .await?;
         Ok(weights.version)
     }

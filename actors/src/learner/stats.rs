@@ -77,6 +77,14 @@ pub struct UpdateStats {
     pub staleness_max: u64,
     /// Action tokens dropped for being older than `max_staleness`.
     pub stale_tokens_dropped: u64,
+    /// Decoupled PPO: mean importance weight `π_prox / π_behavior` over trained tokens
+    /// (capped tokens count 0); `None` with the standard objective.
+    #[serde(default)]
+    pub behavior_weight_mean: Option<f64>,
+    /// Decoupled PPO: KL(behavior || prox) over trained tokens (k1 estimate): how far off
+    /// the tokens' sampling policies are from the learner's (0 when all are fresh).
+    #[serde(default)]
+    pub behavior_kl: Option<f64>,
     /// Wall-clock seconds of the update.
     pub duration_seconds: f64,
     /// `tokens` times PPO epochs, per second of update: the learner's throughput.

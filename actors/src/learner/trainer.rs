@@ -22,6 +22,7 @@ use super::token_stats::{self, Positions};
 use crate::algo::{self, LossAgg};
 use crate::model::{LayerCheckpoints, PolicyModel, VALUE_HEAD};
 use crate::trajectory::Trajectory;
+use crate::weight_digest::WeightDigest;
 use crate::{Error, Result};
 
 /// The models a learner trains and reads.
@@ -56,6 +57,8 @@ struct Sums {
     approx_kl: f64,
     clip: f64,
     clip_lower: f64,
+    behavior_weight: f64,
+    behavior_kl: f64,
     value_loss: f64,
     value_clip: f64,
     grad_norm: f64,
@@ -72,6 +75,8 @@ impl Sums {
         self.approx_kl += step.approx_kl;
         self.clip += step.clip;
         self.clip_lower += step.clip_lower;
+        self.behavior_weight += step.behavior_weight;
+        self.behavior_kl += step.behavior_kl;
         self.value_loss += step.value_loss;
         self.value_clip += step.value_clip;
         self.grad_norm += step.grad_norm;
@@ -306,6 +311,20 @@ impl Learner {
         out
     }
 
+    /// Checksums of the policy's weights as [`Self::policy_weights`] copies them (same names,
+    /// same order), computed in place.
+    pub fn policy_digest(&self) -> Result<WeightDigest> {
+        let mut live: Vec<(String, Tensor)> = self
+            .policy
+            .var_store()
+            .variables()
+            .into_iter()
+            .filter(|(name, _)| !name.starts_with(VALUE_HEAD))
+            .collect();
+        live.sort_by(|a, b| a.0.cmp(&b.0));
+        WeightDigest::of(&live)
+    }
+
     /// The policy's weights as the optimizer trains them, in float32 and sorted by name
     /// (value head excluded): the master copies when the policy is stored in bfloat16,
     /// which [`Self::policy_weights`] gives rounded.
@@ -443,14 +462,16 @@ impl Learner {
 
     /// Rollout-time values and reference log-probabilities `[B, L]`, without grad, in the
     /// update's micro-batches.
-    fn prepass(&self, batch: &TrainBatch) -> (Option<Tensor>, Option<Tensor>) {
+    fn prepass(&self, batch: &TrainBatch) -> Prepass {
         let n = batch.rows();
         let want_ref = self.config.kl.is_some();
+        let want_prox = self.config.behavior_weight_cap.is_some();
         let all: Vec<i64> = (0..n).collect();
         let full = || Tensor::zeros([n, batch.cols()], (Kind::Float, batch.ids.device()));
         tch::no_grad(|| {
             let mut values: Option<Tensor> = None;
             let mut refs: Option<Tensor> = None;
+            let mut prox: Option<Tensor> = None;
             for micro in MicroBatching::of(&self.config).split(&all, &batch.lengths) {
                 let idx = Tensor::from_slice(&micro).to_device(batch.ids.device());
                 let mb = batch.select(&micro);
@@ -460,26 +481,36 @@ impl Learner {
                         .get_or_insert_with(full)
                         .index_copy_(0, &idx, &pad(v));
                 }
-                if let (true, Some(reference)) = (want_ref, &self.reference) {
-                    // Only action tokens carry a KL term.
-                    let positions = Positions::masked(&mb.action_mask, &Self::targets(&mb));
-                    let (hidden, _) = Self::hidden(reference, &mb, false);
+                // Only action tokens carry a KL term or an importance weight.
+                let positions = Positions::masked(&mb.action_mask, &Self::targets(&mb));
+                let logprobs = |model: &PolicyModel| {
+                    let (hidden, _) = Self::hidden(model, &mb, false);
                     let (logp, _) = token_stats::values(
-                        reference,
+                        model,
                         &positions.gather(&hidden),
                         &positions,
                         self.config.temperature,
                         self.chunk(),
                         false,
                     );
-                    let _ = refs.get_or_insert_with(full).index_copy_(
-                        0,
-                        &idx,
-                        &pad(positions.scatter(&logp)),
-                    );
+                    pad(positions.scatter(&logp))
+                };
+                if let (true, Some(reference)) = (want_ref, &self.reference) {
+                    let _ =
+                        refs.get_or_insert_with(full)
+                            .index_copy_(0, &idx, &logprobs(reference));
+                }
+                if want_prox {
+                    let _ =
+                        prox.get_or_insert_with(full)
+                            .index_copy_(0, &idx, &logprobs(&self.policy));
                 }
             }
-            (values, refs)
+            Prepass {
+                old_values: values,
+                ref_logprobs: refs,
+                prox_logprobs: prox,
+            }
         })
     }
 
@@ -557,7 +588,11 @@ impl Learner {
         stats.stale_tokens_dropped = staleness.dropped_tokens;
         stats.action_tokens = train_mask.sum(Kind::Int64).int64_value(&[]) as u64;
 
-        let (old_values, ref_logprobs) = self.prepass(&batch);
+        let Prepass {
+            old_values,
+            ref_logprobs,
+            prox_logprobs,
+        } = self.prepass(&batch);
         let mut rewards = batch.token_rewards.shallow_clone();
         let mut scores = Tensor::from_slice(&batch.scores)
             .to_kind(Kind::Float)
@@ -601,6 +636,7 @@ impl Learner {
             returns: returns.as_ref(),
             old_values: old_values.as_ref(),
             ref_logprobs: ref_logprobs.as_ref(),
+            prox_logprobs: prox_logprobs.as_ref(),
             suspect: &suspect,
             train_policy: !critic_warmup,
         };
@@ -629,6 +665,10 @@ impl Learner {
             }
         }
         stats.approx_kl = sums.approx_kl / m;
+        if self.config.behavior_weight_cap.is_some() && ctx.train_policy {
+            stats.behavior_weight_mean = Some(sums.behavior_weight / m);
+            stats.behavior_kl = Some(sums.behavior_kl / m);
+        }
         stats.clip_fraction = sums.clip / m;
         stats.clip_fraction_lower = sums.clip_lower / m;
         let applied = stats.optimizer_steps.max(1) as f64;
@@ -723,14 +763,31 @@ impl Learner {
                     .set_requires_grad(self.config.entropy_coef != 0.0);
                 let logp = positions.scatter(&logp_leaf);
                 let entropy = positions.scatter(&ent_leaf);
-                let pl = algo::ppo_policy_loss(
-                    &logp,
-                    &mb.old_logprobs,
-                    &rows_cut(ctx.advantages, &idx, cols),
-                    &mask,
-                    &self.config.clip,
-                    self.config.loss_agg,
-                )?;
+                let advantages = rows_cut(ctx.advantages, &idx, cols);
+                let pl = match (self.config.behavior_weight_cap, ctx.prox_logprobs) {
+                    (Some(cap), Some(prox)) => algo::decoupled_ppo_policy_loss(
+                        &logp,
+                        &rows_cut(prox, &idx, cols),
+                        &mb.old_logprobs,
+                        &advantages,
+                        &mask,
+                        &self.config.clip,
+                        cap,
+                        self.config.loss_agg,
+                    )?,
+                    _ => algo::ppo_policy_loss(
+                        &logp,
+                        &mb.old_logprobs,
+                        &advantages,
+                        &mask,
+                        &self.config.clip,
+                        self.config.loss_agg,
+                    )?,
+                };
+                if let (Some(weight), Some(kl)) = (&pl.behavior_weight, &pl.behavior_kl) {
+                    step.behavior_weight += w * weight.double_value(&[]);
+                    step.behavior_kl += w * kl.double_value(&[]);
+                }
                 let mut actor = pl.loss.shallow_clone();
                 if self.config.entropy_coef != 0.0 {
                     let ent = algo::agg_loss(&entropy, &mask, self.config.loss_agg)?;
@@ -874,6 +931,16 @@ impl Learner {
 }
 
 /// What every mini-batch of one update reads.
+/// What the no-grad pass before an update computes over the whole batch.
+struct Prepass {
+    /// The critic's values (estimators with a critic).
+    old_values: Option<Tensor>,
+    /// The reference's log-probabilities (with a KL term).
+    ref_logprobs: Option<Tensor>,
+    /// The policy's own log-probabilities before any step (decoupled PPO).
+    prox_logprobs: Option<Tensor>,
+}
+
 struct Prepared<'a> {
     batch: &'a TrainBatch,
     train_mask: &'a Tensor,
@@ -881,6 +948,8 @@ struct Prepared<'a> {
     returns: Option<&'a Tensor>,
     old_values: Option<&'a Tensor>,
     ref_logprobs: Option<&'a Tensor>,
+    /// Decoupled PPO: the policy's log-probabilities as the update began.
+    prox_logprobs: Option<&'a Tensor>,
     suspect: &'a [bool],
     train_policy: bool,
 }

@@ -226,17 +226,12 @@ async fn turn(state: &mut EpisodeState) -> Result<Option<String>, EpisodeError> 
     };
     let began = Instant::now();
     state.live.set(Stage::Generating);
-    let out = match tokio::time::timeout(config.generate_timeout, shared.engine.generate(request))
-        .await
-    {
-        Ok(out) => out?,
-        Err(_) => {
-            return Err(EpisodeError::Engine(crate::Error::Timeout {
-                what: "a generated turn (rollout.generate_timeout_secs)".into(),
-                after: config.generate_timeout,
-            }))
-        }
-    };
+    // One deadline for the whole turn (rollout.generate_timeout_secs): admission, queueing
+    // and decoding.
+    let out = shared
+        .engine
+        .generate_within(request, config.generate_timeout)
+        .await?;
     let generate_seconds = began.elapsed().as_secs_f64();
     let text = shared
         .renderer
