@@ -56,6 +56,9 @@ pub(crate) struct TrainBench {
     /// the longer stage, as it is on a real model).
     #[arg(long, default_value_t = 4)]
     slow_learner_concurrency: usize,
+    /// The device every run trains and samples on (`cpu`, `cuda`, `cuda:N`).
+    #[arg(long, default_value = "cpu")]
+    device: String,
     /// Where the runs go (default: a temporary directory, removed afterwards).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -324,7 +327,7 @@ fn config(
     format!(
         r#"[model]
 dir = "{model}"
-device = "cpu"
+device = "{device}"
 dtype = "float32"
 [env]
 name = "synthetic_multihop"
@@ -365,6 +368,7 @@ every = 0
 enabled = false
 "#,
         model = model.display(),
+        device = args.device,
         batch = args.batch_size,
         group = args.group_size,
     )
