@@ -637,6 +637,14 @@ fn describe_series() {
         "Turns whose tokens were sampled across a weight update."
     );
     describe_counter!(
+        "agent_r1_engine_abandoned_turns_total",
+        "Turns dropped because their caller stopped waiting (deadline passed, episode gone): never admitted, or taken out of the batch mid-decode."
+    );
+    describe_counter!(
+        "agent_r1_learner_failures_total",
+        "Learner failures reported by its supervisor (a panic inside an update); the run stops with the reason."
+    );
+    describe_counter!(
         "agent_r1_tool_calls_total",
         "Tool calls received by a tool pool, by tool."
     );
