@@ -543,11 +543,12 @@ impl Run {
         let stats = self.sampler.while_sampling(train).await??;
         let window = window.elapsed().as_secs_f64();
         let engine_after = self.engine.stats().await.ok();
-        let engine_idle = match (engine_before, engine_after) {
-            (Some(a), Some(b)) => b.idle_seconds - a.idle_seconds,
-            _ => f64::NAN,
-        };
-        metrics::histogram!("agent_r1_train_engine_idle_during_update_seconds").record(engine_idle);
+        let engine_idle = engine_before
+            .zip(engine_after)
+            .map(|(a, b)| b.idle_seconds - a.idle_seconds);
+        if let Some(idle) = engine_idle {
+            metrics::histogram!("agent_r1_train_engine_idle_during_update_seconds").record(idle);
+        }
         let publish = publish(
             self.learner.clone(),
             self.engine.clone(),
@@ -567,7 +568,7 @@ impl Run {
         let times = UpdateTimes {
             seconds: t0.elapsed().as_secs_f64(),
             learner_window: window,
-            engine_idle: Some(engine_idle).filter(|s| s.is_finite()),
+            engine_idle,
         };
         Ok((summary, stats, times))
     }

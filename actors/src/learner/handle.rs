@@ -18,6 +18,7 @@ use super::config::LearnerConfig;
 use super::stats::UpdateStats;
 use super::trainer::{Learner, LearnerModels};
 use crate::engine::EngineHandle;
+use crate::error::panic_message;
 use crate::trajectory::Trajectory;
 use crate::weight_digest::WeightDigest;
 use crate::{Error, Result};
@@ -114,7 +115,7 @@ pub fn spawn_learner_with(
                 Err(panic) => {
                     let _ = ready_tx.send(Err(Error::Other(format!(
                         "learner panicked while loading: {}",
-                        panic_message(&panic)
+                        panic_message(panic.as_ref())
                     ))));
                     return;
                 }
@@ -138,21 +139,13 @@ pub fn spawn_learner_with(
     ))
 }
 
-fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
-    panic
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "unknown panic".into())
-}
-
 /// Runs `f`, turning a panic (libtorch raises through tch as panics) into
 /// [`Error::Panicked`] naming `what`.
 fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
         Err(Error::Panicked {
             what: what.into(),
-            message: panic_message(&p),
+            message: panic_message(p.as_ref()),
         })
     })
 }

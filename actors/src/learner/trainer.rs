@@ -481,6 +481,10 @@ impl Learner {
                         .get_or_insert_with(full)
                         .index_copy_(0, &idx, &pad(v));
                 }
+                let with_ref = want_ref && self.reference.is_some();
+                if !with_ref && !want_prox {
+                    continue;
+                }
                 // Only action tokens carry a KL term or an importance weight.
                 let positions = Positions::masked(&mb.action_mask, &Self::targets(&mb));
                 let logprobs = |model: &PolicyModel| {
@@ -495,7 +499,7 @@ impl Learner {
                     );
                     pad(positions.scatter(&logp))
                 };
-                if let (true, Some(reference)) = (want_ref, &self.reference) {
+                if let (true, Some(reference)) = (with_ref, &self.reference) {
                     let _ =
                         refs.get_or_insert_with(full)
                             .index_copy_(0, &idx, &logprobs(reference));

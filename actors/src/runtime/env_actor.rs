@@ -16,6 +16,7 @@ use agent_r1_envs::task::Task;
 use agent_r1_envs::tool::{CallError, CallOutcome, ToolCall};
 
 use super::episode_error::{EnvStage, EpisodeError};
+use crate::error::panic_message;
 
 /// An env answer, or why the env could not give one.
 pub(crate) type EnvReply<T> = RpcReplyPort<Result<T, EpisodeError>>;
@@ -41,14 +42,6 @@ pub(crate) enum EnvMsg {
 /// The env actor.
 pub(crate) struct EnvActor;
 
-fn panic_message(panic: Box<dyn std::any::Any + Send>) -> String {
-    panic
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "unknown panic".into())
-}
-
 /// Runs `f` on the blocking pool and answers `reply`; a panic is answered, then fails the
 /// actor.
 async fn run<T: Send + 'static>(
@@ -65,7 +58,7 @@ async fn run<T: Send + 'static>(
         }
         Err(join) => {
             let reason = if join.is_panic() {
-                panic_message(join.into_panic())
+                panic_message(join.into_panic().as_ref())
             } else {
                 "the env call was cancelled".into()
             };
