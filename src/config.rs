@@ -26,6 +26,7 @@ use agent_r1_actors::algo::{KlKind, LossAgg, PpoClip};
 use agent_r1_actors::learner::{Estimator, KlConfig, KlPlacement, LearnerConfig};
 use agent_r1_actors::model::Placement;
 use agent_r1_actors::sft::SftConfig;
+use agent_r1_actors::stall::StallConfig;
 use agent_r1_envs::dataset::LoadOptions;
 use agent_r1_envs::envs::registry::EnvRegistry;
 use agent_r1_envs::synthetic::SyntheticConfig;
@@ -88,6 +89,12 @@ impl fmt::Display for ConfigError {
     }
 }
 
+/// Keys that moved, with where to: an old config gets told where the key went.
+const MOVED_KEYS: &[(&str, &str)] = &[
+    ("training.update_timeout_secs", "stall.learner_secs"),
+    ("training.publish_timeout_secs", "stall.publish_secs"),
+];
+
 /// Built-in training configs, `agent-r1 train --preset NAME`: the commented files in
 /// `examples/`, compiled in so that `make demo` needs no path.
 pub const PRESETS: &[(&str, &str)] = &[("demo", include_str!("../examples/demo.toml"))];
@@ -140,6 +147,9 @@ pub struct TrainConfig {
     /// Supervised warm start before RL (synthetic env only).
     #[serde(default)]
     pub warm_start: WarmStartSection,
+    /// The stall detector's deadline per stage.
+    #[serde(default)]
+    pub stall: StallConfig,
 }
 
 /// `[critic]`: the critic of the estimators that have one (`gae`, `step_gae`). By default it
@@ -531,10 +541,6 @@ pub struct TrainingSection {
     pub seed: u64,
     /// Where checkpoints, the preset model and logs go.
     pub run_dir: PathBuf,
-    /// Longest wait for one learner update, seconds; past it the run fails naming the update.
-    pub update_timeout_secs: f64,
-    /// Longest wait for the engine to take new weights, seconds; past it the run fails.
-    pub publish_timeout_secs: f64,
 }
 
 impl Default for TrainingSection {
@@ -548,8 +554,6 @@ impl Default for TrainingSection {
             behavior_weight_cap: 5.0,
             seed: 0,
             run_dir: PathBuf::from("runs/train"),
-            update_timeout_secs: 7200.0,
-            publish_timeout_secs: 600.0,
         }
     }
 }
@@ -692,7 +696,16 @@ impl TrainConfig {
         serde_path_to_error::deserialize(de).map_err(|e| {
             let key = e.path().to_string();
             let key = if key == "." { String::new() } else { key };
-            toml_error(text, &key, e.inner())
+            let mut error = toml_error(text, &key, e.inner());
+            let moved = MOVED_KEYS.iter().find(|(old, _)| {
+                let (section, field) = old.rsplit_once('.').unwrap_or(("", old));
+                (key == section || key == *old)
+                    && error.message.contains(&format!("unknown field `{field}`"))
+            });
+            if let Some((_, new)) = moved {
+                error.message = format!("{}; this key moved to `{new}`", error.message);
+            }
+            error
         })
     }
 
@@ -1162,9 +1175,10 @@ impl TrainConfig {
                 "0 to 10",
             ));
         }
+        if let Some((key, v, allowed)) = self.stall.invalid() {
+            return Err(ConfigError::range(key, v, allowed));
+        }
         for (key, v) in [
-            ("training.update_timeout_secs", t.update_timeout_secs),
-            ("training.publish_timeout_secs", t.publish_timeout_secs),
             (
                 "rollout.generate_timeout_secs",
                 self.rollout.generate_timeout_secs,

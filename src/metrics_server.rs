@@ -28,6 +28,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use crate::config::{ConfigError, MetricsSection};
 use crate::view::Site;
 use agent_r1_actors::runtime::LiveBoard;
+use agent_r1_actors::stall::StallDetector;
 
 /// Latency buckets (seconds) for every `*_seconds` histogram: tool calls, queue waits,
 /// engine steps, learner updates span sub-millisecond to minutes.
@@ -113,17 +114,33 @@ impl HttpServer {
 struct Routes {
     metrics: Option<PrometheusHandle>,
     ui: Option<Arc<Site>>,
-    progress: Option<(LiveBoard, Duration)>,
+    progress: Option<(Progress, Duration)>,
+}
+
+/// What `/healthz` watches in a training run: the live board's last activity, and the stall
+/// detector's stages.
+#[derive(Clone, Debug)]
+pub struct Progress {
+    /// Where episodes and the loop record activity.
+    pub board: LiveBoard,
+    /// The run's stages and their deadlines.
+    pub stalls: StallDetector,
 }
 
 impl Routes {
-    /// `/healthz`: 200 while something progressed within the stale limit, else 503 saying
-    /// for how long nothing has and what moved last.
+    /// `/healthz`: 503 naming each stalled stage while the stall detector reports any; else
+    /// 200 while something progressed within the stale limit, else 503 saying for how long
+    /// nothing has and what moved last.
     fn health(&self) -> (StatusCode, String) {
-        let Some((board, stale)) = &self.progress else {
+        let Some((progress, stale)) = &self.progress else {
             return (StatusCode::OK, "ok\n".into());
         };
-        let (idle, what) = board.idle();
+        let stalls = progress.stalls.current();
+        if !stalls.is_empty() {
+            let lines: String = stalls.iter().map(|s| format!("stalled: {s}\n")).collect();
+            return (StatusCode::SERVICE_UNAVAILABLE, lines);
+        }
+        let (idle, what) = progress.board.idle();
         if idle < *stale {
             (
                 StatusCode::OK,
@@ -200,11 +217,12 @@ pub fn serve_ui(addr: SocketAddr, site: Arc<Site>) -> Result<HttpServer, Metrics
 
 /// Installs the global recorder, describes the `agent_r1_*` series, and serves `/metrics`,
 /// `/healthz` and (with `ui`) the web UI at `section.address`. With `progress`, `/healthz`
-/// turns unhealthy when the board has not moved for `metrics.healthz_stale_secs`.
+/// turns unhealthy while a stage is stalled, or when the board has not moved for
+/// `metrics.healthz_stale_secs`.
 pub fn start(
     section: &MetricsSection,
     ui: Option<Arc<Site>>,
-    progress: Option<LiveBoard>,
+    progress: Option<Progress>,
 ) -> Result<MetricsServer, MetricsError> {
     section.validate()?;
     let (listener, addr) = bind(section.socket_addr()?)?;
@@ -226,8 +244,7 @@ pub fn start(
     let routes = Routes {
         metrics: Some(handle.clone()),
         ui,
-        progress: progress
-            .map(|board| (board, Duration::from_secs_f64(section.healthz_stale_secs))),
+        progress: progress.map(|p| (p, Duration::from_secs_f64(section.healthz_stale_secs))),
     };
     let http = spawn(listener, addr, routes, Limits::of(section))?;
     tracing::info!(%addr, "serving /metrics, /healthz and /ui");
@@ -641,6 +658,14 @@ fn describe_series() {
         "Turns dropped because their caller stopped waiting (deadline passed, episode gone): never admitted, or taken out of the batch mid-decode."
     );
     describe_counter!(
+        "agent_r1_stalls_total",
+        "Stalls reported by the stall detector: a stage (env, tool NAME, engine, learner, publication, checkpoint) whose work made no progress within its [stall] deadline."
+    );
+    describe_gauge!(
+        "agent_r1_stalled",
+        "1 while the stall detector finds the stage stalled, 0 once it makes progress again."
+    );
+    describe_counter!(
         "agent_r1_learner_failures_total",
         "Learner failures reported by its supervisor (a panic inside an update); the run stops with the reason."
     );
@@ -720,10 +745,17 @@ mod tests {
     fn healthz_turns_unhealthy_when_nothing_progressed_within_the_limit() {
         let board = LiveBoard::default();
         board.touch("update 3");
+        let stalls = StallDetector::new();
         let routes = |stale: Duration| Routes {
             metrics: None,
             ui: None,
-            progress: Some((board.clone(), stale)),
+            progress: Some((
+                Progress {
+                    board: board.clone(),
+                    stalls: stalls.clone(),
+                },
+                stale,
+            )),
         };
         let (status, text) = routes(Duration::from_secs(3600)).health();
         assert_eq!(status, StatusCode::OK);
@@ -735,6 +767,21 @@ mod tests {
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
         assert!(
             text.starts_with("stalled: no progress for") && text.contains("last: update 3"),
+            "{text}"
+        );
+        // A stage past its deadline makes /healthz unhealthy whatever else moved, naming it.
+        let learner = stalls.operations("learner", Duration::from_millis(1));
+        let _update = learner.start("update 4");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let _watchdog = stalls
+            .spawn_watchdog(move |s| tx.send(s.clone()).unwrap())
+            .unwrap();
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("the stall is reported");
+        let (status, text) = routes(Duration::from_secs(3600)).health();
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            text.starts_with("stalled: stuck stage: learner: update 4 made no progress"),
             "{text}"
         );
     }

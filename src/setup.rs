@@ -200,6 +200,7 @@ pub fn rollout_setup(
         restart: Default::default(),
         validate,
         live: Default::default(),
+        stall: None,
     })
 }
 

@@ -34,6 +34,7 @@
 //!
 //! Not yet: skipping prompts longer than `max_prompt_length`.
 
+pub mod faults;
 pub mod plot;
 pub mod records;
 mod sampler;
@@ -53,6 +54,7 @@ use agent_r1_actors::learner::{
 use agent_r1_actors::model::{Placement, PolicyModel};
 use agent_r1_actors::runtime::{run_rollout, LiveBoard, RolloutSetup, RolloutSummary};
 use agent_r1_actors::sft::SftConfig;
+use agent_r1_actors::stall::{Operations, StallWatch, Watchdog};
 use agent_r1_actors::tokenizer::HfTokenizer;
 use agent_r1_actors::trajectory::{Trajectory, TrajectoryWriter};
 use agent_r1_envs::dataset::load_many;
@@ -72,6 +74,7 @@ use crate::config::{FileCheck, TrainConfig, TrainMode};
 use crate::setup::{self, RolloutKnobs};
 use crate::view::Site;
 use crate::{memory, metrics_server};
+use faults::{BlockingTool, CallsTool, Faults, HangStage, HangingScorer};
 use records::{
     append_row, read_jsonl, read_rows, truncate_after, BatchSummary, EvalRow, UpdateRow,
 };
@@ -105,9 +108,8 @@ pub struct TrainArgs {
     pub out: Option<PathBuf>,
     /// Continue from the newest complete checkpoint even when the config says not to.
     pub resume: bool,
-    /// Fault injection for `bench train`: the learner sleeps this long at the start of every
-    /// update (a slow learner on purpose). `None` for real runs.
-    pub learner_delay: Option<Duration>,
+    /// Fault injection for tests and `bench train` (none for real runs).
+    pub faults: Faults,
 }
 
 /// Training episodes of each update written to `rollouts/` (a sample, not the batch).
@@ -312,6 +314,8 @@ struct Run {
     last_checkpoint: Option<u64>,
     last_eval: Option<u64>,
     started: Instant,
+    stall: StallWatch,
+    faults: Faults,
 }
 
 impl Run {
@@ -333,6 +337,10 @@ impl Run {
     /// Writes `checkpoints/step-K` (policy + critic, pending trajectories, the resolved
     /// config) atomically, then prunes old ones.
     async fn checkpoint(&mut self) -> anyhow::Result<PathBuf> {
+        let _writing = self
+            .stall
+            .checkpoint()
+            .start(format!("writing checkpoint step {}", self.step));
         let pending = checkpoint::begin(&self.run_dir, self.step)?;
         self.learner
             .save(
@@ -345,6 +353,16 @@ impl Run {
             .save_optimizer(pending.dir().join(OPTIMIZER_STATE))
             .await
             .context("saving the optimizer state into the checkpoint")?;
+        if let Some(delay) = self.faults.checkpoint_delay {
+            eprintln!(
+                "checkpoint step {}: writing (paused {delay:?}: fault injection)",
+                self.step
+            );
+            tokio::time::sleep(delay).await;
+        }
+        if self.faults.hangs(HangStage::Checkpoint) {
+            faults::hang_forever("a checkpoint write");
+        }
         let snapshot = self.sampler.snapshot();
         if !snapshot.pending.is_empty() {
             pending.write_jsonl(PENDING_TRAJECTORIES, &snapshot.pending)?;
@@ -464,6 +482,9 @@ impl Run {
             TrainMode::Async if self.fed_ahead => 0,
             TrainMode::Async => self.cfg.training.updates.saturating_sub(self.step),
         };
+        if self.faults.hangs(HangStage::Engine) {
+            self.engine.inject_hang()?;
+        }
         if updates_fed > 0 {
             let requeue = std::mem::take(&mut self.requeue);
             let held = self.sampler.complete_groups() as u64 + requeue.len() as u64;
@@ -528,15 +549,13 @@ impl Run {
         }
         let learner = self.learner.clone();
         let step = self.step + 1;
-        let limit = Duration::from_secs_f64(self.cfg.training.update_timeout_secs);
+        let updating = self.stall.learner().start(format!("update {step}"));
         let train = async move {
-            match tokio::time::timeout(limit, learner.update(batch)).await {
-                Ok(stats) => stats.with_context(|| format!("learner update {step}")),
-                Err(_) => anyhow::bail!(
-                    "stuck stage: the learner did not finish update {step} within {limit:?} \
-                     (training.update_timeout_secs)"
-                ),
-            }
+            let _updating = updating;
+            learner
+                .update(batch)
+                .await
+                .with_context(|| format!("learner update {step}"))
         };
         let engine_before = self.engine.stats().await.ok();
         let window = Instant::now();
@@ -549,10 +568,14 @@ impl Run {
         if let Some(idle) = engine_idle {
             metrics::histogram!("agent_r1_train_engine_idle_during_update_seconds").record(idle);
         }
+        if self.faults.hangs(HangStage::Publication) {
+            self.engine.inject_hang()?;
+        }
         let publish = publish(
             self.learner.clone(),
             self.engine.clone(),
-            self.cfg.training.publish_timeout_secs,
+            self.stall.publication(),
+            format!("the weights of update {step}"),
         );
         self.version = self.sampler.while_sampling(publish).await??;
         self.step += 1;
@@ -585,20 +608,19 @@ struct UpdateTimes {
     engine_idle: Option<f64>,
 }
 
-/// Publishes the learner's weights to the engine, within `training.publish_timeout_secs`.
+/// Publishes the learner's weights to the engine, on record as `what` in the stall
+/// detector's publication stage until it completes.
 async fn publish(
     learner: LearnerRef,
     engine: EngineHandle,
-    timeout_secs: f64,
+    stage: Operations,
+    what: String,
 ) -> anyhow::Result<u64> {
-    let limit = Duration::from_secs_f64(timeout_secs);
-    match tokio::time::timeout(limit, learner.publish(&engine)).await {
-        Ok(version) => version.context("publishing the new weights to the engine"),
-        Err(_) => anyhow::bail!(
-            "stuck stage: weight publication to the engine did not complete within {limit:?} \
-             (training.publish_timeout_secs)"
-        ),
-    }
+    let _publishing = stage.start(what);
+    learner
+        .publish(&engine)
+        .await
+        .context("publishing the new weights to the engine")
 }
 
 /// Runs `agent-r1 train`; returns the final summary (also printed as the last line).
@@ -619,14 +641,17 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
     let stop = Arc::new(AtomicBool::new(false));
     install_signal_handler(&rt, stop.clone());
     let live = LiveBoard::default();
-    let _metrics = serve_metrics(&cfg, &run_dir, &live)?;
+    let stall = StallWatch::new(cfg.stall.clone());
+    let _watchdog = start_watchdog(&stall)?;
+    let _metrics = serve_metrics(&cfg, &run_dir, &live, &stall)?;
     let resumed = resume_point(&cfg, &run_dir, args.resume)?;
     // The resolved config, for the web UI and for people reading the directory.
     let config_path = run_dir.join("config.toml");
     std::fs::write(&config_path, cfg.to_toml_string())
         .with_context(|| format!("{}: cannot write", config_path.display()))?;
-    let scenario = scenario(&cfg, &run_dir)?;
+    let mut scenario = scenario(&cfg, &run_dir)?;
     log_scenario(&cfg, &scenario);
+    inject_scenario_faults(&mut scenario, &args.faults)?;
     let base = base_model(
         &cfg,
         &run_dir,
@@ -652,14 +677,16 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
             .with_template_kwargs(cfg.model.chat_template_kwargs.clone())?,
     );
     let engine = start_engine(&cfg, &start.policy_dir, placement)?;
+    stall.engine(engine.stall_probe());
     let learner = rt.block_on(start_learner(
         &cfg,
         &start,
         &base.dir,
         placement,
-        args.learner_delay,
+        &args.faults,
     ))?;
-    let (train_setup, eval_setup) = rollout_setups(&cfg, &engine, &tokenizer, &scenario, &live)?;
+    let (train_setup, eval_setup) =
+        rollout_setups(&cfg, &engine, &tokenizer, &scenario, &live, &stall)?;
     let mut sampler = rt.block_on(Sampler::start(
         train_setup,
         TaskStream::new(scenario.train, cfg.training.seed),
@@ -688,6 +715,8 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
         learner,
         eval_setup,
         started,
+        stall,
+        faults: args.faults.clone(),
     };
     let outcome = rt.block_on(train_loop(&mut run, start.resumed_step.is_some()));
     let sampled = rt.block_on(run.sampler.finish());
@@ -716,6 +745,7 @@ fn serve_metrics(
     cfg: &TrainConfig,
     run_dir: &Path,
     live: &LiveBoard,
+    stall: &StallWatch,
 ) -> anyhow::Result<Option<metrics_server::MetricsServer>> {
     if !cfg.metrics.enabled {
         return Ok(None);
@@ -725,12 +755,55 @@ fn serve_metrics(
     } else {
         None
     };
-    let server = metrics_server::start(&cfg.metrics, site, Some(live.clone()))?;
+    let progress = metrics_server::Progress {
+        board: live.clone(),
+        stalls: stall.detector.clone(),
+    };
+    let server = metrics_server::start(&cfg.metrics, site, Some(progress))?;
     eprintln!("metrics: http://{}/metrics", server.local_addr());
     if cfg.metrics.ui {
         eprintln!("web UI: http://{}/ui", server.local_addr());
     }
     Ok(Some(server))
+}
+
+/// The exit code of a run failed by the stall detector.
+pub const STALL_EXIT_CODE: i32 = 3;
+
+/// Starts the stall detector's watchdog. With `stall.fail_run`, the first stall ends the
+/// process with its diagnosis and [`STALL_EXIT_CODE`]: a stuck stage may hold the threads a
+/// graceful stop would need, and the newest checkpoint is where a resume continues.
+fn start_watchdog(stall: &StallWatch) -> anyhow::Result<Watchdog> {
+    let fail_run = stall.config.fail_run;
+    stall
+        .detector
+        .spawn_watchdog(move |s| {
+            if fail_run {
+                eprintln!("the run fails: {s} (stall.fail_run = true)");
+                std::process::exit(STALL_EXIT_CODE);
+            }
+        })
+        .context("starting the stall detector's watchdog thread")
+}
+
+/// Applies the env and tool faults a test asked for (see [`faults`]).
+fn inject_scenario_faults(scenario: &mut Scenario, faults: &Faults) -> anyhow::Result<()> {
+    if faults.hangs(HangStage::Env) {
+        scenario.env = Arc::new(HangingScorer(scenario.env.clone()));
+    }
+    if faults.hangs(HangStage::Tool) {
+        let first = scenario
+            .tools
+            .first_mut()
+            .context("--inject-hang tool needs a [tools.NAME] table")?;
+        let name = first.name().to_string();
+        *first = Arc::new(BlockingTool(first.clone()));
+        scenario.env = Arc::new(CallsTool {
+            inner: scenario.env.clone(),
+            tool: name,
+        });
+    }
+    Ok(())
 }
 
 /// The newest complete checkpoint when resuming is allowed; an error when checkpoints exist
@@ -1022,14 +1095,14 @@ fn start_engine(
 }
 
 /// The supervised learner over the start policy (a critic and a KL reference when the
-/// config needs them), its optimizer state restored on a resume. `learner_delay` slows every
-/// update on purpose (fault injection for `bench train`).
+/// config needs them), its optimizer state restored on a resume. `faults` may slow every
+/// update or hang the first (fault injection for `bench train` and tests).
 async fn start_learner(
     cfg: &TrainConfig,
     start: &StartPoint,
     reference_dir: &Path,
     placement: Placement,
-    learner_delay: Option<Duration>,
+    faults: &Faults,
 ) -> anyhow::Result<LearnerRef> {
     let seed = cfg.training.seed;
     let mut config = cfg.learner_config();
@@ -1073,8 +1146,18 @@ async fn start_learner(
             reference,
         })
     };
-    let before_update: Option<BeforeUpdate> =
-        learner_delay.map(|delay| Arc::new(move |_| std::thread::sleep(delay)) as BeforeUpdate);
+    let delay = faults.learner_delay;
+    let hang = faults.hangs(HangStage::Learner);
+    let before_update: Option<BeforeUpdate> = (delay.is_some() || hang).then(|| {
+        Arc::new(move |_| {
+            if hang {
+                faults::hang_forever("a learner update");
+            }
+            if let Some(delay) = delay {
+                std::thread::sleep(delay);
+            }
+        }) as BeforeUpdate
+    });
     let learner = LearnerRef::spawn(LearnerStart {
         before_update,
         ..LearnerStart::new(load, config)
@@ -1099,6 +1182,7 @@ fn rollout_setups(
     tokenizer: &Arc<HfTokenizer>,
     scenario: &Scenario,
     live: &LiveBoard,
+    stall: &StallWatch,
 ) -> anyhow::Result<(RolloutSetup, RolloutSetup)> {
     let r = &cfg.rollout;
     let knobs = RolloutKnobs {
@@ -1122,6 +1206,7 @@ fn rollout_setups(
             knobs,
         )?;
         setup.live = live.clone();
+        setup.stall = Some(stall.clone());
         setup.episode.generate_timeout = Duration::from_secs_f64(r.generate_timeout_secs);
         setup.episode.tool_queue_timeout = Duration::from_secs_f64(r.tool_queue_timeout_secs);
         setup.episode.env_timeout = Duration::from_secs_f64(r.env_timeout_secs);
@@ -1231,7 +1316,8 @@ async fn train_loop(run: &mut Run, resumed: bool) -> anyhow::Result<bool> {
     run.version = publish(
         run.learner.clone(),
         run.engine.clone(),
-        run.cfg.training.publish_timeout_secs,
+        run.stall.publication(),
+        "the start weights".into(),
     )
     .await?;
     let updates = run.cfg.training.updates;

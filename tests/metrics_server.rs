@@ -6,7 +6,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use agent_r1::config::MetricsSection;
-use agent_r1::metrics_server::{start, MetricsError};
+use agent_r1::metrics_server::{start, MetricsError, Progress};
 
 /// GET `path`, returning the status code and body.
 fn get(addr: SocketAddr, path: &str) -> (u16, String) {
@@ -46,7 +46,10 @@ fn serves_metrics_and_healthz_on_a_free_port() {
             ui: false,
         },
         None,
-        Some(board.clone()),
+        Some(Progress {
+            board: board.clone(),
+            stalls: Default::default(),
+        }),
     )
     .unwrap();
     let addr = server.local_addr();

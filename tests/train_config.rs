@@ -191,15 +191,20 @@ fn every_wait_is_configurable_and_bounded() {
     let base = "[model]\npreset = \"tiny\"\n[env]\nname = \"synthetic_multihop\"\n";
     let ok = TrainConfig::from_toml_str(&format!(
         "{base}[rollout]\ngenerate_timeout_secs = 30\ntool_queue_timeout_secs = 5\n\
-         [training]\nupdate_timeout_secs = 60\npublish_timeout_secs = 10\n[checkpoint]\nretries = 0\n"
+         [stall]\nlearner_secs = 60\npublish_secs = 10\nenv_secs = 5\ntool_secs = 5\n\
+         engine_secs = 5\ncheckpoint_secs = 30\nfail_run = false\n[checkpoint]\nretries = 0\n"
     ))
     .unwrap();
     ok.validate(FileCheck::Skip).unwrap();
     for (section, key, value) in [
         ("rollout", "generate_timeout_secs", "0"),
         ("rollout", "tool_queue_timeout_secs", "-1"),
-        ("training", "update_timeout_secs", "1e30"),
-        ("training", "publish_timeout_secs", "nan"),
+        ("stall", "learner_secs", "1e30"),
+        ("stall", "publish_secs", "nan"),
+        ("stall", "env_secs", "0"),
+        ("stall", "tool_secs", "-3"),
+        ("stall", "engine_secs", "inf"),
+        ("stall", "checkpoint_secs", "1e9"),
         ("checkpoint", "retries", "11"),
     ] {
         let cfg =
@@ -210,4 +215,9 @@ fn every_wait_is_configurable_and_bounded() {
             "{section}.{key} = {value}: {e}"
         );
     }
+    // A key that moved says where to.
+    let e = TrainConfig::from_toml_str(&format!("{base}[training]\nupdate_timeout_secs = 60\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("moved to `stall.learner_secs`"), "{e}");
 }

@@ -5,17 +5,14 @@
 //! checkpoint with the same step count; a SIGTERM during a (long) warm start ends the process
 //! cleanly at the next step.
 
-use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_agent-r1");
-/// The most any one phase of a test may take.
-const PHASE_TIMEOUT: Duration = Duration::from_secs(90);
+#[path = "support/trainer.rs"]
+mod trainer;
+
+use trainer::{http_get, Trainer};
 
 fn config(dir: &Path, updates: u64, batch: usize, concurrency: usize, every: u64) -> PathBuf {
     let text = format!(
@@ -76,101 +73,6 @@ address = "127.0.0.1:0"
     path
 }
 
-/// A running `agent-r1 train` whose stderr lines arrive on a channel.
-struct Trainer {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-    log: Vec<String>,
-}
-
-impl Trainer {
-    fn start(config: &Path, out: &Path, resume: bool) -> Self {
-        let mut cmd = Command::new(BIN);
-        cmd.arg("train")
-            .arg("--config")
-            .arg(config)
-            .arg("--out")
-            .arg(out)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .env("AGENT_R1_LOG", "warn");
-        if resume {
-            cmd.arg("--resume");
-        }
-        let mut child = cmd.spawn().expect("starting agent-r1 train");
-        let stderr = child.stderr.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Self {
-            child,
-            lines,
-            log: Vec::new(),
-        }
-    }
-
-    /// Waits for a stderr line satisfying `pred` and returns it.
-    fn wait_line(&mut self, pred: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + PHASE_TIMEOUT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) => {
-                    self.log.push(line.clone());
-                    if pred(&line) {
-                        return line;
-                    }
-                }
-                Err(_) => panic!(
-                    "no matching line within {PHASE_TIMEOUT:?}; log so far:\n{}",
-                    self.log.join("\n")
-                ),
-            }
-        }
-    }
-
-    /// Waits for exit (bounded) and returns (code, stdout, the whole stderr).
-    fn finish(mut self) -> (Option<i32>, String, String) {
-        let deadline = Instant::now() + PHASE_TIMEOUT;
-        let status = loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                break s;
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                panic!("train did not exit; log:\n{}", self.log.join("\n"));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let mut out = String::new();
-        self.child
-            .stdout
-            .take()
-            .unwrap()
-            .read_to_string(&mut out)
-            .unwrap();
-        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(2)) {
-            self.log.push(line);
-        }
-        (status.code(), out, self.log.join("\n"))
-    }
-
-    fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .arg(format!("-{sig}"))
-            .arg(self.child.id().to_string())
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill -{sig} failed");
-    }
-}
-
 fn jsonl(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
@@ -191,16 +93,6 @@ fn manifest(run: &Path, step: u64) -> Value {
     let text = std::fs::read_to_string(run.join(format!("checkpoints/step-{step}/manifest.json")))
         .unwrap();
     serde_json::from_str(&text).unwrap()
-}
-
-/// GET `path` from `addr` with a plain HTTP/1.0 request (bounded by timeouts).
-fn http_get(addr: &str, path: &str) -> String {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
-    let mut body = String::new();
-    let _ = s.read_to_string(&mut body);
-    body
 }
 
 #[test]

@@ -25,6 +25,7 @@ use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 
 use crate::model::generate::FinishReason;
 use crate::model::{PolicyModel, SamplingParams};
+use crate::stall::{Heartbeat, Probe, Stuck};
 use crate::tokenizer::HfTokenizer;
 use crate::weight_digest::WeightDigest;
 use crate::{Error, Result};
@@ -211,6 +212,8 @@ pub(crate) enum Command {
         reply: oneshot::Sender<Result<()>>,
     },
     Stats(oneshot::Sender<EngineStats>),
+    /// Fault injection: the thread stops stepping (it blocks until the process exits).
+    Hang,
     Shutdown,
 }
 
@@ -220,6 +223,9 @@ pub struct EngineHandle {
     tx: crossbeam::channel::Sender<Command>,
     permits: Arc<Semaphore>,
     config: Arc<EngineConfig>,
+    /// Beaten by the engine thread every time round its loop (every step, and every 100 ms
+    /// when idle).
+    heartbeat: Arc<Heartbeat>,
 }
 
 impl std::fmt::Debug for EngineHandle {
@@ -247,9 +253,11 @@ pub fn spawn_engine(
     let (tx, rx) = crossbeam::channel::bounded(config.max_pending + 64);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let worker_config = config.clone();
+    let heartbeat = Arc::new(Heartbeat::default());
+    let beats = heartbeat.clone();
     let join = std::thread::Builder::new()
         .name("agent-r1-engine".into())
-        .spawn(move || worker::run(load, tokenizer, worker_config, rx, ready_tx))
+        .spawn(move || worker::run(load, tokenizer, worker_config, rx, ready_tx, beats))
         .map_err(|e| Error::EngineStopped(format!("cannot start the engine thread: {e}")))?;
     match ready_rx.recv() {
         Ok(Ok(())) => {}
@@ -264,6 +272,7 @@ pub fn spawn_engine(
         tx,
         permits: Arc::new(Semaphore::new(config.max_pending)),
         config: Arc::new(config),
+        heartbeat,
     };
     Ok((handle, join))
 }
@@ -324,6 +333,19 @@ impl EngineHandle {
     /// Turns accepted and not yet answered (queued or running).
     pub fn pending(&self) -> usize {
         self.config.max_pending - self.permits.available_permits()
+    }
+
+    /// The engine as a stall detector's stage: stuck while turns are waiting (queued or
+    /// running) and the engine thread has not gone round its loop since.
+    pub fn stall_probe(&self) -> Arc<dyn Probe> {
+        Arc::new(EngineProbe(self.clone()))
+    }
+
+    /// Fault injection (tests, `train --inject-hang engine`): the engine thread stops
+    /// stepping for good, as a hung kernel or a deadlock would leave it.
+    #[doc(hidden)]
+    pub fn inject_hang(&self) -> Result<()> {
+        self.send_control(Command::Hang)
     }
 
     /// Drops an episode's parked KV (call when the episode ends).
@@ -402,5 +424,17 @@ impl EngineHandle {
         self.tx
             .send_timeout(command, Duration::from_secs(60))
             .map_err(|_| Error::EngineStopped("engine thread is not accepting commands".into()))
+    }
+}
+
+struct EngineProbe(EngineHandle);
+
+impl Probe for EngineProbe {
+    fn stuck(&self, _now: Instant) -> Option<Stuck> {
+        let waiting = self.0.pending();
+        (waiting > 0).then(|| Stuck {
+            item: format!("the decode loop ({waiting} turns waiting)"),
+            since: self.0.heartbeat.last(),
+        })
     }
 }

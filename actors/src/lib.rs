@@ -14,6 +14,7 @@ pub mod memory_plan;
 pub mod model;
 pub mod runtime;
 pub mod sft;
+pub mod stall;
 pub mod tiny_tokenizer;
 pub mod tokenizer;
 pub mod trajectory;

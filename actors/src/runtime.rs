@@ -46,6 +46,7 @@ pub use tool_pool::{RestartPolicy, ToolPool, ToolPoolMsg, ToolPoolStats};
 
 use crate::engine::EngineHandle;
 use crate::model::SamplingParams;
+use crate::stall::StallWatch;
 use crate::trajectory::Trajectory;
 use crate::Result;
 
@@ -109,6 +110,8 @@ pub struct RolloutSetup {
     pub validate: ArgValidator,
     /// Where episodes show what they are doing (the web UI's live page).
     pub live: LiveBoard,
+    /// Where env and tool calls are recorded for the stall detector (`None`: not watched).
+    pub stall: Option<StallWatch>,
 }
 
 /// Counters of a finished rollout.

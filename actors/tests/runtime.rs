@@ -218,6 +218,7 @@ fn setup(
         restart: Default::default(),
         validate: Arc::new(|_, _| Ok(())),
         live: Default::default(),
+        stall: None,
     }
 }
 

@@ -231,6 +231,7 @@ fn run_family(style: TokenizerStyle, family: &str, format: ToolCallFormat) {
         restart: Default::default(),
         validate: Arc::new(|_, _| Ok(())),
         live: Default::default(),
+        stall: None,
     };
     let trajectory = rollout(setup);
 

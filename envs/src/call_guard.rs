@@ -33,8 +33,22 @@ pub fn check_call<'a>(
 /// is aborted and becomes [`CallError::Timeout`]. Does not validate arguments (see
 /// [`execute`]).
 pub async fn run_guarded(tool: Arc<dyn Tool>, arguments: Value) -> Result<ToolOutput, CallError> {
+    run_guarded_holding(tool, arguments, ()).await
+}
+
+/// [`run_guarded`], with `held` kept by the call's own task until that task ends: past the
+/// timeout when the tool's code does not yield (a tool that blocks its thread cannot be
+/// aborted), so a stall detector's record of the call outlives the answer to the caller.
+pub async fn run_guarded_holding<H: Send + 'static>(
+    tool: Arc<dyn Tool>,
+    arguments: Value,
+    held: H,
+) -> Result<ToolOutput, CallError> {
     let limit = tool.timeout();
-    let mut task = tokio::spawn(async move { tool.call(arguments).await });
+    let mut task = tokio::spawn(async move {
+        let _held = held;
+        tool.call(arguments).await
+    });
     match tokio::time::timeout(limit, &mut task).await {
         Err(_) => {
             task.abort();

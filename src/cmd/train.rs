@@ -3,6 +3,9 @@
 
 use std::path::PathBuf;
 
+use std::time::Duration;
+
+use agent_r1::train::faults::{Faults, HangStage};
 use agent_r1::train::{self, ConfigSource, TrainArgs};
 
 /// Flags of `agent-r1 train`.
@@ -25,6 +28,14 @@ pub(crate) struct TrainCmdArgs {
     /// start of every update.
     #[arg(long, hide = true)]
     learner_delay_ms: Option<u64>,
+    /// Fault injection for tests: every checkpoint write pauses this many milliseconds
+    /// before it commits.
+    #[arg(long, hide = true)]
+    checkpoint_delay_ms: Option<u64>,
+    /// Fault injection for the stall detector's tests: this stage hangs for good (env, tool,
+    /// engine, learner, publication, checkpoint).
+    #[arg(long, hide = true)]
+    inject_hang: Option<HangStage>,
 }
 
 pub(crate) fn run(args: TrainCmdArgs) -> anyhow::Result<()> {
@@ -37,7 +48,11 @@ pub(crate) fn run(args: TrainCmdArgs) -> anyhow::Result<()> {
         config: source,
         out: args.out,
         resume: args.resume,
-        learner_delay: args.learner_delay_ms.map(std::time::Duration::from_millis),
+        faults: Faults {
+            learner_delay: args.learner_delay_ms.map(Duration::from_millis),
+            checkpoint_delay: args.checkpoint_delay_ms.map(Duration::from_millis),
+            hang: args.inject_hang,
+        },
     })?;
     println!("{}", train::summary_table(&summary));
     println!("{summary}");

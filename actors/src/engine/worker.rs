@@ -15,6 +15,7 @@ use super::{Command, EngineConfig, EngineStats, TurnOutput, TurnRequest};
 use crate::model::generate::FinishReason;
 use crate::model::sampling::{sample_with_draws, token_draw};
 use crate::model::{PolicyModel, SamplingParams};
+use crate::stall::Heartbeat;
 use crate::tokenizer::HfTokenizer;
 use crate::weight_digest::{TensorDigest, WeightDigest};
 use crate::{Error, Result};
@@ -144,6 +145,7 @@ pub(super) fn run(
     config: EngineConfig,
     rx: Receiver<Command>,
     ready: std::sync::mpsc::Sender<Result<()>>,
+    heartbeat: Arc<Heartbeat>,
 ) {
     tch::manual_seed(config.seed);
     let model = match load() {
@@ -206,7 +208,9 @@ pub(super) fn run(
     };
     worker.stats.slot_bytes = worker.slots.bytes_allocated() as u64;
     let _ = ready.send(Ok(()));
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| worker.serve(&rx)));
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        worker.serve(&rx, &heartbeat)
+    }));
     let reason = match outcome {
         Ok(Ok(())) => "engine shut down".to_string(),
         Ok(Err(e)) => format!("engine failed: {e}"),
@@ -233,8 +237,9 @@ pub(super) fn run(
 }
 
 impl Worker {
-    fn serve(&mut self, rx: &Receiver<Command>) -> Result<()> {
+    fn serve(&mut self, rx: &Receiver<Command>, heartbeat: &Heartbeat) -> Result<()> {
         loop {
+            heartbeat.beat();
             if self.running.is_empty() && self.waiting.is_empty() {
                 let waited = Instant::now();
                 let received = rx.recv_timeout(Duration::from_millis(100));
@@ -288,6 +293,12 @@ impl Worker {
             }
             Command::Stats(reply) => {
                 let _ = reply.send(self.snapshot());
+            }
+            Command::Hang => {
+                tracing::warn!("fault injection: the engine thread stops stepping");
+                loop {
+                    std::thread::park();
+                }
             }
             Command::Shutdown => return Ok(false),
         }

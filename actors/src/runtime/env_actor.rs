@@ -17,6 +17,7 @@ use agent_r1_envs::tool::{CallError, CallOutcome, ToolCall};
 
 use super::episode_error::{EnvStage, EpisodeError};
 use crate::error::panic_message;
+use crate::stall::Operations;
 
 /// An env answer, or why the env could not give one.
 pub(crate) type EnvReply<T> = RpcReplyPort<Result<T, EpisodeError>>;
@@ -42,16 +43,35 @@ pub(crate) enum EnvMsg {
 /// The env actor.
 pub(crate) struct EnvActor;
 
+/// The env actor's state: its episode's env, and where its calls are recorded for the stall
+/// detector.
+pub(crate) struct EnvState {
+    pub(crate) env: Arc<dyn Env>,
+    pub(crate) episode_id: u64,
+    pub(crate) stall: Option<Operations>,
+}
+
 /// Runs `f` on the blocking pool and answers `reply`; a panic is answered, then fails the
 /// actor.
 async fn run<T: Send + 'static>(
-    env: &Arc<dyn Env>,
+    state: &EnvState,
     stage: EnvStage,
     reply: EnvReply<T>,
     f: impl FnOnce(&dyn Env) -> Result<T, String> + Send + 'static,
 ) -> Result<(), ActorProcessingErr> {
-    let env = env.clone();
-    match tokio::task::spawn_blocking(move || f(env.as_ref())).await {
+    let env = state.env.clone();
+    // Held by the blocking call itself: an env call that never returns stays on record
+    // after the episode stopped waiting for it.
+    let running = state
+        .stall
+        .as_ref()
+        .map(|ops| ops.start(format!("episode {}: {stage}", state.episode_id)));
+    match tokio::task::spawn_blocking(move || {
+        let _running = running;
+        f(env.as_ref())
+    })
+    .await
+    {
         Ok(result) => {
             let _ = reply.send(result.map_err(|reason| EpisodeError::Env { stage, reason }));
             Ok(())
@@ -73,15 +93,15 @@ async fn run<T: Send + 'static>(
 
 impl Actor for EnvActor {
     type Msg = EnvMsg;
-    type State = Arc<dyn Env>;
-    type Arguments = Arc<dyn Env>;
+    type State = EnvState;
+    type Arguments = EnvState;
 
     async fn pre_start(
         &self,
         _myself: ActorRef<Self::Msg>,
-        env: Arc<dyn Env>,
+        state: EnvState,
     ) -> Result<Self::State, ActorProcessingErr> {
-        Ok(env)
+        Ok(state)
     }
 
     async fn handle(

@@ -20,7 +20,7 @@ use agent_r1_envs::message::Message;
 use agent_r1_envs::task::Task;
 use agent_r1_envs::tool::{CallError, CallOutcome, ToolCall};
 
-use super::env_actor::{EnvActor, EnvMsg, EnvReply};
+use super::env_actor::{EnvActor, EnvMsg, EnvReply, EnvState};
 use super::env_source::EnvSource;
 use super::episode_error::{EnvStage, EpisodeError};
 use super::live::{LiveBoard, LiveEntry, Stage};
@@ -28,6 +28,7 @@ use super::render::TurnRenderer;
 use super::tool_pool::ToolPoolMsg;
 use super::EpisodeConfig;
 use crate::engine::{EngineHandle, TurnRequest};
+use crate::stall::StallWatch;
 use crate::trajectory::{EpisodeEnd, Step, Trajectory};
 
 /// The stop reason of an episode that delivered its trajectory.
@@ -42,6 +43,7 @@ pub(crate) struct Shared {
     pub(crate) config: EpisodeConfig,
     pub(crate) live: LiveBoard,
     pub(crate) sink: mpsc::Sender<Trajectory>,
+    pub(crate) stall: Option<StallWatch>,
 }
 
 /// Arguments of an episode.
@@ -182,6 +184,11 @@ async fn start(
         stage: EnvStage::Build,
         reason: e.to_string(),
     })?;
+    let env = EnvState {
+        env,
+        episode_id: state.args.episode_id,
+        stall: shared.stall.as_ref().map(StallWatch::env),
+    };
     let (env, _) = Actor::spawn_linked(None, EnvActor, env, myself.get_cell())
         .await
         .map_err(|e| EpisodeError::Actor(format!("spawning the env actor: {e}")))?;

@@ -73,6 +73,7 @@ impl RolloutService {
                 queue_capacity: setup.tool_queue_capacity,
                 restart: setup.restart.clone(),
                 validate: setup.validate.clone(),
+                stall: setup.stall.as_ref().map(|w| w.tool(tool.name())),
             };
             let (pool, join) = Actor::spawn(None, ToolPool, args)
                 .await
@@ -88,6 +89,7 @@ impl RolloutService {
             config: setup.episode,
             live: setup.live,
             sink,
+            stall: setup.stall,
         });
         let concurrency = setup.concurrency.max(1);
         // One task waits in the channel: the feeder takes tasks as slots free up, and a

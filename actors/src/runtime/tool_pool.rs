@@ -12,8 +12,11 @@ use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 
-use agent_r1_envs::call_guard::run_guarded;
+use agent_r1_envs::call_guard::run_guarded_holding;
 use agent_r1_envs::tool::{CallError, CallOutcome, Tool, ToolCall};
+use serde_json::Value;
+
+use crate::stall::Operations;
 
 /// Restart limits of a pool's workers.
 #[derive(Debug, Clone, PartialEq)]
@@ -73,6 +76,8 @@ pub struct ToolPoolArgs {
     pub restart: RestartPolicy,
     /// Validates arguments before a call is queued (the schema check of the envs crate).
     pub validate: super::ArgValidator,
+    /// Where running calls are recorded for the stall detector (`None`: not watched).
+    pub stall: Option<Operations>,
 }
 
 /// The `kind` labels of `agent_r1_tool_errors_total` for calls that reached a pool (the
@@ -100,6 +105,7 @@ pub struct ToolPoolState {
     restart: RestartPolicy,
     failures: VecDeque<Instant>,
     stats: ToolPoolStats,
+    stall: Option<Operations>,
 }
 
 impl Actor for ToolPool {
@@ -124,7 +130,7 @@ impl Actor for ToolPool {
         metrics::gauge!("agent_r1_tool_queue_depth", "tool" => name).set(0.0);
         let mut idle = Vec::new();
         for _ in 0..args.tool.max_concurrency().max(1) {
-            idle.push(spawn_worker(&myself, &args.tool).await?);
+            idle.push(spawn_worker(&myself, &args.tool, &args.stall).await?);
         }
         Ok(ToolPoolState {
             tool: args.tool,
@@ -136,6 +142,7 @@ impl Actor for ToolPool {
             restart: args.restart,
             failures: VecDeque::new(),
             stats: ToolPoolStats::default(),
+            stall: args.stall,
         })
     }
 
@@ -179,7 +186,7 @@ impl Actor for ToolPool {
                 dispatch(state);
             }
             ToolPoolMsg::Respawn => {
-                let worker = spawn_worker(&myself, &state.tool).await?;
+                let worker = spawn_worker(&myself, &state.tool, &state.stall).await?;
                 state.idle.push(worker);
                 dispatch(state);
             }
@@ -297,15 +304,26 @@ fn record_error(tool: &str, e: &CallError) {
 async fn spawn_worker(
     pool: &ActorRef<ToolPoolMsg>,
     tool: &Arc<dyn Tool>,
+    stall: &Option<Operations>,
 ) -> Result<ActorRef<WorkerMsg>, ActorProcessingErr> {
     let (worker, _) = Actor::spawn_linked(
         None,
         ToolWorker,
-        (tool.clone(), pool.clone()),
+        (tool.clone(), pool.clone(), stall.clone()),
         pool.get_cell(),
     )
     .await?;
     Ok(worker)
+}
+
+/// `search {"query": "..."}`, cut to a readable length.
+fn describe_call(name: &str, arguments: &Value) -> String {
+    const MAX: usize = 120;
+    let args = arguments.to_string();
+    match args.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("{name} {}...", &args[..cut]),
+        None => format!("{name} {args}"),
+    }
 }
 
 /// A worker's message: run one call.
@@ -320,8 +338,8 @@ pub(crate) struct ToolWorker;
 
 impl Actor for ToolWorker {
     type Msg = WorkerMsg;
-    type State = (Arc<dyn Tool>, ActorRef<ToolPoolMsg>);
-    type Arguments = (Arc<dyn Tool>, ActorRef<ToolPoolMsg>);
+    type State = (Arc<dyn Tool>, ActorRef<ToolPoolMsg>, Option<Operations>);
+    type Arguments = (Arc<dyn Tool>, ActorRef<ToolPoolMsg>, Option<Operations>);
 
     async fn pre_start(
         &self,
@@ -338,10 +356,15 @@ impl Actor for ToolWorker {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         let WorkerMsg::Run(call, reply, queued) = message;
-        let (tool, pool) = state;
+        let (tool, pool, stall) = state;
         let name = tool.name().to_string();
         let started = Instant::now();
-        let result = run_guarded(tool.clone(), call.arguments).await;
+        // Held by the call's own task: a call that blocks its thread stays on record after
+        // its timeout answered the episode.
+        let running = stall
+            .as_ref()
+            .map(|ops| ops.start(format!("call {}", describe_call(&name, &call.arguments))));
+        let result = run_guarded_holding(tool.clone(), call.arguments, running).await;
         let latency = started.elapsed();
         metrics::histogram!("agent_r1_tool_call_duration_seconds", "tool" => name.clone())
             .record(latency.as_secs_f64());
@@ -422,6 +445,7 @@ mod tests {
                 queue_capacity: 8,
                 restart: RestartPolicy::default(),
                 validate: Arc::new(|_: &dyn Tool, _: &Value| Ok(())),
+                stall: None,
             },
         )
         .await

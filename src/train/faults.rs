@@ -1,0 +1,209 @@
+//! Fault injection for tests and benchmarks, through hidden `train` flags: a slowed learner
+//! (`bench train`), a slowed checkpoint write (so a `kill -9` can land inside one), and one
+//! stage that hangs for good (the stall detector's tests). Test doubles, by design; a real
+//! run has none of them.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_r1_envs::env::{Env, Score, TurnOutcome};
+use agent_r1_envs::message::Message;
+use agent_r1_envs::task::Task;
+use agent_r1_envs::tool::{CallError, CallOutcome, Tool, ToolCall, ToolOutput};
+use async_trait::async_trait;
+use serde_json::{json, Value};
+
+/// A stage made to hang for good.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HangStage {
+    /// The env's scorer never returns.
+    Env,
+    /// The first tool blocks its thread on every call (the env calls it on the first turn).
+    Tool,
+    /// The engine thread stops stepping as sampling starts.
+    Engine,
+    /// The learner never returns from its first update.
+    Learner,
+    /// The first weight publication after an update never completes (the engine thread
+    /// stops while nothing samples).
+    Publication,
+    /// The first checkpoint write blocks.
+    Checkpoint,
+}
+
+impl HangStage {
+    /// Every stage, by its flag value.
+    pub const ALL: [(&'static str, HangStage); 6] = [
+        ("env", HangStage::Env),
+        ("tool", HangStage::Tool),
+        ("engine", HangStage::Engine),
+        ("learner", HangStage::Learner),
+        ("publication", HangStage::Publication),
+        ("checkpoint", HangStage::Checkpoint),
+    ];
+}
+
+impl FromStr for HangStage {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .iter()
+            .find(|(name, _)| *name == s)
+            .map(|(_, stage)| *stage)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Self::ALL.iter().map(|(n, _)| *n).collect();
+                format!("unknown stage `{s}`; allowed: {}", names.join(", "))
+            })
+    }
+}
+
+/// The faults a run injects (none by default).
+#[derive(Debug, Clone, Default)]
+pub struct Faults {
+    /// The learner sleeps this long at the start of every update.
+    pub learner_delay: Option<Duration>,
+    /// Every checkpoint write pauses this long after the policy is saved, before commit.
+    pub checkpoint_delay: Option<Duration>,
+    /// One stage hangs for good.
+    pub hang: Option<HangStage>,
+}
+
+impl Faults {
+    /// Whether `stage` is the one made to hang.
+    pub(crate) fn hangs(&self, stage: HangStage) -> bool {
+        self.hang == Some(stage)
+    }
+}
+
+/// Blocks the calling thread for good.
+pub(crate) fn hang_forever(what: &str) -> ! {
+    tracing::warn!("fault injection: {what} hangs for good");
+    loop {
+        std::thread::park();
+    }
+}
+
+/// An env whose scorer never returns.
+pub(crate) struct HangingScorer(pub(crate) Arc<dyn Env>);
+
+impl Env for HangingScorer {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn tool_names(&self) -> Vec<String> {
+        self.0.tool_names()
+    }
+    fn reset(&self, task: &Task) -> agent_r1_envs::Result<Vec<Message>> {
+        self.0.reset(task)
+    }
+    fn on_turn(
+        &self,
+        task: &Task,
+        text: &str,
+        calls: Vec<Result<ToolCall, CallError>>,
+    ) -> TurnOutcome {
+        self.0.on_turn(task, text, calls)
+    }
+    fn max_observation_chars(&self) -> usize {
+        self.0.max_observation_chars()
+    }
+    fn observe(&self, task: &Task, outcomes: &[CallOutcome]) -> Vec<Message> {
+        self.0.observe(task, outcomes)
+    }
+    fn step_reward(&self, task: &Task, outcomes: &[CallOutcome]) -> f64 {
+        self.0.step_reward(task, outcomes)
+    }
+    fn score(&self, _task: &Task, _transcript: &[Message]) -> Score {
+        hang_forever("the env's scorer")
+    }
+}
+
+/// An env that calls `tool` on every turn that made no call, whatever the model wrote (an
+/// untrained model rarely calls a tool by itself).
+pub(crate) struct CallsTool {
+    pub(crate) inner: Arc<dyn Env>,
+    pub(crate) tool: String,
+}
+
+impl Env for CallsTool {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn tool_names(&self) -> Vec<String> {
+        self.inner.tool_names()
+    }
+    fn reset(&self, task: &Task) -> agent_r1_envs::Result<Vec<Message>> {
+        self.inner.reset(task)
+    }
+    fn on_turn(
+        &self,
+        task: &Task,
+        text: &str,
+        calls: Vec<Result<ToolCall, CallError>>,
+    ) -> TurnOutcome {
+        if calls.is_empty() {
+            return TurnOutcome::Calls(vec![Ok(ToolCall {
+                name: self.tool.clone(),
+                arguments: json!({}),
+            })]);
+        }
+        self.inner.on_turn(task, text, calls)
+    }
+    fn max_observation_chars(&self) -> usize {
+        self.inner.max_observation_chars()
+    }
+    fn observe(&self, task: &Task, outcomes: &[CallOutcome]) -> Vec<Message> {
+        self.inner.observe(task, outcomes)
+    }
+    fn step_reward(&self, task: &Task, outcomes: &[CallOutcome]) -> f64 {
+        self.inner.step_reward(task, outcomes)
+    }
+    fn score(&self, task: &Task, transcript: &[Message]) -> Score {
+        self.inner.score(task, transcript)
+    }
+}
+
+/// A tool with `inner`'s name whose calls block their thread for good (any arguments).
+pub(crate) struct BlockingTool(pub(crate) Arc<dyn Tool>);
+
+#[async_trait]
+impl Tool for BlockingTool {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn description(&self) -> &str {
+        self.0.description()
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object"})
+    }
+    fn timeout(&self) -> Duration {
+        self.0.timeout()
+    }
+    fn max_concurrency(&self) -> usize {
+        self.0.max_concurrency()
+    }
+    async fn call(&self, _arguments: Value) -> agent_r1_envs::Result<ToolOutput> {
+        hang_forever("a tool call (blocking its thread)")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stages_parse_by_name_and_an_unknown_one_lists_the_allowed() {
+        assert_eq!(
+            "publication".parse::<HangStage>(),
+            Ok(HangStage::Publication)
+        );
+        let e = "gpu".parse::<HangStage>().unwrap_err();
+        assert!(
+            e.contains("`gpu`") && e.contains("env, tool, engine"),
+            "{e}"
+        );
+    }
+}
