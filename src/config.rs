@@ -482,6 +482,11 @@ pub struct RolloutSection {
     pub tool_queue_timeout_secs: f64,
     /// Longest wait for one env call (reset, turn decision, observation, score), seconds.
     pub env_timeout_secs: f64,
+    /// Reproducible sampling: the engine decodes one turn at a time and recomputes each
+    /// context (no KV reuse), so every token's numerics depend on its own context alone, not
+    /// on what else shared a batch. With `mode = "sync"` a run then repeats bit for bit, and
+    /// a resume continues exactly. Much slower; for checks, not for throughput.
+    pub deterministic: bool,
 }
 
 impl Default for RolloutSection {
@@ -501,6 +506,7 @@ impl Default for RolloutSection {
             generate_timeout_secs: 1800.0,
             tool_queue_timeout_secs: 60.0,
             env_timeout_secs: 60.0,
+            deterministic: false,
         }
     }
 }

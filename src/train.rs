@@ -1080,15 +1080,21 @@ fn start_engine(
     placement: Placement,
 ) -> anyhow::Result<EngineHandle> {
     let r = &cfg.rollout;
+    // Deterministic: one row, no reuse, so no token's arithmetic depends on another's.
+    let (rows, kv_reuse) = match r.deterministic {
+        true => (1, false),
+        false => (r.concurrency.max(1), true),
+    };
     setup::engine(
         policy_dir,
         placement,
         EngineConfig {
-            max_batch_rows: r.concurrency.max(1),
+            max_batch_rows: rows,
             max_context: r.max_context_length,
             parked_kv_bytes: r.parked_kv_mib.saturating_mul(1 << 20),
             prefault_parked_kv: r.prefault_parked_kv,
             seed: cfg.training.seed as i64,
+            kv_reuse,
             ..Default::default()
         },
     )
@@ -1336,6 +1342,7 @@ async fn train_loop(run: &mut Run, resumed: bool) -> anyhow::Result<bool> {
         let sample_secs = sample_t0.elapsed().as_secs_f64();
         let idle_after = run.engine.stats().await.ok().map(|s| s.idle_seconds);
         let idle_while_sampling = idle_before.zip(idle_after).map(|(a, b)| b - a);
+        let episode_ids = batch.iter().map(|t| t.episode_id).collect();
         let (s, stats, times) = run.update(batch).await?;
         let secs = times.seconds;
         let row = UpdateRow {
@@ -1347,6 +1354,7 @@ async fn train_loop(run: &mut Run, resumed: bool) -> anyhow::Result<bool> {
             sample_seconds: sample_secs,
             seconds: secs,
             wall_s: run.started.elapsed().as_secs_f64(),
+            episode_ids,
             ..UpdateRow::new(run.step, &s, &stats)
         };
         append_row(&run.run_dir.join("metrics.jsonl"), &row)?;

@@ -127,6 +127,9 @@ pub struct UpdateRow {
     pub behavior_kl: Option<f64>,
     /// Why the update was skipped, if it was.
     pub skipped: Option<String>,
+    /// The episodes of the batch, in batch order (a retried episode carries its retry bit): what the
+    /// update trained on, unless it was skipped. Each episode of a run appears in one row.
+    pub episode_ids: Vec<u64>,
     /// Seconds inside the learner.
     pub update_seconds: f64,
     /// Seconds the engine sat idle while the learner trained (`None` when unknown).

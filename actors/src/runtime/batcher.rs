@@ -1,7 +1,8 @@
-//! Groups streamed trajectories into learner batches: a batch is `groups` complete groups
-//! (every episode of a task's group ended), in the order the groups completed, each group's
-//! trajectories sorted by episode id. Group estimators (GRPO, RLOO) need whole groups; the
-//! order within a batch does not depend on which episode of a group finished last.
+//! Groups streamed trajectories into learner batches: a batch is the first `groups` groups
+//! to complete (every episode of a task's group ended), sorted by (group id, episode id).
+//! Group estimators (GRPO, RLOO) need whole groups; the order within a batch does not depend
+//! on which group or episode finished first, so the learner's mini-batches (and with them
+//! the weights) are the same whatever the timing, as an exact resume needs.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -50,10 +51,13 @@ impl GroupBatcher {
     /// The next batch, when enough groups are complete.
     pub fn next_batch(&mut self) -> Option<Vec<Trajectory>> {
         (self.complete.len() >= self.groups_per_batch).then(|| {
-            self.complete
+            let mut batch: Vec<Trajectory> = self
+                .complete
                 .drain(..self.groups_per_batch)
                 .flatten()
-                .collect()
+                .collect();
+            batch.sort_by_key(|t| (t.group_id, t.episode_id));
+            batch
         })
     }
 
@@ -108,7 +112,7 @@ mod tests {
     }
 
     #[test]
-    fn batches_hold_whole_groups_in_completion_order() {
+    fn batches_hold_the_first_complete_groups_sorted_whatever_the_finishing_order() {
         let mut b = GroupBatcher::new(2, 2);
         assert_eq!(b.push(t(7, 1)), None);
         b.push(t(3, 4));
@@ -117,9 +121,17 @@ mod tests {
         assert!(b.next_batch().is_none(), "one complete group of two");
         b.push(t(9, 5));
         b.push(t(7, 0));
-        let batch = b.next_batch().expect("groups 3 and 7 are complete");
+        b.push(t(1, 8));
+        b.push(t(1, 9));
+        let batch = b.next_batch().expect("groups 3 and 7 completed first");
         let ids: Vec<(u64, u64)> = batch.iter().map(|t| (t.group_id, t.episode_id)).collect();
         assert_eq!(ids, vec![(3, 2), (3, 4), (7, 0), (7, 1)]);
+        // Group 1 completed after 3 and 7: it waits for the next batch, wherever its id sorts.
+        b.push(t(5, 6));
+        b.push(t(5, 7));
+        let batch = b.next_batch().expect("groups 1 and 5");
+        let ids: Vec<(u64, u64)> = batch.iter().map(|t| (t.group_id, t.episode_id)).collect();
+        assert_eq!(ids, vec![(1, 8), (1, 9), (5, 6), (5, 7)]);
         assert_eq!(b.partial_groups().collect::<Vec<_>>(), vec![9]);
         let (complete, partial) = b.take_all();
         assert!(complete.is_empty());
