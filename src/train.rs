@@ -25,8 +25,9 @@
 //! `mode = "async"` feeds the whole run's tasks at once (paced by `rollout.concurrency`):
 //! sampling never waits for an update, new weights are swapped in between engine steps
 //! (turns in flight finish under them, each token recording its version), and the learner
-//! masks tokens older than `max_staleness` versions. An async checkpoint also records the
-//! groups still in flight (`requeue_positions`), which a resume samples again.
+//! masks tokens older than `max_staleness` versions. An async checkpoint also keeps the
+//! finished episodes of groups still in flight and records those groups
+//! (`requeue_positions`), whose unfinished episodes a resume samples again.
 //!
 //! - the optimizers' state (AdamW moments and step counts) is saved beside the policy
 //!   (`optimizer.safetensors`), so the updates after a resume are the ones an uninterrupted
@@ -363,6 +364,7 @@ impl Run {
         if self.faults.hangs(HangStage::Checkpoint) {
             faults::hang_forever("a checkpoint write");
         }
+        self.sampler.absorb_finished();
         let snapshot = self.sampler.snapshot();
         if !snapshot.pending.is_empty() {
             pending.write_jsonl(PENDING_TRAJECTORIES, &snapshot.pending)?;
@@ -379,10 +381,11 @@ impl Run {
         metrics::gauge!("agent_r1_train_last_checkpoint_timestamp_seconds")
             .set(now.map_or(0.0, |d| d.as_secs_f64()));
         eprintln!(
-            "checkpoint step {} -> {} ({} pending trajectories, {} groups in flight)",
+            "checkpoint step {} -> {} ({} pending trajectories, {} of them in the {} groups in flight)",
             self.step,
             done.dir.display(),
             snapshot.pending.len(),
+            snapshot.partial,
             snapshot.open.len()
         );
         Ok(done.dir)

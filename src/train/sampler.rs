@@ -5,10 +5,12 @@
 //! as their group id and `position * group_size + member` as their episode ids, so the
 //! tokens sampled for a task do not depend on which episodes ran beside it. The feeder
 //! records a position as open before submitting its group and closes it when the group's
-//! last trajectory arrives; a checkpoint saves the complete groups not yet trained on, the
-//! next position, and the open ones, which a resume samples again (whole groups).
+//! last trajectory arrives. A checkpoint saves every trajectory not yet trained on (complete
+//! groups, and the finished episodes of open groups, the channel's buffer included), the
+//! next position, and the open positions; a resume restores the trajectories and samples
+//! again only the open groups' episodes that had not finished.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,6 +21,7 @@ use tokio::task::JoinHandle;
 
 use agent_r1_actors::runtime::{
     EpisodeRequest, GroupBatcher, RolloutReport, RolloutService, RolloutSetup, TaskSender,
+    RETRY_BIT,
 };
 use agent_r1_actors::trajectory::Trajectory;
 
@@ -38,8 +41,11 @@ struct Feed {
 
 /// What a checkpoint keeps of the sampler.
 pub(crate) struct SamplerSnapshot {
-    /// Complete groups not yet trained on.
+    /// Trajectories not yet trained on: complete groups, then the finished episodes of open
+    /// groups.
     pub(crate) pending: Vec<Trajectory>,
+    /// Of those, the ones of open groups.
+    pub(crate) partial: usize,
     /// The next position to feed.
     pub(crate) position: u64,
     /// Positions fed whose groups had not completed (sampled again on resume).
@@ -55,6 +61,8 @@ pub(crate) struct Sampler {
     group_size: usize,
     stream: Arc<Mutex<TaskStream>>,
     feed: Arc<Mutex<Feed>>,
+    /// Episodes of open groups restored from a checkpoint, by group: not sampled again.
+    restored: Arc<BTreeMap<u64, BTreeSet<u64>>>,
     feeder: Option<JoinHandle<anyhow::Result<()>>>,
     stop: Arc<AtomicBool>,
     /// Learner updates done, for the feeder's lookahead bound.
@@ -92,6 +100,7 @@ impl Sampler {
                 next: position,
                 open: BTreeSet::new(),
             })),
+            restored: Arc::default(),
             feeder: None,
             stop,
             step: watch::Sender::new(0),
@@ -115,11 +124,21 @@ impl Sampler {
         self.batcher.complete_groups()
     }
 
-    /// Adds trajectories saved by a checkpoint (complete groups).
+    /// Adds trajectories saved by a checkpoint: complete groups wait for a batch, and the
+    /// finished episodes of open groups wait for their group's other episodes, which are
+    /// the only ones [`Sampler::feed`] samples again.
     pub(crate) fn restore(&mut self, pending: Vec<Trajectory>) {
         for t in pending {
             self.batcher.push(t);
         }
+        let mut restored: BTreeMap<u64, BTreeSet<u64>> = BTreeMap::new();
+        for t in self.batcher.partial() {
+            restored
+                .entry(t.group_id)
+                .or_default()
+                .insert(t.episode_id & !RETRY_BIT);
+        }
+        self.restored = Arc::new(restored);
     }
 
     /// Feeds the `requeue` positions, then the stream from the current position up to `to`
@@ -128,10 +147,23 @@ impl Sampler {
     /// until the learner has done `p / groups_per_batch - batches_ahead` updates: while the
     /// learner trains batch `s`, batches up to `s + batches_ahead` are sampled.
     pub(crate) fn feed(&mut self, requeue: Vec<u64>, to: u64, batches_ahead: Option<u64>) {
+        if !requeue.is_empty() {
+            let restored: usize = requeue
+                .iter()
+                .filter_map(|p| self.restored.get(p))
+                .map(BTreeSet::len)
+                .sum();
+            eprintln!(
+                "resuming {} groups in flight at the checkpoint: {restored} episodes restored, {} sampled again",
+                requeue.len(),
+                requeue.len() * self.group_size - restored
+            );
+        }
         let job = Feeder {
             sender: self.service().tasks(),
             stream: self.stream.clone(),
             feed: self.feed.clone(),
+            restored: self.restored.clone(),
             group_size: self.group_size,
             stop: self.stop.clone(),
             ahead: batches_ahead.map(|a| (a, self.groups_per_batch, self.step.subscribe())),
@@ -169,11 +201,24 @@ impl Sampler {
         }
     }
 
+    /// Takes in the trajectories already waiting in the channel, so a checkpoint taken next
+    /// holds every episode that has finished.
+    pub(crate) fn absorb_finished(&mut self) {
+        if self.closed {
+            return;
+        }
+        while let Ok(t) = self.trajectories.try_recv() {
+            self.take_in(t);
+        }
+    }
+
     /// What a checkpoint saves.
     pub(crate) fn snapshot(&self) -> SamplerSnapshot {
         let feed = self.feed.lock().unwrap_or_else(|p| p.into_inner());
+        let partial: Vec<Trajectory> = self.batcher.partial().cloned().collect();
         SamplerSnapshot {
-            pending: self.batcher.complete().cloned().collect(),
+            partial: partial.len(),
+            pending: self.batcher.complete().cloned().chain(partial).collect(),
             position: feed.next,
             open: feed.open.iter().copied().collect(),
         }
@@ -223,15 +268,23 @@ impl Sampler {
             .len()
     }
 
+    fn take_in(&mut self, t: Trajectory) {
+        if let Some(group) = self.batcher.push(t) {
+            self.feed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .open
+                .remove(&group);
+            self.report_progress();
+        }
+    }
+
     /// Waits for one trajectory (or the feeder's end) and takes it in.
     async fn receive(&mut self) -> anyhow::Result<()> {
         tokio::select! {
             t = self.trajectories.recv(), if !self.closed => match t {
                 Some(t) => {
-                    if let Some(group) = self.batcher.push(t) {
-                        self.feed.lock().unwrap_or_else(|p| p.into_inner()).open.remove(&group);
-                        self.report_progress();
-                    }
+                    self.take_in(t);
                     Ok(())
                 }
                 None => {
@@ -259,6 +312,7 @@ struct Feeder {
     sender: TaskSender,
     stream: Arc<Mutex<TaskStream>>,
     feed: Arc<Mutex<Feed>>,
+    restored: Arc<BTreeMap<u64, BTreeSet<u64>>>,
     group_size: usize,
     stop: Arc<AtomicBool>,
     /// (batches ahead, groups per batch, learner step).
@@ -315,11 +369,16 @@ impl Feeder {
             .task(position)
             .context("the task stream is empty")?;
         let group = self.group_size as u64;
+        let restored = self.restored.get(&position);
         for member in 0..group {
+            let episode_id = position * group + member;
+            if restored.is_some_and(|ids| ids.contains(&episode_id)) {
+                continue;
+            }
             let request = EpisodeRequest {
                 task: task.clone(),
                 group_id: position,
-                episode_id: position * group + member,
+                episode_id,
             };
             self.sender.submit(request).await?;
         }

@@ -66,6 +66,12 @@ impl GroupBatcher {
         self.complete.len()
     }
 
+    /// Trajectories of groups with some but not all of their episodes ended, without taking
+    /// them (for a checkpoint).
+    pub fn partial(&self) -> impl Iterator<Item = &Trajectory> + '_ {
+        self.partial.values().flatten()
+    }
+
     /// Groups with some but not all of their episodes ended.
     pub fn partial_groups(&self) -> impl Iterator<Item = u64> + '_ {
         self.partial.keys().copied()
@@ -133,6 +139,10 @@ mod tests {
         let ids: Vec<(u64, u64)> = batch.iter().map(|t| (t.group_id, t.episode_id)).collect();
         assert_eq!(ids, vec![(1, 8), (1, 9), (5, 6), (5, 7)]);
         assert_eq!(b.partial_groups().collect::<Vec<_>>(), vec![9]);
+        assert_eq!(
+            b.partial().map(|t| t.episode_id).collect::<Vec<_>>(),
+            vec![5]
+        );
         let (complete, partial) = b.take_all();
         assert!(complete.is_empty());
         assert_eq!(partial.len(), 1);
