@@ -326,6 +326,15 @@ pub struct EnvSection {
     /// max_observation_chars, process_reward, corpus); the env rejects keys it does not know.
     #[serde(default)]
     pub options: toml::Table,
+    /// Tool calls one turn may make, run concurrently and answered in order (1 to 64). At 1
+    /// (Agent-R1's default) generation stops at the end of the first call; above, a turn
+    /// runs to its end, and calls past the limit are answered with an error, not run.
+    #[serde(default = "one_call_per_turn")]
+    pub max_tool_calls_per_turn: usize,
+}
+
+fn one_call_per_turn() -> usize {
+    1
 }
 
 /// Where the KL penalty goes, or `off`.
@@ -1057,6 +1066,14 @@ impl TrainConfig {
         at_least("rollout.max_prompt_length", r.max_prompt_length, 1)?;
         at_least("rollout.max_response_length", r.max_response_length, 1)?;
         at_least("rollout.concurrency", r.concurrency, 1)?;
+        let calls = self.env.max_tool_calls_per_turn;
+        if !(1..=64).contains(&calls) {
+            return Err(ConfigError::range(
+                "env.max_tool_calls_per_turn",
+                calls,
+                "1 to 64",
+            ));
+        }
         let grouped = matches!(
             self.algorithm.estimator,
             Estimator::Grpo | Estimator::Rloo | Estimator::ReinforcePpBaseline
@@ -1583,6 +1600,12 @@ seed = 7
     #[test]
     fn out_of_range_values_name_key_given_and_allowed() {
         for (extra, key, given, allowed) in [
+            (
+                "max_tool_calls_per_turn = 0",
+                "env.max_tool_calls_per_turn",
+                "got 0",
+                "1 to 64",
+            ),
             (
                 "[algorithm]\nppo_epochs = 0",
                 "algorithm.ppo_epochs",

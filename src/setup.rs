@@ -159,6 +159,8 @@ pub struct RolloutKnobs {
     pub temperature: f64,
     /// The model's tool-call format (`None`: what its chat template teaches).
     pub tool_call_format: Option<ToolCallFormat>,
+    /// Tool calls a turn may make (`env.max_tool_calls_per_turn`).
+    pub max_tool_calls_per_turn: usize,
 }
 
 /// A rollout setup over `env` and `tools` with the model's chat template.
@@ -175,7 +177,7 @@ pub fn rollout_setup(
         specs,
         knobs.tool_call_format,
     )?);
-    let stops = renderer.stop_ids();
+    let stops = renderer.stop_ids(knobs.max_tool_calls_per_turn);
     let validate: ArgValidator = Arc::new(|tool: &dyn Tool, args: &serde_json::Value| {
         agent_r1_envs::schema::validate_arguments(&tool.parameters(), args)
     });
@@ -193,6 +195,7 @@ pub fn rollout_setup(
                 stop_token_ids: stops,
                 ..Default::default()
             },
+            max_tool_calls_per_turn: knobs.max_tool_calls_per_turn,
             ..Default::default()
         },
         concurrency: knobs.concurrency,

@@ -1201,6 +1201,7 @@ fn rollout_setups(
         max_new_tokens: r.max_response_length,
         temperature: r.temperature,
         tool_call_format: cfg.model.tool_call_format,
+        max_tool_calls_per_turn: cfg.env.max_tool_calls_per_turn,
     };
     let eval_knobs = RolloutKnobs {
         temperature: if cfg.eval.greedy { 0.0 } else { r.temperature },

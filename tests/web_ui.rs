@@ -207,6 +207,11 @@ fn live_run_and_episode_pages_work_in_headless_chromium() {
     let mut browser = Browser::start(&chromium, 1400, 1000);
     browser.open(&format!("{live_ui}/live"));
     browser.eval("window.notReloaded = true");
+    // The warm start comes first and takes long on a loaded machine; the page's own wait
+    // starts once it has ended (its last step's line), when episodes begin.
+    log.wait("the warm start's last step", |l| {
+        l.trim_start().starts_with("sft step  119 ")
+    });
     let first = browser.wait_for(
         "(() => { const rows = document.querySelectorAll('tr.live-episode'); \
            return rows.length > 0 ? { rows: rows.length, completed: Number(document.getElementById('completed').textContent), \

@@ -71,6 +71,9 @@ pub struct EpisodeConfig {
     pub tool_queue_timeout: Duration,
     /// Deadline for one env call (reset, turn decision, observation, score).
     pub env_timeout: Duration,
+    /// Tool calls a turn may make (run concurrently); calls past it are answered
+    /// [`CallError::TooManyCalls`] without running.
+    pub max_tool_calls_per_turn: usize,
 }
 
 impl Default for EpisodeConfig {
@@ -83,6 +86,7 @@ impl Default for EpisodeConfig {
             generate_timeout: Duration::from_secs(1800),
             tool_queue_timeout: Duration::from_secs(60),
             env_timeout: Duration::from_secs(60),
+            max_tool_calls_per_turn: 1,
         }
     }
 }

@@ -890,3 +890,155 @@ fn sampling_goes_on_while_a_slowed_learner_updates() {
         learner.shutdown();
     });
 }
+
+/// A tool whose calls wait for each other: each returns only once `parties` calls are
+/// inside it at the same time, so a turn's calls finish only if they run concurrently (run
+/// one after another, the first would wait until its timeout).
+struct Rendezvous {
+    barrier: tokio::sync::Barrier,
+    runs: AtomicU64,
+}
+
+#[async_trait]
+impl Tool for Rendezvous {
+    fn name(&self) -> &str {
+        "meet"
+    }
+    fn description(&self) -> &str {
+        "Returns its index once every call of the turn has arrived."
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object", "properties": {"i": {"type": "integer"}}, "required": ["i"]})
+    }
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(60)
+    }
+    fn max_concurrency(&self) -> usize {
+        8
+    }
+    async fn call(&self, args: Value) -> agent_r1_envs::Result<ToolOutput> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        self.barrier.wait().await;
+        // Some work after meeting, so the printed wall and latencies mean something (no
+        // assertion depends on it).
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        Ok(ToolOutput::text(format!("result {}", args["i"])))
+    }
+}
+
+/// Test double: the first turn makes `calls` calls of `meet` (whatever the model wrote), the
+/// second ends the episode.
+struct ManyCallsEnv {
+    calls: usize,
+    turns: Mutex<HashMap<String, usize>>,
+}
+
+impl Env for ManyCallsEnv {
+    fn name(&self) -> &str {
+        "many-calls"
+    }
+    fn tool_names(&self) -> Vec<String> {
+        vec!["meet".into()]
+    }
+    fn reset(&self, task: &Task) -> agent_r1_envs::Result<Vec<Message>> {
+        Ok(vec![
+            Message::system("You are a test agent."),
+            Message::user(task.question.clone()),
+        ])
+    }
+    fn on_turn(
+        &self,
+        task: &Task,
+        _text: &str,
+        _calls: Vec<Result<ToolCall, CallError>>,
+    ) -> TurnOutcome {
+        let mut turns = self.turns.lock().unwrap();
+        let t = turns.entry(task.id.clone()).or_default();
+        *t += 1;
+        if *t > 1 {
+            return TurnOutcome::Done;
+        }
+        TurnOutcome::Calls(
+            (0..self.calls)
+                .map(|i| {
+                    Ok(ToolCall {
+                        name: "meet".into(),
+                        arguments: json!({ "i": i }),
+                    })
+                })
+                .collect(),
+        )
+    }
+    fn score(&self, _task: &Task, _transcript: &[Message]) -> Score {
+        Score {
+            reward: 0.0,
+            metrics: Default::default(),
+        }
+    }
+}
+
+#[test]
+fn a_turn_with_three_calls_runs_them_together_and_answers_in_order_past_the_limit_none_run() {
+    let f = fixture();
+    let tool = Arc::new(Rendezvous {
+        barrier: tokio::sync::Barrier::new(3),
+        runs: AtomicU64::new(0),
+    });
+    let env = Arc::new(ManyCallsEnv {
+        calls: 4,
+        turns: Mutex::new(HashMap::new()),
+    });
+    let mut setup = setup(&f, EnvSource::Shared(env), vec![tool.clone()], 1);
+    setup.episode.max_tool_calls_per_turn = 3;
+    let (tx, mut rx) = tokio::sync::mpsc::channel(4);
+    let report = runtime()
+        .block_on(async {
+            tokio::time::timeout(
+                Duration::from_secs(300),
+                run_rollout(setup, tasks("meet", 1), tx),
+            )
+            .await
+        })
+        .expect("the rollout must not hang")
+        .unwrap();
+    assert_eq!(report.summary.completed, 1, "{report:?}");
+    let t = rx.try_recv().expect("one trajectory");
+    let calls = &t.steps[0].tool_calls;
+    let answers: Vec<String> = calls
+        .iter()
+        .map(|c| match &c.result {
+            Ok(out) => out.text.clone(),
+            Err(e) => e.kind().to_string(),
+        })
+        .collect();
+    // The barrier let the three through together; the fourth was refused without running.
+    assert_eq!(
+        answers,
+        ["result 0", "result 1", "result 2", "too_many_calls"]
+    );
+    assert_eq!(tool.runs.load(Ordering::SeqCst), 3);
+    let latencies: Vec<f64> = calls[..3].iter().map(|c| c.latency.as_secs_f64()).collect();
+    println!(
+        "three calls: wall {:.4} s, sum of their latencies {:.4} s",
+        t.steps[0].tool_seconds,
+        latencies.iter().sum::<f64>()
+    );
+    // Three observations in the call order, and the refusal says why.
+    let obs = f
+        .tokenizer
+        .decode(&t.steps[0].observation_ids, false)
+        .unwrap();
+    let at = |needle: &str| {
+        obs.find(needle)
+            .unwrap_or_else(|| panic!("{needle} in {obs}"))
+    };
+    assert!(at("result 0") < at("result 1") && at("result 1") < at("result 2"));
+    assert!(at("TooManyToolCalls") > at("result 2"), "{obs}");
+    // Token-in, token-out: the stored contexts are prefixes of the one stream.
+    let mut expected = t.prompt_ids.len();
+    for s in &t.steps {
+        assert_eq!(s.context_len, expected);
+        expected += s.action_ids.len() + s.observation_ids.len();
+    }
+    assert_eq!(t.token_stream().len(), expected);
+}

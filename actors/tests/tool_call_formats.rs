@@ -8,6 +8,7 @@
 //! answer), so greedy decoding writes the call. The episode must then parse it into the same
 //! tool call in both formats, and its token stream must be what the engine conditioned on:
 //! the log-probabilities the engine recorded equal the model's own over the stored stream.
+//! A Qwen3 model taught three calls in one turn makes all three when a turn may.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -96,11 +97,27 @@ fn task() -> Task {
     }
 }
 
-/// What the model is taught to write in each turn, in its family's format.
-fn actions(format: ToolCallFormat) -> (String, String) {
+/// The texts the tool is called with when a turn makes `calls` calls.
+fn call_texts(calls: usize) -> Vec<String> {
+    ["hi", "ho", "hu"][..calls]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+}
+
+/// What the model is taught to write in each turn, in its family's format: the first turn
+/// makes `calls` calls (several only in hermes, one `<tool_call>` block each).
+fn actions(format: ToolCallFormat, calls: usize) -> (String, String) {
     match format {
         ToolCallFormat::Hermes => (
-            "<think>\nI will use the tool.\n</think>\n\n<tool_call>\n{\"name\": \"echo\", \"arguments\": {\"text\": \"hi\"}}\n</tool_call>".into(),
+            format!(
+                "<think>\nI will use the tool.\n</think>\n\n{}",
+                call_texts(calls)
+                    .iter()
+                    .map(|t| format!("<tool_call>\n{{\"name\": \"echo\", \"arguments\": {{\"text\": \"{t}\"}}}}\n</tool_call>"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            ),
             "<think>\nIt said hi.\n</think>\n\n<answer>hi</answer>".into(),
         ),
         ToolCallFormat::Llama3Json => (
@@ -124,7 +141,7 @@ fn model_config(family: &str, vocab: usize) -> ModelConfig {
     ModelConfig::from_json(&c).unwrap()
 }
 
-fn run_family(style: TokenizerStyle, family: &str, format: ToolCallFormat) {
+fn run_family(style: TokenizerStyle, family: &str, format: ToolCallFormat, calls: usize) {
     let dir = tempfile::tempdir().unwrap();
     let trained = train_tokenizer(style, BUILTIN_CORPUS.lines(), 512, &[], false).unwrap();
     trained.write_to(dir.path()).unwrap();
@@ -145,21 +162,23 @@ fn run_family(style: TokenizerStyle, family: &str, format: ToolCallFormat) {
 
     // The episode in token space, as the runtime will build it.
     let env = EchoEnv;
-    let (first, second) = actions(format);
+    let (first, second) = actions(format, calls);
     let end = renderer.end_of_turn_id();
     let prompt = renderer.prompt(&env.reset(&task()).unwrap()).unwrap();
     let mut action1 = tokenizer.encode(&first, false).unwrap();
-    if format.call_end().is_none() {
-        action1.push(end); // a JSON call is a whole turn
+    if format.call_end().is_none() || calls > 1 {
+        // A JSON call is a whole turn; with several calls a turn runs to its end.
+        action1.push(end);
     }
-    let observation = env.observe(
-        &task(),
-        &[CallOutcome {
+    let outcomes: Vec<CallOutcome> = call_texts(calls)
+        .iter()
+        .map(|t| CallOutcome {
             name: Some("echo".into()),
-            result: Ok(ToolOutput::text("echo: hi")),
+            result: Ok(ToolOutput::text(format!("echo: {t}"))),
             latency: Duration::ZERO,
-        }],
-    );
+        })
+        .collect();
+    let observation = env.observe(&task(), &outcomes);
     let continuation = renderer.continuation(&action1, &observation).unwrap();
     let mut action2 = tokenizer.encode(&second, false).unwrap();
     action2.push(end);
@@ -220,10 +239,11 @@ fn run_family(style: TokenizerStyle, family: &str, format: ToolCallFormat) {
             max_context: 1024,
             sampling: SamplingParams {
                 temperature: 0.0,
-                max_new_tokens: 64,
-                stop_token_ids: renderer.stop_ids(),
+                max_new_tokens: 64 * calls,
+                stop_token_ids: renderer.stop_ids(calls),
                 ..Default::default()
             },
+            max_tool_calls_per_turn: calls,
             ..Default::default()
         },
         concurrency: 1,
@@ -235,8 +255,26 @@ fn run_family(style: TokenizerStyle, family: &str, format: ToolCallFormat) {
     };
     let trajectory = rollout(setup);
 
-    // The call parsed into the same tool call in both formats and ran.
-    assert_eq!(*echo.calls.lock().unwrap(), vec![json!({"text": "hi"})]);
+    // The calls parsed into the same tool calls in both formats and ran (concurrently, so in
+    // any order), and their results came back in the order of the calls.
+    let mut ran = echo.calls.lock().unwrap().clone();
+    ran.sort_by_key(|v| v.to_string());
+    let mut want: Vec<Value> = call_texts(calls)
+        .iter()
+        .map(|t| json!({"text": t}))
+        .collect();
+    want.sort_by_key(|v| v.to_string());
+    assert_eq!(ran, want);
+    let answered: Vec<String> = trajectory.steps[0]
+        .tool_calls
+        .iter()
+        .map(|c| c.result.as_ref().unwrap().text.clone())
+        .collect();
+    let expected: Vec<String> = call_texts(calls)
+        .iter()
+        .map(|t| format!("echo: {t}"))
+        .collect();
+    assert_eq!(answered, expected);
     assert_eq!(
         trajectory.end,
         EpisodeEnd::Completed {
@@ -244,7 +282,7 @@ fn run_family(style: TokenizerStyle, family: &str, format: ToolCallFormat) {
         }
     );
     assert_eq!(trajectory.steps.len(), 2);
-    assert_eq!(trajectory.steps[0].tool_calls.len(), 1);
+    assert_eq!(trajectory.steps[0].tool_calls.len(), calls);
     assert_eq!(trajectory.reward, 1.0, "answered after the observation");
 
     // Token-in, token-out: the stored stream is the one built above, actions are the engine's
@@ -290,7 +328,15 @@ fn rollout(setup: RolloutSetup) -> Trajectory {
 
 #[test]
 fn qwen3_agent_calls_tools_in_hermes_format() {
-    run_family(TokenizerStyle::Qwen3, "qwen3", ToolCallFormat::Hermes);
+    run_family(TokenizerStyle::Qwen3, "qwen3", ToolCallFormat::Hermes, 1);
+}
+
+/// `env.max_tool_calls_per_turn = 3`: generation no longer stops at `</tool_call>`, the turn
+/// holds three calls, they run (concurrently) and their three results come back in order,
+/// and the stored stream is still the one the engine conditioned on.
+#[test]
+fn qwen3_agent_makes_three_calls_in_one_turn() {
+    run_family(TokenizerStyle::Qwen3, "qwen3", ToolCallFormat::Hermes, 3);
 }
 
 #[test]
@@ -299,6 +345,7 @@ fn llama31_agent_calls_tools_in_json_format() {
         TokenizerStyle::Llama3_1,
         "llama",
         ToolCallFormat::Llama3Json,
+        1,
     );
 }
 

@@ -98,6 +98,12 @@ pub enum CallError {
     /// The tool panicked while running the call.
     #[error("Error: the tool panicked: {0}")]
     Panicked(String),
+    /// The turn made more calls than a turn may (`env.max_tool_calls_per_turn`); this one
+    /// was not run.
+    #[error(
+        "Error: TooManyToolCalls: a turn may make at most {0} tool calls; this call was not run"
+    )]
+    TooManyCalls(usize),
 }
 
 impl CallError {
@@ -112,6 +118,7 @@ impl CallError {
             CallError::Overloaded => "overloaded",
             CallError::Failed(_) => "failed",
             CallError::Panicked(_) => "panicked",
+            CallError::TooManyCalls(_) => "too_many_calls",
         }
     }
 }

@@ -278,6 +278,7 @@ pub(crate) fn run(a: EvalArgs) -> anyhow::Result<()> {
         max_new_tokens: r.max_response_length,
         temperature,
         tool_call_format: cfg.model.tool_call_format,
+        max_tool_calls_per_turn: cfg.env.max_tool_calls_per_turn,
     };
     let mut rollout = setup::rollout_setup(
         engine.clone(),

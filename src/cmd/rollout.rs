@@ -199,6 +199,7 @@ fn execute(
         max_new_tokens: a.max_new_tokens,
         temperature: a.temperature,
         tool_call_format: a.tool_call_format,
+        max_tool_calls_per_turn: 1,
     };
     let env: Arc<dyn Env> = scenario.env.clone();
     let setup = setup::rollout_setup(engine.clone(), tokenizer, env, vec![search], &knobs)?;

@@ -274,7 +274,7 @@ async fn turn(state: &mut EpisodeState) -> Result<Option<String>, EpisodeError> 
             state.steps.push(step);
             return Ok(Some("done".into()));
         }
-        TurnOutcome::Calls(calls) => calls,
+        TurnOutcome::Calls(calls) => within_limit(calls, config.max_tool_calls_per_turn),
     };
     if state.steps.len() + 1 >= config.max_turns {
         state.live.turn_done(step.action_ids.len(), 0);
@@ -315,13 +315,34 @@ async fn turn(state: &mut EpisodeState) -> Result<Option<String>, EpisodeError> 
     Ok(None)
 }
 
+/// The turn's calls, those past `limit` replaced by [`CallError::TooManyCalls`] (answered in
+/// order like the others, so the model sees which of its calls did not run).
+fn within_limit(
+    calls: Vec<Result<ToolCall, CallError>>,
+    limit: usize,
+) -> Vec<Result<ToolCall, CallError>> {
+    calls
+        .into_iter()
+        .enumerate()
+        .map(|(i, call)| match call {
+            Ok(_) if i >= limit => Err(CallError::TooManyCalls(limit)),
+            other => other,
+        })
+        .collect()
+}
+
 async fn run_calls(shared: &Shared, calls: Vec<Result<ToolCall, CallError>>) -> Vec<CallOutcome> {
     let futures = calls.into_iter().map(|call| async move {
         let call = match call {
             Ok(call) => call,
             Err(e) => {
-                // The model's call did not parse (bad JSON, no name, arguments not JSON).
-                count_tool_error("unparsed", e.kind());
+                // The model's call did not parse (bad JSON, no name, arguments not JSON), or
+                // came past the turn's limit of calls.
+                let tool = match e {
+                    CallError::TooManyCalls(_) => "over_limit",
+                    _ => "unparsed",
+                };
+                count_tool_error(tool, e.kind());
                 return CallOutcome {
                     name: None,
                     result: Err(e),

@@ -105,15 +105,19 @@ impl TurnRenderer {
         self.turn_close[0]
     }
 
-    /// Every id generation stops on: the end of a turn, the tokenizer's end ids, and the end
-    /// of a call when the format has one that is a single token (`</tool_call>`).
-    pub fn stop_ids(&self) -> Vec<u32> {
+    /// Every id generation stops on: the end of a turn, the tokenizer's end ids, and, when
+    /// a turn may make one call (`calls_per_turn` = 1, Agent-R1's default), the end of a call
+    /// where the format has one that is a single token (`</tool_call>`). With more, the turn
+    /// runs to its end and every call in it is parsed.
+    pub fn stop_ids(&self, calls_per_turn: usize) -> Vec<u32> {
         let mut stops = vec![self.end_of_turn_id()];
-        stops.extend(
-            self.format
-                .call_end()
-                .and_then(|end| self.tokenizer.single_token_id(end)),
-        );
+        if calls_per_turn <= 1 {
+            stops.extend(
+                self.format
+                    .call_end()
+                    .and_then(|end| self.tokenizer.single_token_id(end)),
+            );
+        }
         stops.extend(self.tokenizer.eos_token_ids());
         stops.sort_unstable();
         stops.dedup();

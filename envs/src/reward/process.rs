@@ -48,7 +48,8 @@ pub fn is_well_formed(outcome: &CallOutcome) -> bool {
             CallError::InvalidJson(_)
             | CallError::MissingName
             | CallError::UnknownTool(_)
-            | CallError::InvalidArguments(_),
+            | CallError::InvalidArguments(_)
+            | CallError::TooManyCalls(_),
         ) => false,
     }
 }
