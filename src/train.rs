@@ -75,7 +75,7 @@ use crate::config::{FileCheck, TrainConfig, TrainMode};
 use crate::setup::{self, RolloutKnobs};
 use crate::view::Site;
 use crate::{memory, metrics_server};
-use faults::{BlockingTool, CallsTool, Faults, HangStage, HangingScorer};
+use faults::{BlockingTool, Faults, FaultyEnv, HangStage};
 use records::{
     append_row, read_jsonl, read_rows, truncate_after, BatchSummary, EvalRow, UpdateRow,
 };
@@ -791,19 +791,23 @@ fn start_watchdog(stall: &StallWatch) -> anyhow::Result<Watchdog> {
 
 /// Applies the env and tool faults a test asked for (see [`faults`]).
 fn inject_scenario_faults(scenario: &mut Scenario, faults: &Faults) -> anyhow::Result<()> {
-    if faults.hangs(HangStage::Env) {
-        scenario.env = Arc::new(HangingScorer(scenario.env.clone()));
-    }
-    if faults.hangs(HangStage::Tool) {
+    let force_call = if faults.hangs(HangStage::Tool) {
         let first = scenario
             .tools
             .first_mut()
             .context("--inject-hang tool needs a [tools.NAME] table")?;
         let name = first.name().to_string();
         *first = Arc::new(BlockingTool(first.clone()));
-        scenario.env = Arc::new(CallsTool {
+        Some(name)
+    } else {
+        None
+    };
+    let hang_score = faults.hangs(HangStage::Env);
+    if hang_score || force_call.is_some() {
+        scenario.env = Arc::new(FaultyEnv {
             inner: scenario.env.clone(),
-            tool: name,
+            hang_score,
+            force_call,
         });
     }
     Ok(())

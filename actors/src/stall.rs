@@ -259,13 +259,14 @@ impl StallWatch {
     pub fn engine(&self, probe: Arc<dyn Probe>) {
         self.detector.watch(
             "engine",
-            StallConfig::duration(self.config.engine_secs),
+            Duration::from_secs_f64(self.config.engine_secs),
             probe,
         );
     }
 
     fn operations(&self, stage: &str, secs: f64) -> Operations {
-        self.detector.operations(stage, StallConfig::duration(secs))
+        self.detector
+            .operations(stage, Duration::from_secs_f64(secs))
     }
 }
 

@@ -919,9 +919,6 @@ impl Tool for Rendezvous {
     async fn call(&self, args: Value) -> agent_r1_envs::Result<ToolOutput> {
         self.runs.fetch_add(1, Ordering::SeqCst);
         self.barrier.wait().await;
-        // Some work after meeting, so the printed wall and latencies mean something (no
-        // assertion depends on it).
-        tokio::time::sleep(Duration::from_millis(100)).await;
         Ok(ToolOutput::text(format!("result {}", args["i"])))
     }
 }
@@ -1017,12 +1014,6 @@ fn a_turn_with_three_calls_runs_them_together_and_answers_in_order_past_the_limi
         ["result 0", "result 1", "result 2", "too_many_calls"]
     );
     assert_eq!(tool.runs.load(Ordering::SeqCst), 3);
-    let latencies: Vec<f64> = calls[..3].iter().map(|c| c.latency.as_secs_f64()).collect();
-    println!(
-        "three calls: wall {:.4} s, sum of their latencies {:.4} s",
-        t.steps[0].tool_seconds,
-        latencies.iter().sum::<f64>()
-    );
     // Three observations in the call order, and the refusal says why.
     let obs = f
         .tokenizer

@@ -85,49 +85,16 @@ pub(crate) fn hang_forever(what: &str) -> ! {
     }
 }
 
-/// An env whose scorer never returns.
-pub(crate) struct HangingScorer(pub(crate) Arc<dyn Env>);
-
-impl Env for HangingScorer {
-    fn name(&self) -> &str {
-        self.0.name()
-    }
-    fn tool_names(&self) -> Vec<String> {
-        self.0.tool_names()
-    }
-    fn reset(&self, task: &Task) -> agent_r1_envs::Result<Vec<Message>> {
-        self.0.reset(task)
-    }
-    fn on_turn(
-        &self,
-        task: &Task,
-        text: &str,
-        calls: Vec<Result<ToolCall, CallError>>,
-    ) -> TurnOutcome {
-        self.0.on_turn(task, text, calls)
-    }
-    fn max_observation_chars(&self) -> usize {
-        self.0.max_observation_chars()
-    }
-    fn observe(&self, task: &Task, outcomes: &[CallOutcome]) -> Vec<Message> {
-        self.0.observe(task, outcomes)
-    }
-    fn step_reward(&self, task: &Task, outcomes: &[CallOutcome]) -> f64 {
-        self.0.step_reward(task, outcomes)
-    }
-    fn score(&self, _task: &Task, _transcript: &[Message]) -> Score {
-        hang_forever("the env's scorer")
-    }
-}
-
-/// An env that calls `tool` on every turn that made no call, whatever the model wrote (an
+/// An env with faults around `inner`: its scorer never returns (`hang_score`), and/or it
+/// calls `force_call` on every turn that made no call, whatever the model wrote (an
 /// untrained model rarely calls a tool by itself).
-pub(crate) struct CallsTool {
+pub(crate) struct FaultyEnv {
     pub(crate) inner: Arc<dyn Env>,
-    pub(crate) tool: String,
+    pub(crate) hang_score: bool,
+    pub(crate) force_call: Option<String>,
 }
 
-impl Env for CallsTool {
+impl Env for FaultyEnv {
     fn name(&self) -> &str {
         self.inner.name()
     }
@@ -143,13 +110,13 @@ impl Env for CallsTool {
         text: &str,
         calls: Vec<Result<ToolCall, CallError>>,
     ) -> TurnOutcome {
-        if calls.is_empty() {
-            return TurnOutcome::Calls(vec![Ok(ToolCall {
-                name: self.tool.clone(),
+        match &self.force_call {
+            Some(tool) if calls.is_empty() => TurnOutcome::Calls(vec![Ok(ToolCall {
+                name: tool.clone(),
                 arguments: json!({}),
-            })]);
+            })]),
+            _ => self.inner.on_turn(task, text, calls),
         }
-        self.inner.on_turn(task, text, calls)
     }
     fn max_observation_chars(&self) -> usize {
         self.inner.max_observation_chars()
@@ -161,6 +128,9 @@ impl Env for CallsTool {
         self.inner.step_reward(task, outcomes)
     }
     fn score(&self, task: &Task, transcript: &[Message]) -> Score {
+        if self.hang_score {
+            hang_forever("the env's scorer");
+        }
         self.inner.score(task, transcript)
     }
 }

@@ -74,30 +74,40 @@ impl Trainer {
         }
     }
 
-    /// Waits for exit (bounded) and returns (code, stdout, the whole stderr).
-    pub fn finish(mut self) -> (Option<i32>, String, String) {
-        let deadline = Instant::now() + PHASE_TIMEOUT;
-        let status = loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                break s;
+    /// Waits for exit (bounded) and returns (code, stdout, the whole stderr). A waiter thread
+    /// reads stdout to its end and reaps the process, so the wait ends when the process does.
+    pub fn finish(self) -> (Option<i32>, String, String) {
+        let Trainer {
+            mut child,
+            lines,
+            mut log,
+        } = self;
+        let pid = child.id();
+        let mut stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut out = String::new();
+            let _ = stdout.read_to_string(&mut out);
+            let _ = tx.send((child.wait(), out));
+        });
+        let (status, out) = match rx.recv_timeout(PHASE_TIMEOUT) {
+            Ok((status, out)) => (status.unwrap(), out),
+            Err(_) => {
+                let _ = Command::new("kill")
+                    .arg("-KILL")
+                    .arg(pid.to_string())
+                    .status();
+                panic!(
+                    "train did not exit within {PHASE_TIMEOUT:?}; log:\n{}",
+                    log.join("\n")
+                );
             }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                panic!("train did not exit; log:\n{}", self.log.join("\n"));
-            }
-            std::thread::sleep(Duration::from_millis(20));
         };
-        let mut out = String::new();
-        self.child
-            .stdout
-            .take()
-            .unwrap()
-            .read_to_string(&mut out)
-            .unwrap();
-        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(2)) {
-            self.log.push(line);
+        // The process has exited: its stderr ends, and the reader thread with it.
+        while let Ok(line) = lines.recv_timeout(PHASE_TIMEOUT) {
+            log.push(line);
         }
-        (status.code(), out, self.log.join("\n"))
+        (status.code(), out, log.join("\n"))
     }
 
     pub fn signal(&self, sig: &str) {

@@ -1,7 +1,5 @@
 //! `[stall]`: each stage's deadline, and what a stall does to the run.
 
-use std::time::Duration;
-
 use serde::{Deserialize, Serialize};
 
 /// Deadlines of the stall detector's stages, in seconds: a stage whose work makes no
@@ -59,10 +57,5 @@ impl StallConfig {
             .into_iter()
             .find(|(_, v)| !(v.is_finite() && *v > 0.0 && *v <= 604_800.0))
             .map(|(key, v)| (key, v, "seconds in (0, 604800]"))
-    }
-
-    /// `secs` as a duration (valid configs only).
-    pub fn duration(secs: f64) -> Duration {
-        Duration::from_secs_f64(secs)
     }
 }
