@@ -28,12 +28,13 @@ use agent_r1_actors::model::Placement;
 use agent_r1_actors::sft::SftConfig;
 use agent_r1_actors::stall::StallConfig;
 use agent_r1_envs::dataset::LoadOptions;
-use agent_r1_envs::envs::registry::EnvRegistry;
 use agent_r1_envs::synthetic::SyntheticConfig;
 use agent_r1_envs::tool_call::ToolCallFormat;
-use agent_r1_envs::tools::{ToolRegistry, ToolsConfig};
+use agent_r1_envs::tools::ToolsConfig;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{json, Value};
+
+use crate::registries::Registries;
 
 /// One problem with a config: where (`key`, and `line`/`column` when the TOML parser knows
 /// them) and what (given versus allowed, in `message`).
@@ -725,7 +726,11 @@ impl TrainConfig {
     }
 
     /// A built-in config by name (see [`PRESETS`]), parsed and validated like a file.
-    pub fn preset(name: &str, files: FileCheck) -> Result<Self, ConfigError> {
+    pub fn preset(
+        name: &str,
+        files: FileCheck,
+        registries: &Registries,
+    ) -> Result<Self, ConfigError> {
         let Some((_, text)) = PRESETS.iter().find(|(n, _)| *n == name) else {
             let names: Vec<&str> = PRESETS.iter().map(|(n, _)| *n).collect();
             return Err(ConfigError::new(
@@ -737,27 +742,33 @@ impl TrainConfig {
             ));
         };
         let config = Self::from_toml_str(text)?;
-        config.validate(files)?;
+        config.validate(files, registries)?;
         Ok(config)
     }
 
     /// Reads, parses and validates a config file.
-    pub fn load(path: &Path, files: FileCheck) -> Result<Self, ConfigError> {
+    pub fn load(
+        path: &Path,
+        files: FileCheck,
+        registries: &Registries,
+    ) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| {
             ConfigError::new("", format!("cannot read the config: {e}")).in_file(path)
         })?;
         let config = Self::from_toml_str(&text).map_err(|e| e.in_file(path))?;
-        config.validate(files).map_err(|e| e.in_file(path))?;
+        config
+            .validate(files, registries)
+            .map_err(|e| e.in_file(path))?;
         Ok(config)
     }
 
     /// Checks ranges and cross-section rules, builds the env once (cheap: no model, no
     /// tools) so that its own option errors surface now, and with [`FileCheck::Require`]
     /// checks that the model directory and dataset files exist.
-    pub fn validate(&self, files: FileCheck) -> Result<(), ConfigError> {
+    pub fn validate(&self, files: FileCheck, registries: &Registries) -> Result<(), ConfigError> {
         self.validate_model(files)?;
-        self.validate_env(files)?;
-        self.validate_tools()?;
+        self.validate_env(files, registries)?;
+        self.validate_tools(registries)?;
         self.validate_algorithm()?;
         self.validate_critic(files)?;
         self.validate_learner()?;
@@ -882,9 +893,9 @@ impl TrainConfig {
         Ok(())
     }
 
-    fn validate_env(&self, files: FileCheck) -> Result<(), ConfigError> {
+    fn validate_env(&self, files: FileCheck, registries: &Registries) -> Result<(), ConfigError> {
         let e = &self.env;
-        let registry = EnvRegistry::with_builtins();
+        let registry = &registries.envs;
         if !registry.contains(&e.name) {
             return Err(ConfigError::range(
                 "env.name",
@@ -970,37 +981,11 @@ impl TrainConfig {
             })
     }
 
-    fn validate_tools(&self) -> Result<(), ConfigError> {
-        let registry = ToolRegistry::with_builtins();
-        for (name, table) in &self.tools {
-            // As `ToolsConfig`: the factory is `type` when given, else the table's name.
-            let kind = match table.get("type") {
-                None => name.as_str(),
-                Some(toml::Value::String(s)) => s.as_str(),
-                Some(other) => {
-                    return Err(ConfigError::range(
-                        &format!("tools.{name}.type"),
-                        other,
-                        "a tool factory name (string)",
-                    ))
-                }
-            };
-            if !registry.contains(kind) {
-                let key = if table.contains_key("type") {
-                    format!("tools.{name}.type")
-                } else {
-                    format!("tools.{name}")
-                };
-                return Err(ConfigError::new(
-                    key,
-                    format!(
-                        "no tool factory {kind:?}; allowed: {} (or set `type` to one of them)",
-                        registry.names().join(", ")
-                    ),
-                ));
-            }
-        }
-        Ok(())
+    fn validate_tools(&self, registries: &Registries) -> Result<(), ConfigError> {
+        let world = self.training.run_dir.join("world");
+        self.tools_config(Some(&world))
+            .check_all(&registries.tools)
+            .map_err(|err| relabel(err, str::to_string, "tools"))
     }
 
     fn validate_algorithm(&self) -> Result<(), ConfigError> {
@@ -1282,18 +1267,38 @@ impl TrainConfig {
         }
     }
 
-    /// The `[tools.NAME]` tables as the envs crate's [`ToolsConfig`] (build them with
-    /// `tools_config().build_all(&ToolRegistry::with_builtins())`).
-    pub fn tools_config(&self) -> ToolsConfig {
+    /// The `[tools.NAME]` tables as the envs crate's [`ToolsConfig`], as a run builds them.
+    /// A table named `search` that names no corpus gets the env's: with
+    /// `synthetic_multihop` the world's (`WORLD/corpus.jsonl`, written by the run, and the
+    /// built-in kind its index directory there), else `[env.options] corpus` when set.
+    pub fn tools_config(&self, world: Option<&Path>) -> ToolsConfig {
+        let synthetic = self.env.name == agent_r1_envs::envs::synthetic_multihop::NAME;
+        let env_corpus = if synthetic {
+            world.map(|w| json!(w.join("corpus.jsonl")))
+        } else {
+            self.env
+                .options
+                .get("corpus")
+                .and_then(|c| serde_json::to_value(c).ok())
+        };
+        let tables = self.tools.iter().map(|(name, table)| {
+            let mut json = serde_json::to_value(table).unwrap_or(Value::Null);
+            if let (Some(corpus), "search", Value::Object(map)) =
+                (&env_corpus, name.as_str(), &mut json)
+            {
+                let builtin = map.get("type").is_none_or(|t| t == "search");
+                if !map.contains_key("corpus") {
+                    map.insert("corpus".into(), corpus.clone());
+                    if let (true, true, Some(world)) = (builtin, synthetic, world) {
+                        map.entry("index_dir")
+                            .or_insert_with(|| json!(world.join("search-index")));
+                    }
+                }
+            }
+            (name.clone(), json)
+        });
         ToolsConfig {
-            tables: self
-                .tools
-                .iter()
-                .map(|(name, table)| {
-                    let json = serde_json::to_value(table).unwrap_or(Value::Null);
-                    (name.clone(), json)
-                })
-                .collect(),
+            tables: tables.collect(),
         }
     }
 
@@ -1461,7 +1466,7 @@ name = "synthetic_multihop"
     fn invalid(extra: &str) -> ConfigError {
         match parse(extra) {
             Ok(c) => c
-                .validate(FileCheck::Skip)
+                .validate(FileCheck::Skip, &Registries::builtins())
                 .expect_err("expected a validation error"),
             Err(e) => e,
         }
@@ -1470,7 +1475,8 @@ name = "synthetic_multihop"
     #[test]
     fn minimal_config_takes_agent_r1_defaults() {
         let c = parse("").unwrap();
-        c.validate(FileCheck::Require).unwrap();
+        c.validate(FileCheck::Require, &Registries::builtins())
+            .unwrap();
         let l = c.learner_config();
         assert_eq!(l.estimator, Estimator::Grpo);
         assert_eq!((l.gamma, l.lambda), (1.0, 1.0));
@@ -1518,7 +1524,8 @@ seed = 7
 "#,
         )
         .unwrap();
-        c.validate(FileCheck::Skip).unwrap();
+        c.validate(FileCheck::Skip, &Registries::builtins())
+            .unwrap();
         let l = c.learner_config();
         assert_eq!(l.estimator, Estimator::Gae);
         assert_eq!(l.ppo_epochs, 2);
@@ -1706,21 +1713,23 @@ seed = 7
             "[model]\npreset = \"tiny\"\ndir = \"m\"\n[env]\nname = \"synthetic_multihop\"\n";
         let e = TrainConfig::from_toml_str(both)
             .unwrap()
-            .validate(FileCheck::Skip)
+            .validate(FileCheck::Skip, &Registries::builtins())
             .unwrap_err();
         assert!(e.key == "model" && e.message.contains("exactly one"), "{e}");
         let e = TrainConfig::from_toml_str(
             "[model]\npreset = \"huge\"\n[env]\nname = \"synthetic_multihop\"\n",
         )
         .unwrap()
-        .validate(FileCheck::Skip)
+        .validate(FileCheck::Skip, &Registries::builtins())
         .unwrap_err();
         assert!(e.key == "model.preset" && e.message.contains("tiny"), "{e}");
         let c = TrainConfig::from_toml_str(
             "[model]\npreset = \"tiny\"\ndevice = \"tpu\"\n[env]\nname = \"synthetic_multihop\"\n",
         )
         .unwrap();
-        let e = c.validate(FileCheck::Skip).unwrap_err();
+        let e = c
+            .validate(FileCheck::Skip, &Registries::builtins())
+            .unwrap_err();
         assert!(
             e.key == "model.device" && e.message.contains("cuda:N"),
             "{e}"
@@ -1729,7 +1738,9 @@ seed = 7
             "[model]\npreset = \"tiny\"\ndevice = \"cpu\"\ndtype = \"bf16\"\n[env]\nname = \"synthetic_multihop\"\n",
         )
         .unwrap();
-        let e = c.validate(FileCheck::Skip).unwrap_err();
+        let e = c
+            .validate(FileCheck::Skip, &Registries::builtins())
+            .unwrap_err();
         assert_eq!(e.key, "model.dtype", "{e}");
         // CPU float32 resolves on any machine.
         assert_eq!(
@@ -1743,7 +1754,8 @@ seed = 7
         let c = parse("").unwrap();
         assert_eq!(c.warm_start.steps, 0, "no warm start unless asked");
         let c = parse("[warm_start]\nsteps = 50\n").unwrap();
-        c.validate(FileCheck::Skip).unwrap();
+        c.validate(FileCheck::Skip, &Registries::builtins())
+            .unwrap();
         assert_eq!(c.warm_start.batch_size, 8);
         let e = invalid("[warm_start]\nsteps = 5\nbatch_size = 0\n");
         assert_eq!(e.key, "warm_start.batch_size", "{e}");
@@ -1803,15 +1815,20 @@ seed = 7
             dir.path().join("train.json").display().to_string()
         );
         let c = TrainConfig::from_toml_str(&text).unwrap();
-        c.validate(FileCheck::Skip).unwrap();
-        let e = c.validate(FileCheck::Require).unwrap_err();
+        c.validate(FileCheck::Skip, &Registries::builtins())
+            .unwrap();
+        let e = c
+            .validate(FileCheck::Require, &Registries::builtins())
+            .unwrap_err();
         assert!(
             e.key == "model.dir" && e.message.contains("config.json"),
             "{e}"
         );
         std::fs::create_dir_all(&model).unwrap();
         std::fs::write(model.join("config.json"), "{}").unwrap();
-        let e = c.validate(FileCheck::Require).unwrap_err();
+        let e = c
+            .validate(FileCheck::Require, &Registries::builtins())
+            .unwrap_err();
         assert!(
             e.key == "env.train_files" && e.message.contains("train.json: no such file"),
             "{e}"
@@ -1819,12 +1836,17 @@ seed = 7
         // And through `load`, the file name leads the message.
         let path = dir.path().join("c.toml");
         std::fs::write(&path, &text).unwrap();
-        let e = TrainConfig::load(&path, FileCheck::Require).unwrap_err();
+        let e = TrainConfig::load(&path, FileCheck::Require, &Registries::builtins()).unwrap_err();
         assert!(
             e.to_string().starts_with(&path.display().to_string()),
             "{e}"
         );
-        let e = TrainConfig::load(&dir.path().join("nope.toml"), FileCheck::Skip).unwrap_err();
+        let e = TrainConfig::load(
+            &dir.path().join("nope.toml"),
+            FileCheck::Skip,
+            &Registries::builtins(),
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("cannot read the config"), "{e}");
     }
 
@@ -1832,7 +1854,7 @@ seed = 7
     fn env_rules_and_env_option_errors() {
         let e = TrainConfig::from_toml_str("[model]\npreset = \"tiny\"\n[env]\nname = \"chess\"\n")
             .unwrap()
-            .validate(FileCheck::Skip)
+            .validate(FileCheck::Skip, &Registries::builtins())
             .unwrap_err();
         assert!(
             e.key == "env.name" && e.message.contains("synthetic_multihop"),
@@ -1856,7 +1878,8 @@ seed = 7
         assert_eq!(e.key, "env.dataset.on_bad_row", "{e}");
         // World options reach the env.
         let c = parse("[env.world]\nseed = 3\nn_questions = 50\n").unwrap();
-        c.validate(FileCheck::Skip).unwrap();
+        c.validate(FileCheck::Skip, &Registries::builtins())
+            .unwrap();
         assert_eq!(c.env_options()["world"]["n_questions"], 50);
     }
 
@@ -1865,8 +1888,9 @@ seed = 7
         let c =
             parse("[tools.search]\ntop_k = 3\n[tools.py]\ntype = \"python\"\ntimeout_secs = 2.5\n")
                 .unwrap();
-        c.validate(FileCheck::Skip).unwrap();
-        let tools = c.tools_config();
+        c.validate(FileCheck::Skip, &Registries::builtins())
+            .unwrap();
+        let tools = c.tools_config(None);
         assert_eq!(tools.tables.len(), 2);
         assert_eq!(tools.tables["py"]["timeout_secs"], 2.5);
         // Same result as the envs crate reading the same text.
@@ -1881,5 +1905,53 @@ seed = 7
         assert_eq!(e.key, "tools.x.type", "{e}");
         let e = invalid("[tools]\nsearch = 1\n");
         assert_eq!(e.key, "tools.search", "{e}");
+    }
+
+    #[test]
+    fn tool_options_are_checked_by_their_kind_as_train_builds_them() {
+        // An MCP table passes only with what `train` needs to start the server.
+        let e = invalid("[tools.clock]\ntype = \"mcp\"\n");
+        assert!(
+            e.key == "tools.clock" && e.message.contains("command"),
+            "{e}"
+        );
+        let e = invalid("[tools.clock]\ntype = \"mcp\"\ncommand = \"x\"\ntimeout_secs = 1e30\n");
+        assert_eq!(e.key, "tools.clock.timeout_secs", "{e}");
+        let e = invalid("[tools.python]\ntimeout = 3\n");
+        assert_eq!(e.key, "tools.python.timeout", "{e}");
+        let e = invalid("[tools.py]\ntype = \"python\"\nmemory_mib = 0\n");
+        assert_eq!(e.key, "tools.py.memory_mib", "{e}");
+        let e = invalid("[tools.search]\ntop_k = 0\n");
+        assert_eq!(e.key, "tools.search.top_k", "{e}");
+        let e = invalid("[tools.calc]\ntype = \"calculator\"\nprecision = 3\n");
+        assert_eq!(e.key, "tools.calc.precision", "{e}");
+        // Nothing is started to check: a server that does not exist passes.
+        parse("[tools.clock]\ntype = \"mcp\"\ncommand = \"/nonexistent/server\"\n")
+            .unwrap()
+            .validate(FileCheck::Skip, &Registries::builtins())
+            .unwrap();
+    }
+
+    #[test]
+    fn a_search_table_gets_the_envs_corpus() {
+        let c = parse("[tools.search]\ntop_k = 3\n").unwrap();
+        let world = Path::new("/run/world");
+        let tools = c.tools_config(Some(world));
+        assert_eq!(
+            tools.tables["search"]["corpus"],
+            json!(world.join("corpus.jsonl"))
+        );
+        assert_eq!(
+            tools.tables["search"]["index_dir"],
+            json!(world.join("search-index"))
+        );
+        // Another kind under the name `search` gets the corpus, not the built-in's index.
+        let c = parse("[tools.search]\ntype = \"mine\"\n").unwrap();
+        let tools = c.tools_config(Some(world));
+        assert!(tools.tables["search"].get("index_dir").is_none());
+        assert_eq!(
+            tools.tables["search"]["corpus"],
+            json!(world.join("corpus.jsonl"))
+        );
     }
 }

@@ -2,13 +2,16 @@
 //! config ([`config`]), atomic checkpoints ([`checkpoint`]), the Prometheus endpoint
 //! ([`metrics_server`]), the web UI ([`view`]) and what commands build their runs from ([`setup`]).
 //!
-//! They live in a library target (the binary's commands are in `src/cmd/`) so that the
-//! training loop and the integration tests under `tests/` use one public API.
+//! The command line itself is a library function, [`cli::main`], that takes the
+//! [`registries::Registries`] of tools and envs: the `agent-r1` binary passes the built-ins,
+//! and a user's crate passes its own beside them (`examples/custom-tool/`).
 
 pub mod checkpoint;
+pub mod cli;
 pub mod config;
 pub mod memory;
 pub mod metrics_server;
+pub mod registries;
 pub mod setup;
 pub mod train;
 pub mod view;

@@ -60,18 +60,17 @@ use agent_r1_actors::tokenizer::HfTokenizer;
 use agent_r1_actors::trajectory::{Trajectory, TrajectoryWriter};
 use agent_r1_envs::dataset::load_many;
 use agent_r1_envs::env::Env;
-use agent_r1_envs::envs::registry::EnvRegistry;
 use agent_r1_envs::envs::synthetic_multihop::{self, SyntheticMultihopEnv};
 use agent_r1_envs::synthetic::{DemoConfig, Split};
 use agent_r1_envs::task::Task;
 use agent_r1_envs::tool::Tool;
-use agent_r1_envs::tools::ToolRegistry;
 use anyhow::Context;
 use sampler::Sampler;
 use serde_json::{json, Value};
 
 use crate::checkpoint::{self, TrainingState, PENDING_TRAJECTORIES};
 use crate::config::{FileCheck, TrainConfig, TrainMode};
+use crate::registries::Registries;
 use crate::setup::{self, RolloutKnobs};
 use crate::view::Site;
 use crate::{memory, metrics_server};
@@ -92,10 +91,12 @@ pub enum ConfigSource {
 }
 
 impl ConfigSource {
-    fn load(&self) -> anyhow::Result<TrainConfig> {
+    fn load(&self, registries: &Registries) -> anyhow::Result<TrainConfig> {
         Ok(match self {
-            ConfigSource::File(path) => TrainConfig::load(path, FileCheck::Require)?,
-            ConfigSource::Preset(name) => TrainConfig::preset(name, FileCheck::Require)?,
+            ConfigSource::File(path) => TrainConfig::load(path, FileCheck::Require, registries)?,
+            ConfigSource::Preset(name) => {
+                TrainConfig::preset(name, FileCheck::Require, registries)?
+            }
         })
     }
 }
@@ -109,6 +110,8 @@ pub struct TrainArgs {
     pub out: Option<PathBuf>,
     /// Continue from the newest complete checkpoint even when the config says not to.
     pub resume: bool,
+    /// The tool and env kinds the config may name.
+    pub registries: Registries,
     /// Fault injection for tests and `bench train` (none for real runs).
     pub faults: Faults,
 }
@@ -138,7 +141,11 @@ pub struct Scenario {
 /// corpus is written under `RUN/world/`, and the `search` tool is pointed at it (and its
 /// index kept there) unless the config names a corpus itself. `agent-r1 eval` builds its
 /// env the same way, from a checkpoint's saved config.
-pub fn scenario(cfg: &TrainConfig, run_dir: &Path) -> anyhow::Result<Scenario> {
+pub fn scenario(
+    cfg: &TrainConfig,
+    run_dir: &Path,
+    registries: &Registries,
+) -> anyhow::Result<Scenario> {
     let world_dir = run_dir.join("world");
     std::fs::create_dir_all(&world_dir)
         .with_context(|| format!("{}: cannot create", world_dir.display()))?;
@@ -156,7 +163,8 @@ pub fn scenario(cfg: &TrainConfig, run_dir: &Path) -> anyhow::Result<Scenario> {
         (env.clone(), Some(env), train, test)
     } else {
         let env: Arc<dyn Env> = Arc::from(
-            EnvRegistry::with_builtins()
+            registries
+                .envs
                 .create(&cfg.env.name, &options)
                 .context("building the env `[env]`")?,
         );
@@ -170,23 +178,10 @@ pub fn scenario(cfg: &TrainConfig, run_dir: &Path) -> anyhow::Result<Scenario> {
         !train.is_empty(),
         "the env has no training tasks (env.train_files / env.world)"
     );
-    let registry = ToolRegistry::with_builtins();
-    let mut tools = Vec::new();
-    for (name, table) in &cfg.tools {
-        let mut opts = serde_json::to_value(table).unwrap_or(Value::Null);
-        if name == "search" && synthetic_env {
-            if let Value::Object(map) = &mut opts {
-                map.entry("corpus").or_insert_with(|| json!(corpus));
-                map.entry("index_dir")
-                    .or_insert_with(|| json!(world_dir.join("search-index")));
-            }
-        }
-        tools.extend(
-            registry
-                .create_all(name, &opts)
-                .with_context(|| format!("building the tool `[tools.{name}]`"))?,
-        );
-    }
+    let tools = cfg
+        .tools_config(Some(&world_dir))
+        .build_all(&registries.tools)
+        .context("building the tools `[tools.*]`")?;
     Ok(Scenario {
         env,
         synthetic,
@@ -634,7 +629,7 @@ async fn publish(
 /// summary.
 pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
     let started = Instant::now();
-    let cfg = args.config.load()?;
+    let cfg = args.config.load(&args.registries)?;
     let run_dir = args.out.clone().unwrap_or(cfg.training.run_dir.clone());
     std::fs::create_dir_all(run_dir.join("rollouts"))
         .with_context(|| format!("{}: cannot create the run directory", run_dir.display()))?;
@@ -652,7 +647,7 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
     let config_path = run_dir.join("config.toml");
     std::fs::write(&config_path, cfg.to_toml_string())
         .with_context(|| format!("{}: cannot write", config_path.display()))?;
-    let mut scenario = scenario(&cfg, &run_dir)?;
+    let mut scenario = scenario(&cfg, &run_dir, &args.registries)?;
     log_scenario(&cfg, &scenario);
     inject_scenario_faults(&mut scenario, &args.faults)?;
     let base = base_model(

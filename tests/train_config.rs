@@ -5,6 +5,7 @@ use std::path::Path;
 use std::process::Command;
 
 use agent_r1::config::{FileCheck, TrainConfig};
+use agent_r1::registries::Registries;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
@@ -17,7 +18,8 @@ fn every_example_config_parses_and_validates() {
             continue;
         }
         // Model directories and datasets are not part of the repository.
-        let config = TrainConfig::load(&path, FileCheck::Skip).unwrap_or_else(|e| panic!("{e}"));
+        let config = TrainConfig::load(&path, FileCheck::Skip, &Registries::builtins())
+            .unwrap_or_else(|e| panic!("{e}"));
         // The resolved form is itself a valid config.
         let resolved = TrainConfig::from_toml_str(&config.to_toml_string()).unwrap();
         assert_eq!(resolved, config, "{}", path.display());
@@ -39,6 +41,7 @@ fn every_example_config_parses_and_validates() {
     TrainConfig::load(
         &Path::new(ROOT).join("examples/demo.toml"),
         FileCheck::Require,
+        &Registries::builtins(),
     )
     .unwrap();
 }
@@ -82,7 +85,7 @@ fn a_separate_critic_needs_an_estimator_with_a_critic() {
     let grpo = format!("{base}[algorithm]\nestimator = \"grpo\"\n[critic]\nseparate = true\n");
     let e = TrainConfig::from_toml_str(&grpo)
         .unwrap()
-        .validate(FileCheck::Skip)
+        .validate(FileCheck::Skip, &Registries::builtins())
         .unwrap_err()
         .to_string();
     assert!(
@@ -92,7 +95,7 @@ fn a_separate_critic_needs_an_estimator_with_a_critic() {
     let stray = format!("{base}[algorithm]\nestimator = \"gae\"\n[critic]\nmodel = \"x\"\n");
     let e = TrainConfig::from_toml_str(&stray)
         .unwrap()
-        .validate(FileCheck::Skip)
+        .validate(FileCheck::Skip, &Registries::builtins())
         .unwrap_err()
         .to_string();
     assert!(
@@ -102,7 +105,7 @@ fn a_separate_critic_needs_an_estimator_with_a_critic() {
     let ok = format!("{base}[algorithm]\nestimator = \"gae\"\n[critic]\nseparate = true\n");
     TrainConfig::from_toml_str(&ok)
         .unwrap()
-        .validate(FileCheck::Skip)
+        .validate(FileCheck::Skip, &Registries::builtins())
         .unwrap();
 }
 
@@ -195,7 +198,8 @@ fn every_wait_is_configurable_and_bounded() {
          engine_secs = 5\ncheckpoint_secs = 30\nfail_run = false\n[checkpoint]\nretries = 0\n"
     ))
     .unwrap();
-    ok.validate(FileCheck::Skip).unwrap();
+    ok.validate(FileCheck::Skip, &Registries::builtins())
+        .unwrap();
     for (section, key, value) in [
         ("rollout", "generate_timeout_secs", "0"),
         ("rollout", "tool_queue_timeout_secs", "-1"),
@@ -209,7 +213,10 @@ fn every_wait_is_configurable_and_bounded() {
     ] {
         let cfg =
             TrainConfig::from_toml_str(&format!("{base}[{section}]\n{key} = {value}\n")).unwrap();
-        let e = cfg.validate(FileCheck::Skip).unwrap_err().to_string();
+        let e = cfg
+            .validate(FileCheck::Skip, &Registries::builtins())
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains(&format!("`{section}.{key}`")) && e.contains("allowed"),
             "{section}.{key} = {value}: {e}"

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use agent_r1_envs::call_guard::execute_call;
 use agent_r1_envs::tool::{CallError, Tool, ToolOutput};
 use agent_r1_envs::tool_call::parse_tool_calls;
-use agent_r1_envs::tools::{ToolRegistry, ToolsConfig};
+use agent_r1_envs::tools::{ToolOptions, ToolRegistry, ToolsConfig};
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
@@ -17,6 +17,30 @@ use serde_json::{json, Value};
 /// Counts words; `min_len` (from `[tools.word_count]`) ignores shorter words.
 struct WordCount {
     min_len: usize,
+}
+
+/// `[tools.word_count]`: what the table may hold (any other key is an error).
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WordCountOptions {
+    #[serde(default = "one")]
+    min_len: usize,
+}
+
+fn one() -> usize {
+    1
+}
+
+impl ToolOptions for WordCountOptions {
+    fn validate(&self) -> agent_r1_envs::Result<()> {
+        if self.min_len == 0 {
+            return Err(agent_r1_envs::Error::Config {
+                key: "tools.word_count.min_len".into(),
+                message: "must be at least 1, got 0".into(),
+            });
+        }
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -46,11 +70,21 @@ impl Tool for WordCount {
 async fn one_file_plus_one_registration_line() {
     let mut registry = ToolRegistry::with_builtins();
     // The one line:
-    registry.register("word_count", |o| {
-        Ok(Arc::new(WordCount {
-            min_len: o.get("min_len").and_then(Value::as_u64).unwrap_or(1) as usize,
-        }))
+    registry.register("word_count", |o: WordCountOptions| {
+        Ok(Arc::new(WordCount { min_len: o.min_len }))
     });
+
+    // Options are checked as `check-config` does, before anything is built.
+    let misspelt = ToolsConfig::from_toml_str("[tools.word_count]\nmin_lenght = 3\n").unwrap();
+    let e = misspelt.check_all(&registry).unwrap_err().to_string();
+    assert!(e.contains("tools.word_count.min_lenght"), "{e}");
+    let renamed =
+        ToolsConfig::from_toml_str("[tools.wc]\ntype = \"word_count\"\nmin_len = 0\n").unwrap();
+    let e = renamed.check_all(&registry).unwrap_err().to_string();
+    assert!(
+        e.contains("tools.wc.min_len") && e.contains("at least 1"),
+        "{e}"
+    );
 
     let config =
         ToolsConfig::from_toml_str("[tools.word_count]\nmin_len = 3\n[tools.calculator]\n")

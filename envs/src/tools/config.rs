@@ -83,14 +83,37 @@ impl ToolsConfig {
         Ok((kind, options))
     }
 
+    /// Checks every table's options with its kind's parser, as [`Self::build_all`] will,
+    /// without building anything (no server started, no corpus indexed).
+    pub fn check_all(&self, registry: &ToolRegistry) -> Result<()> {
+        for (name, options) in &self.tables {
+            let (kind, options) = self.factory_of(name, options)?;
+            registry
+                .check(&kind, &options)
+                .map_err(|e| under_table(e, name, &kind))?;
+        }
+        Ok(())
+    }
+
     /// Builds every configured tool.
     pub fn build_all(&self, registry: &ToolRegistry) -> Result<Vec<Arc<dyn Tool>>> {
         let mut tools = Vec::new();
         for (name, options) in &self.tables {
-            let (kind, options) = self.factory_of(name, options)?;
-            tools.extend(registry.create_all(&kind, &options)?);
+            tools.extend(self.build_table(registry, name, options)?);
         }
         Ok(tools)
+    }
+
+    fn build_table(
+        &self,
+        registry: &ToolRegistry,
+        name: &str,
+        options: &Value,
+    ) -> Result<Vec<Arc<dyn Tool>>> {
+        let (kind, options) = self.factory_of(name, options)?;
+        registry
+            .create_all(&kind, &options)
+            .map_err(|e| under_table(e, name, &kind))
     }
 
     /// Builds the tool the model would call `name`: from table `[tools.NAME]` when there is
@@ -98,8 +121,7 @@ impl ToolsConfig {
     /// else from the registry's factory `name` with default options.
     pub fn build_one(&self, registry: &ToolRegistry, name: &str) -> Result<Arc<dyn Tool>> {
         if let Some(options) = self.tables.get(name) {
-            let (kind, options) = self.factory_of(name, options)?;
-            let tools = registry.create_all(&kind, &options)?;
+            let tools = self.build_table(registry, name, options)?;
             if tools.len() == 1 {
                 return tools
                     .into_iter()
@@ -109,16 +131,49 @@ impl ToolsConfig {
             return pick(tools, name);
         }
         for (table, options) in &self.tables {
-            let (kind, options) = self.factory_of(table, options)?;
+            let (kind, _) = self.factory_of(table, options)?;
             if kind == table.as_str() && registry.contains(table) && kind != "mcp" {
                 continue; // a single-tool table named after its factory: not `name`
             }
-            let tools = registry.create_all(&kind, &options)?;
+            let tools = self.build_table(registry, table, options)?;
             if tools.iter().any(|t| t.name() == name) {
                 return pick(tools, name);
             }
         }
         registry.create(name, &Value::Null)
+    }
+}
+
+/// Reports an error of kind `kind`'s options under the table that holds them: with
+/// `[tools.py] type = "python"`, `tools.python.timeout_secs` becomes `tools.py.timeout_secs`.
+/// An unknown kind is reported at the key that named it (`type`, or the table's name).
+fn under_table(error: Error, table: &str, kind: &str) -> Error {
+    match error {
+        Error::Unknown {
+            kind: "tool",
+            known,
+            ..
+        } => Error::Config {
+            key: if table == kind {
+                format!("tools.{table}")
+            } else {
+                format!("tools.{table}.type")
+            },
+            message: format!(
+                "no tool kind {kind:?}; allowed: {known} (or set `type` to one of them)"
+            ),
+        },
+        Error::Config { key, message } if table != kind => {
+            let prefix = format!("tools.{kind}");
+            let key = match key.strip_prefix(&prefix) {
+                Some(rest) if rest.is_empty() || rest.starts_with('.') => {
+                    format!("tools.{table}{rest}")
+                }
+                _ => key,
+            };
+            Error::Config { key, message }
+        }
+        other => other,
     }
 }
 
@@ -192,6 +247,9 @@ mod tests {
             .map(|_| ())
             .unwrap_err()
             .to_string();
-        assert!(e.starts_with("unknown tool `nope`"), "{e}");
+        assert!(
+            e.contains("tools.x.type") && e.contains("no tool kind \"nope\""),
+            "{e}"
+        );
     }
 }

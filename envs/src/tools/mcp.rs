@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 
 use crate::error::{Error, Result};
 use crate::tool::{Tool, ToolOutput};
+use crate::tools::ToolOptions;
 
 pub use client::{McpClient, McpServerConfig, McpToolInfo, PROTOCOL_VERSION};
 
@@ -41,6 +42,47 @@ impl McpTool {
     /// The client (shared by all tools of the server).
     pub fn client(&self) -> &Arc<McpClient> {
         &self.client
+    }
+}
+
+impl ToolOptions for McpServerConfig {
+    fn validate(&self) -> Result<()> {
+        for (key, value) in [
+            ("timeout_secs", self.timeout_secs),
+            ("init_timeout_secs", self.init_timeout_secs),
+        ] {
+            if !(value > 0.0 && value <= 86_400.0) {
+                return Err(Error::Config {
+                    key: format!("tools.mcp.{key}"),
+                    message: format!(
+                        "must be a number of seconds in (0, 86400] (a day), got {value}"
+                    ),
+                });
+            }
+        }
+        for (key, value, least) in [
+            ("max_concurrency", self.max_concurrency, 1),
+            ("max_line_bytes", self.max_line_bytes, 1024),
+            (
+                "restart_after_timeouts",
+                self.restart_after_timeouts as usize,
+                1,
+            ),
+        ] {
+            if value < least {
+                return Err(Error::Config {
+                    key: format!("tools.mcp.{key}"),
+                    message: format!("must be at least {least}, got {value}"),
+                });
+            }
+        }
+        if self.command.as_os_str().is_empty() {
+            return Err(Error::Config {
+                key: "tools.mcp.command".into(),
+                message: "must name the server program".into(),
+            });
+        }
+        Ok(())
     }
 }
 

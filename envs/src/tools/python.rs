@@ -28,6 +28,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::error::{Error, Result};
 use crate::tool::{Tool, ToolOutput};
+use crate::tools::ToolOptions;
 
 pub use sandbox::{isolation, net_isolation, Isolation, NetIsolation};
 
@@ -82,6 +83,35 @@ impl Default for PythonConfig {
     }
 }
 
+impl ToolOptions for PythonConfig {
+    fn validate(&self) -> Result<()> {
+        if !(self.timeout_secs > 0.0 && self.timeout_secs <= 86_400.0) {
+            return Err(Error::Config {
+                key: "tools.python.timeout_secs".into(),
+                message: format!(
+                    "must be a number of seconds in (0, 86400] (a day), got {}",
+                    self.timeout_secs
+                ),
+            });
+        }
+        for (key, value) in [
+            ("max_processes", self.max_processes),
+            ("tmp_mib", self.tmp_mib),
+            ("memory_mib", self.memory_mib),
+            ("cpu_secs", self.cpu_secs),
+            ("max_concurrency", self.max_concurrency as u64),
+        ] {
+            if value == 0 {
+                return Err(Error::Config {
+                    key: format!("tools.python.{key}"),
+                    message: "must be at least 1, got 0".into(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The python tool.
 #[derive(Debug, Clone, Default)]
 pub struct PythonTool {
@@ -108,30 +138,7 @@ pub struct RunResult {
 impl PythonTool {
     /// A tool with `config`.
     pub fn new(config: PythonConfig) -> Result<Self> {
-        if !(config.timeout_secs > 0.0 && config.timeout_secs.is_finite()) {
-            return Err(Error::Config {
-                key: "tools.python.timeout_secs".into(),
-                message: format!("must be a positive number, got {}", config.timeout_secs),
-            });
-        }
-        for (key, value) in [
-            ("max_processes", config.max_processes),
-            ("tmp_mib", config.tmp_mib),
-            ("memory_mib", config.memory_mib),
-        ] {
-            if value == 0 {
-                return Err(Error::Config {
-                    key: format!("tools.python.{key}"),
-                    message: "must be at least 1".into(),
-                });
-            }
-        }
-        if config.timeout_secs > 86_400.0 {
-            return Err(Error::Config {
-                key: "tools.python.timeout_secs".into(),
-                message: format!("must be at most 86400 (a day), got {}", config.timeout_secs),
-            });
-        }
+        config.validate()?;
         // Probed here, at construction, so that no call pays for it on the async runtime.
         let isolation = isolation();
         if config.require_sandbox && !matches!(isolation, Isolation::Bubblewrap(_)) {

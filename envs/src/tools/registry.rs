@@ -1,28 +1,54 @@
 //! Tool factories by name.
 //!
-//! A factory builds a tool from its options: the `[tools.NAME]` TOML table converted to JSON
-//! (`{}` when there is none). A user's own tool is one file with a type implementing
-//! [`Tool`] plus one `registry.register("name", factory)` line (see `docs/tools.md`).
+//! A tool kind is registered with its options type. The `[tools.NAME]` table (without its
+//! `type` key) is deserialised into that type and checked with [`ToolOptions::validate`]:
+//! that is all [`ToolRegistry::check`] does (what `check-config` runs: no server started,
+//! no corpus indexed), and [`ToolRegistry::create_all`] does the same before it builds. A
+//! user's own tool is one file (a type implementing [`Tool`] and its options) plus one
+//! `registry.register(...)` line (see `docs/tools.md`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::tool::Tool;
 use crate::tools::{calculator, mcp, python, search};
 
-/// Builds one tool from its options.
-pub type ToolFactory = Box<dyn Fn(&Value) -> Result<Arc<dyn Tool>> + Send + Sync>;
-/// Builds a set of tools from one options table (an MCP server's tools).
-pub type ToolSetFactory = Box<dyn Fn(&Value) -> Result<Vec<Arc<dyn Tool>>> + Send + Sync>;
+/// A tool kind's options: what its `[tools.NAME]` table deserialises into.
+pub trait ToolOptions: DeserializeOwned + 'static {
+    /// Checks beyond the types (ranges, combinations), without side effects. Errors name
+    /// their key as `tools.KIND.KEY`; a table of another name is reported under its own.
+    fn validate(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// The options of a tool that takes none: any key is an error.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoOptions {}
+
+impl ToolOptions for NoOptions {}
+
+type CheckFn = dyn Fn(&Value) -> Result<()> + Send + Sync;
+type BuildFn = dyn Fn(&Value) -> Result<Vec<Arc<dyn Tool>>> + Send + Sync;
+
+/// One kind: how its options are checked and how its tools are built.
+#[derive(Clone)]
+struct Factory {
+    check: Arc<CheckFn>,
+    build: Arc<BuildFn>,
+}
 
 /// Tool factories by name.
+#[derive(Clone)]
 pub struct ToolRegistry {
-    factories: BTreeMap<String, ToolSetFactory>,
+    factories: BTreeMap<String, Factory>,
 }
 
 impl std::fmt::Debug for ToolRegistry {
@@ -49,40 +75,47 @@ impl ToolRegistry {
     /// set: the tools of the server the options start).
     pub fn with_builtins() -> Self {
         let mut r = Self::empty();
-        r.register("search", |o| Ok(Arc::new(search_from_options(o)?)));
-        r.register("calculator", |o| {
-            no_options("calculator", o)?;
+        r.register("search", |o: SearchOptions| {
+            Ok(Arc::new(search::SearchTool::open(o.into_config()?)?))
+        });
+        r.register("calculator", |_: NoOptions| {
             Ok(Arc::new(calculator::CalculatorTool))
         });
-        r.register("python", |o| {
-            Ok(Arc::new(python::PythonTool::new(options::<
-                python::PythonConfig,
-            >(
-                "python", o
-            )?)?))
+        r.register("python", |o: python::PythonConfig| {
+            Ok(Arc::new(python::PythonTool::new(o)?))
         });
-        r.register_set("mcp", |o| {
-            mcp::connect_tools(options::<mcp::McpServerConfig>("mcp", o)?)
-        });
+        r.register_set("mcp", mcp::connect_tools);
         r
     }
 
-    /// Adds (or replaces) a factory of one tool.
-    pub fn register<F>(&mut self, name: impl Into<String>, factory: F) -> &mut Self
+    /// Adds (or replaces) the kind `name`, which builds one tool from options `O`.
+    pub fn register<O, F>(&mut self, name: impl Into<String>, build: F) -> &mut Self
     where
-        F: Fn(&Value) -> Result<Arc<dyn Tool>> + Send + Sync + 'static,
+        O: ToolOptions,
+        F: Fn(O) -> Result<Arc<dyn Tool>> + Send + Sync + 'static,
     {
-        self.factories
-            .insert(name.into(), Box::new(move |o| Ok(vec![factory(o)?])));
-        self
+        self.register_set(name, move |o: O| Ok(vec![build(o)?]))
     }
 
-    /// Adds (or replaces) a factory of a set of tools.
-    pub fn register_set<F>(&mut self, name: impl Into<String>, factory: F) -> &mut Self
+    /// Adds (or replaces) the kind `name`, which builds a set of tools from options `O`
+    /// (an MCP server's tools).
+    pub fn register_set<O, F>(&mut self, name: impl Into<String>, build: F) -> &mut Self
     where
-        F: Fn(&Value) -> Result<Vec<Arc<dyn Tool>>> + Send + Sync + 'static,
+        O: ToolOptions,
+        F: Fn(O) -> Result<Vec<Arc<dyn Tool>>> + Send + Sync + 'static,
     {
-        self.factories.insert(name.into(), Box::new(factory));
+        let name = name.into();
+        let kind = name.clone();
+        let check = move |options: &Value| parse::<O>(&kind, options).map(|_| ());
+        let kind = name.clone();
+        let build = move |options: &Value| build(parse::<O>(&kind, options)?);
+        self.factories.insert(
+            name,
+            Factory {
+                check: Arc::new(check),
+                build: Arc::new(build),
+            },
+        );
         self
     }
 
@@ -96,17 +129,26 @@ impl ToolRegistry {
         self.factories.contains_key(name)
     }
 
-    /// Builds every tool the factory `name` makes from `options`.
-    pub fn create_all(&self, name: &str, options: &Value) -> Result<Vec<Arc<dyn Tool>>> {
-        let factory = self.factories.get(name).ok_or_else(|| Error::Unknown {
+    fn factory(&self, name: &str) -> Result<&Factory> {
+        self.factories.get(name).ok_or_else(|| Error::Unknown {
             kind: "tool",
             name: name.to_string(),
             known: self.names().join(", "),
-        })?;
-        factory(options)
+        })
     }
 
-    /// Builds the one tool the factory `name` makes (an error for a set of several).
+    /// Parses and checks `options` for the kind `name` as [`Self::create_all`] will, with no
+    /// side effects (nothing started, indexed or probed).
+    pub fn check(&self, name: &str, options: &Value) -> Result<()> {
+        (self.factory(name)?.check)(options)
+    }
+
+    /// Builds every tool the kind `name` makes from `options`.
+    pub fn create_all(&self, name: &str, options: &Value) -> Result<Vec<Arc<dyn Tool>>> {
+        (self.factory(name)?.build)(options)
+    }
+
+    /// Builds the one tool the kind `name` makes (an error for a set of several).
     pub fn create(&self, name: &str, options: &Value) -> Result<Arc<dyn Tool>> {
         let mut tools = self.create_all(name, options)?;
         match tools.len() {
@@ -126,116 +168,117 @@ impl ToolRegistry {
     }
 }
 
-/// Deserialises a factory's options, naming the table in errors. `null` means defaults.
-fn options<T: DeserializeOwned>(tool: &str, options: &Value) -> Result<T> {
+/// Deserialises and validates a kind's options (`null` means defaults), naming the key.
+fn parse<O: ToolOptions>(kind: &str, options: &Value) -> Result<O> {
     let value = match options {
         Value::Null => Value::Object(Default::default()),
-        v => v.clone(),
-    };
-    serde_json::from_value(value).map_err(|e| Error::Config {
-        key: format!("tools.{tool}"),
-        message: e.to_string(),
-    })
-}
-
-fn no_options(tool: &str, options: &Value) -> Result<()> {
-    match options {
-        Value::Null => Ok(()),
-        Value::Object(m) if m.is_empty() => Ok(()),
-        Value::Object(m) => Err(Error::Config {
-            key: format!(
-                "tools.{tool}.{}",
-                m.keys().next().map(String::as_str).unwrap_or("")
-            ),
-            message: "this tool takes no options".into(),
-        }),
-        other => Err(Error::Config {
-            key: format!("tools.{tool}"),
-            message: format!("expected a table, got {other}"),
-        }),
-    }
-}
-
-/// `[tools.search]` options: `corpus` (a path with `format` = `jsonl` | `hotpotqa`, or a table
-/// `{ jsonl = path }` / `{ hotpotqa = [paths] }`), `index_dir`, `top_k`, `max_doc_chars`,
-/// `max_concurrency`, `index_threads`.
-fn search_from_options(options: &Value) -> Result<search::SearchTool> {
-    const KEYS: [&str; 7] = [
-        "corpus",
-        "format",
-        "index_dir",
-        "top_k",
-        "max_doc_chars",
-        "max_concurrency",
-        "index_threads",
-    ];
-    let key = |k: &str| format!("tools.search.{k}");
-    if let Some(obj) = options.as_object() {
-        if let Some(bad) = obj.keys().find(|k| !KEYS.contains(&k.as_str())) {
+        Value::Object(_) => options.clone(),
+        other => {
             return Err(Error::Config {
-                key: key(bad),
-                message: format!("unknown key (allowed: {})", KEYS.join(", ")),
-            });
-        }
-    }
-    let format = options.get("format").and_then(Value::as_str);
-    let source = match (options.get("corpus"), format) {
-        (Some(Value::String(path)), None | Some("jsonl")) => {
-            search::CorpusSource::Jsonl(PathBuf::from(path))
-        }
-        (Some(Value::String(path)), Some("hotpotqa")) => {
-            search::CorpusSource::HotpotQa(vec![PathBuf::from(path)])
-        }
-        (Some(Value::String(_)), Some(other)) => {
-            return Err(Error::Config {
-                key: key("format"),
-                message: format!("`{other}` (allowed: jsonl, hotpotqa)"),
-            })
-        }
-        (Some(table @ Value::Object(_)), _) => {
-            serde_json::from_value(table.clone()).map_err(|e| Error::Config {
-                key: key("corpus"),
-                message: format!("{e} (expected {{ jsonl = path }} or {{ hotpotqa = [paths] }})"),
-            })?
-        }
-        _ => {
-            return Err(Error::Config {
-                key: key("corpus"),
-                message: "required: path of a JSONL corpus or HotpotQA JSON file".into(),
+                key: format!("tools.{kind}"),
+                message: format!("expected a table, got {other}"),
             })
         }
     };
-    let mut config = search::SearchConfig::new(source);
-    config.index_dir = options
-        .get("index_dir")
-        .and_then(Value::as_str)
-        .map(PathBuf::from);
-    let positive = |name: &str| -> Result<Option<usize>> {
-        match options.get(name) {
-            None => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .filter(|&k| k > 0)
-                .map(|k| Some(k as usize))
-                .ok_or_else(|| Error::Config {
+    let parsed: O = serde_path_to_error::deserialize(value).map_err(|e| {
+        let mut key = format!("tools.{kind}");
+        let path = e.path().to_string();
+        if path != "." {
+            key = format!("{key}.{path}");
+        }
+        let message = e.inner().to_string();
+        // An unknown key of a struct with no fields is reported at its table: name the key.
+        if let Some(field) = message
+            .strip_prefix("unknown field `")
+            .and_then(|rest| rest.split('`').next())
+        {
+            if !key.ends_with(&format!(".{field}")) {
+                key = format!("{key}.{field}");
+            }
+        }
+        Error::Config { key, message }
+    })?;
+    parsed.validate()?;
+    Ok(parsed)
+}
+
+/// `[tools.search]` options.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SearchOptions {
+    /// A path (read as `format`), or a table `{ jsonl = path }` / `{ hotpotqa = [paths] }`.
+    corpus: Option<Value>,
+    /// `jsonl` (default) or `hotpotqa`, for a `corpus` given as a path.
+    format: Option<String>,
+    index_dir: Option<PathBuf>,
+    top_k: Option<usize>,
+    max_doc_chars: Option<usize>,
+    max_concurrency: Option<usize>,
+    index_threads: Option<usize>,
+}
+
+impl ToolOptions for SearchOptions {
+    fn validate(&self) -> Result<()> {
+        self.clone().into_config().map(|_| ())
+    }
+}
+
+impl SearchOptions {
+    fn into_config(self) -> Result<search::SearchConfig> {
+        let key = |k: &str| format!("tools.search.{k}");
+        let source = match (&self.corpus, self.format.as_deref()) {
+            (Some(Value::String(path)), None | Some("jsonl")) => {
+                search::CorpusSource::Jsonl(PathBuf::from(path))
+            }
+            (Some(Value::String(path)), Some("hotpotqa")) => {
+                search::CorpusSource::HotpotQa(vec![PathBuf::from(path)])
+            }
+            (Some(Value::String(_)), Some(other)) => {
+                return Err(Error::Config {
+                    key: key("format"),
+                    message: format!("`{other}` (allowed: jsonl, hotpotqa)"),
+                })
+            }
+            (Some(table @ Value::Object(_)), _) => {
+                serde_json::from_value(table.clone()).map_err(|e| Error::Config {
+                    key: key("corpus"),
+                    message: format!(
+                        "{e} (expected {{ jsonl = path }} or {{ hotpotqa = [paths] }})"
+                    ),
+                })?
+            }
+            _ => {
+                return Err(Error::Config {
+                    key: key("corpus"),
+                    message: "required: path of a JSONL corpus or HotpotQA JSON file".into(),
+                })
+            }
+        };
+        let mut config = search::SearchConfig::new(source);
+        config.index_dir = self.index_dir;
+        let positive = |name: &str, value: Option<usize>| -> Result<Option<usize>> {
+            match value {
+                Some(0) => Err(Error::Config {
                     key: key(name),
-                    message: format!("must be a positive integer, got {v}"),
+                    message: "must be a positive integer, got 0".into(),
                 }),
+                v => Ok(v),
+            }
+        };
+        if let Some(k) = positive("top_k", self.top_k)? {
+            config.top_k = k;
         }
-    };
-    if let Some(k) = positive("top_k")? {
-        config.top_k = k;
+        if let Some(k) = positive("max_doc_chars", self.max_doc_chars)? {
+            config.max_doc_chars = k;
+        }
+        if let Some(k) = positive("max_concurrency", self.max_concurrency)? {
+            config.max_concurrency = k;
+        }
+        if let Some(k) = positive("index_threads", self.index_threads)? {
+            config.index_threads = k;
+        }
+        Ok(config)
     }
-    if let Some(k) = positive("max_doc_chars")? {
-        config.max_doc_chars = k;
-    }
-    if let Some(k) = positive("max_concurrency")? {
-        config.max_concurrency = k;
-    }
-    if let Some(k) = positive("index_threads")? {
-        config.index_threads = k;
-    }
-    search::SearchTool::open(config)
 }
 
 #[cfg(test)]
@@ -244,14 +287,18 @@ mod tests {
     use serde_json::json;
 
     fn err(r: &ToolRegistry, name: &str, options: Value) -> String {
+        let checked = r.check(name, &options).map(|_| ()).unwrap_err().to_string();
         match r.create(name, &options) {
-            Err(e) => e.to_string(),
+            Err(e) => {
+                assert_eq!(e.to_string(), checked, "check and create disagree");
+                checked
+            }
             Ok(_) => panic!("expected an error"),
         }
     }
 
     #[test]
-    fn unknown_names_and_keys_are_reported() {
+    fn unknown_names_and_keys_are_reported_by_check_as_by_create() {
         let r = ToolRegistry::with_builtins();
         let e = err(&r, "websearch", json!({}));
         assert_eq!(
@@ -264,10 +311,31 @@ mod tests {
         assert!(e.contains("tools.search.corpus"), "{e}");
         let e = err(&r, "search", json!({"corpus": "x", "format": "csv"}));
         assert!(e.contains("tools.search.format"), "{e}");
+        let e = err(&r, "search", json!({"corpus": "x", "top_k": -1}));
+        assert!(e.contains("tools.search.top_k"), "{e}");
         let e = err(&r, "calculator", json!({"precision": 3}));
         assert!(e.contains("tools.calculator.precision"), "{e}");
         let e = err(&r, "python", json!({"timeout": 3}));
-        assert!(e.contains("tools.python") && e.contains("timeout"), "{e}");
+        assert!(e.contains("tools.python.timeout"), "{e}");
+        let e = err(&r, "python", json!({"timeout_secs": 1e30}));
+        assert!(e.contains("tools.python.timeout_secs"), "{e}");
+        let e = err(&r, "python", json!({"memory_mib": "lots"}));
+        assert!(e.contains("tools.python.memory_mib"), "{e}");
+        let e = err(&r, "mcp", json!({"command": "x", "timeout_secs": 1e30}));
+        assert!(e.contains("tools.mcp.timeout_secs"), "{e}");
+        let e = err(&r, "mcp", json!({"args": []}));
+        assert!(e.contains("tools.mcp") && e.contains("command"), "{e}");
+    }
+
+    #[test]
+    fn check_has_no_side_effects() {
+        let r = ToolRegistry::with_builtins();
+        // A server that would fail to start, and a corpus that does not exist: both only
+        // parsed.
+        r.check("mcp", &json!({"command": "/nonexistent/server"}))
+            .unwrap();
+        r.check("search", &json!({"corpus": "/nonexistent/corpus.jsonl"}))
+            .unwrap();
     }
 
     #[test]

@@ -1,12 +1,12 @@
 //! `agent-r1 view RUN_DIR [--address HOST:PORT]`: serves a run directory's web UI
-//! read-only (see [`agent_r1::view`]) until interrupted.
+//! read-only (see [`crate::view`]) until interrupted.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use agent_r1::metrics_server;
-use agent_r1::view::Site;
+use crate::metrics_server;
+use crate::view::Site;
 use anyhow::Context;
 
 /// Flags of `agent-r1 view`.

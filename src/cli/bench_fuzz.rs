@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use agent_r1::config::{FileCheck, TrainConfig};
+use crate::config::{FileCheck, TrainConfig};
+use crate::registries::Registries;
 use agent_r1_actors::runtime::TurnRenderer;
 use agent_r1_actors::tokenizer::HfTokenizer;
 use agent_r1_envs::message::Message;
@@ -203,7 +204,7 @@ fn targets(names: &[String]) -> anyhow::Result<(Vec<Target>, tempfile::TempDir)>
             },
             "tool_results" => {
                 let dir = tmp.path().join("tiny");
-                agent_r1::setup::init_model("tiny", &dir, None, 4096, 0, true)?;
+                crate::setup::init_model("tiny", &dir, None, 4096, 0, true)?;
                 let tokenizer = Arc::new(HfTokenizer::from_dir(&dir)?);
                 let action = tokenizer.encode(
                     "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"query\": \"x\"}}\n</tool_call>",
@@ -225,12 +226,13 @@ fn targets(names: &[String]) -> anyhow::Result<(Vec<Target>, tempfile::TempDir)>
             }
             "config" => {
                 let base = include_str!("../../examples/demo.toml");
+                let registries = Registries::builtins();
                 Target {
                     name: name.clone(),
                     make: Box::new(move |rng| vec![mutate_config(rng, base)]),
-                    check: Box::new(|input| {
+                    check: Box::new(move |input| {
                         TrainConfig::from_toml_str(&input[0])
-                            .and_then(|c| c.validate(FileCheck::Skip))
+                            .and_then(|c| c.validate(FileCheck::Skip, &registries))
                             .is_ok()
                     }),
                 }

@@ -1,6 +1,6 @@
 //! `agent-r1 eval`: held-out (or training-split) scores of a model directory or a training
 //! checkpoint, through the same episode path as training's evaluation
-//! ([`agent_r1::train::evaluate_tasks`]).
+//! ([`crate::train::evaluate_tasks`]).
 //!
 //! What is evaluated on comes from, in order: `--config FILE.toml`; the checkpoint's saved
 //! config (so the synthetic world, env options and tools are the ones trained on); or, for
@@ -12,12 +12,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use agent_r1::checkpoint::{self, Checkpoint, MANIFEST};
-use agent_r1::config::{FileCheck, TrainConfig};
-use agent_r1::train::{self, records::BatchSummary};
+use crate::checkpoint::{self, Checkpoint, MANIFEST};
+use crate::config::{FileCheck, TrainConfig};
+use crate::registries::Registries;
+use crate::train::{self, records::BatchSummary};
 use agent_r1_actors::engine::EngineConfig;
 use agent_r1_actors::tokenizer::HfTokenizer;
-use agent_r1_envs::envs::registry::EnvRegistry;
 use agent_r1_envs::envs::synthetic_multihop;
 use anyhow::Context;
 use serde_json::{json, Value};
@@ -80,7 +80,7 @@ struct Resolved {
     config_source: String,
 }
 
-fn check_flags(a: &EvalArgs) -> anyhow::Result<()> {
+fn check_flags(a: &EvalArgs, registries: &Registries) -> anyhow::Result<()> {
     anyhow::ensure!(
         a.split == "train" || a.split == "test",
         "--split: `{}` (allowed: train, test)",
@@ -99,7 +99,7 @@ fn check_flags(a: &EvalArgs) -> anyhow::Result<()> {
         );
     }
     if let Some(env) = &a.env {
-        let registry = EnvRegistry::with_builtins();
+        let registry = &registries.envs;
         anyhow::ensure!(
             registry.contains(env),
             "--env: unknown env `{env}` (allowed: {})",
@@ -111,7 +111,7 @@ fn check_flags(a: &EvalArgs) -> anyhow::Result<()> {
 
 /// Finds the policy directory (a model directory, a checkpoint, or a run's newest
 /// checkpoint) and the config to evaluate with.
-fn resolve(a: &EvalArgs) -> anyhow::Result<Resolved> {
+fn resolve(a: &EvalArgs, registries: &Registries) -> anyhow::Result<Resolved> {
     let dir = &a.model;
     anyhow::ensure!(
         dir.exists(),
@@ -158,11 +158,11 @@ fn resolve(a: &EvalArgs) -> anyhow::Result<Resolved> {
 
     let (mut cfg, config_source) = match (&a.config, &checkpoint) {
         (Some(path), _) => (
-            TrainConfig::load(path, FileCheck::Skip).context("--config")?,
+            TrainConfig::load(path, FileCheck::Skip, registries).context("--config")?,
             format!("--config {}", path.display()),
         ),
         (None, Some(c)) => (
-            TrainConfig::load(&c.path("config.toml"), FileCheck::Skip).context(
+            TrainConfig::load(&c.path("config.toml"), FileCheck::Skip, registries).context(
                 "--model: the checkpoint's saved config (pass --config FILE.toml to use another)",
             )?,
             "checkpoint".to_string(),
@@ -174,7 +174,7 @@ fn resolve(a: &EvalArgs) -> anyhow::Result<Resolved> {
                 "--env {env}: needs --config FILE.toml (its [env] names the data files); without one only {} is allowed",
                 synthetic_multihop::NAME
             );
-            let mut cfg = TrainConfig::preset("demo", FileCheck::Skip)
+            let mut cfg = TrainConfig::preset("demo", FileCheck::Skip, registries)
                 .context("the built-in default config (examples/demo.toml)")?;
             cfg.model.device = "auto".into();
             cfg.model.dtype = "auto".into();
@@ -204,14 +204,14 @@ fn resolve(a: &EvalArgs) -> anyhow::Result<Resolved> {
     })
 }
 
-pub(crate) fn run(a: EvalArgs) -> anyhow::Result<()> {
-    check_flags(&a)?;
+pub(crate) fn run(a: EvalArgs, registries: &Registries) -> anyhow::Result<()> {
+    check_flags(&a, registries)?;
     let Resolved {
         policy,
         checkpoint,
         cfg,
         config_source,
-    } = resolve(&a)?;
+    } = resolve(&a, registries)?;
     let placement = match &a.device {
         Some(device) => agent_r1_actors::device::parse_placement(device, "auto")?,
         None => cfg.placement()?,
@@ -223,7 +223,7 @@ pub(crate) fn run(a: EvalArgs) -> anyhow::Result<()> {
         .prefix("agent-r1-eval-")
         .tempdir()
         .context("creating a temporary directory for the env's world")?;
-    let scenario = train::scenario(&cfg, world.path())?;
+    let scenario = train::scenario(&cfg, world.path(), registries)?;
     let pool = if a.split == "train" {
         &scenario.train
     } else {

@@ -6,9 +6,10 @@
 
 use std::path::PathBuf;
 
-use agent_r1::checkpoint::latest_complete;
-use agent_r1::config::{FileCheck, TrainConfig};
-use agent_r1::memory::{device_capacity, plan, ShapeSource};
+use crate::checkpoint::latest_complete;
+use crate::config::{FileCheck, TrainConfig};
+use crate::memory::{device_capacity, plan, ShapeSource};
+use crate::registries::Registries;
 use agent_r1_actors::device::parse_placement_elsewhere;
 use agent_r1_actors::memory_plan::gib;
 use agent_r1_actors::model::Placement;
@@ -32,13 +33,13 @@ pub(crate) struct CheckConfigArgs {
     shape: Option<String>,
 }
 
-pub(crate) fn run(args: CheckConfigArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: CheckConfigArgs, registries: &Registries) -> anyhow::Result<()> {
     let files = if args.skip_machine_checks {
         FileCheck::Skip
     } else {
         FileCheck::Require
     };
-    let config = TrainConfig::load(&args.config, files)?;
+    let config = TrainConfig::load(&args.config, files, registries)?;
     // Without machine checks the device need not exist here: plan for what it names.
     let placement = if args.skip_machine_checks {
         parse_placement_elsewhere(&config.model.device, &config.model.dtype)?

@@ -1,12 +1,13 @@
 //! `agent-r1 train --config FILE.toml [--out DIR] [--resume]`: the training daemon (see
-//! [`agent_r1::train`]). Logs go to stderr; the last stdout line is one JSON summary.
+//! [`crate::train`]). Logs go to stderr; the last stdout line is one JSON summary.
 
 use std::path::PathBuf;
 
 use std::time::Duration;
 
-use agent_r1::train::faults::{Faults, HangStage};
-use agent_r1::train::{self, ConfigSource, TrainArgs};
+use crate::registries::Registries;
+use crate::train::faults::{Faults, HangStage};
+use crate::train::{self, ConfigSource, TrainArgs};
 
 /// Flags of `agent-r1 train`.
 #[derive(Debug, clap::Args)]
@@ -38,7 +39,7 @@ pub(crate) struct TrainCmdArgs {
     inject_hang: Option<HangStage>,
 }
 
-pub(crate) fn run(args: TrainCmdArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: TrainCmdArgs, registries: Registries) -> anyhow::Result<()> {
     let source = match (args.config, args.preset) {
         (Some(path), _) => ConfigSource::File(path),
         (None, Some(name)) => ConfigSource::Preset(name),
@@ -48,6 +49,7 @@ pub(crate) fn run(args: TrainCmdArgs) -> anyhow::Result<()> {
         config: source,
         out: args.out,
         resume: args.resume,
+        registries,
         faults: Faults {
             learner_delay: args.learner_delay_ms.map(Duration::from_millis),
             checkpoint_delay: args.checkpoint_delay_ms.map(Duration::from_millis),

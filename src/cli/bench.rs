@@ -13,15 +13,15 @@ pub(crate) enum BenchCmd {
     /// Generation throughput of the policy model at several batch sizes.
     Generate(GenerateBench),
     /// Concurrent multi-turn episodes through the actor runtime.
-    Rollout(crate::cmd::rollout::BenchRolloutCmd),
+    Rollout(crate::cli::rollout::BenchRolloutCmd),
     /// Learner update throughput (PPO-GAE, GRPO) on synthetic multi-turn trajectories.
-    Learner(crate::cmd::bench_learner::LearnerBench),
+    Learner(crate::cli::bench_learner::LearnerBench),
     /// The training loop end to end on a fixed short config: sync vs async, and (with
     /// --old-binary) the old chunked loop vs the streaming service.
-    Train(crate::cmd::bench_train::TrainBench),
+    Train(crate::cli::bench_train::TrainBench),
     /// Random inputs against the tool-call parser, the rendering of tool results and the
     /// config parser, counting panics.
-    Fuzz(crate::cmd::bench_fuzz::FuzzBench),
+    Fuzz(crate::cli::bench_fuzz::FuzzBench),
 }
 
 /// Flags of `agent-r1 bench generate`.
@@ -66,10 +66,10 @@ pub(crate) struct GenerateBench {
 pub(crate) fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     match cmd {
         BenchCmd::Generate(args) => generate(args),
-        BenchCmd::Rollout(args) => crate::cmd::rollout::run_bench(args),
-        BenchCmd::Learner(args) => crate::cmd::bench_learner::run(args),
-        BenchCmd::Fuzz(args) => crate::cmd::bench_fuzz::run(args),
-        BenchCmd::Train(args) => crate::cmd::bench_train::run(args),
+        BenchCmd::Rollout(args) => crate::cli::rollout::run_bench(args),
+        BenchCmd::Learner(args) => crate::cli::bench_learner::run(args),
+        BenchCmd::Fuzz(args) => crate::cli::bench_fuzz::run(args),
+        BenchCmd::Train(args) => crate::cli::bench_train::run(args),
     }
 }
 

@@ -23,7 +23,7 @@ use std::process::Command;
 use anyhow::Context;
 use serde_json::{json, Value};
 
-use agent_r1::train::records::read_jsonl;
+use crate::train::records::read_jsonl;
 
 /// Flags of `agent-r1 bench train`.
 #[derive(Debug, clap::Args)]

@@ -45,7 +45,7 @@ pub(crate) struct InitModelArgs {
 
 pub(crate) fn run(args: InitModelArgs) -> anyhow::Result<()> {
     let corpus = match &args.corpus {
-        Some(path) => Some(agent_r1::setup::TokenizerCorpus {
+        Some(path) => Some(crate::setup::TokenizerCorpus {
             text: std::fs::read_to_string(path)
                 .with_context(|| format!("--corpus {}: cannot read", path.display()))?,
             whole_words: vec![],
@@ -67,7 +67,7 @@ pub(crate) fn run(args: InitModelArgs) -> anyhow::Result<()> {
                     "--dtype: unknown dtype `{other}` (allowed: bf16, float16, float32)"
                 ),
             };
-            agent_r1::setup::init_shape(
+            crate::setup::init_shape(
                 shape,
                 &args.out,
                 corpus.as_ref(),
@@ -89,4 +89,4 @@ pub(crate) fn run(args: InitModelArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub(crate) use agent_r1::setup::init_model;
+pub(crate) use crate::setup::init_model;

@@ -10,6 +10,8 @@ use agent_r1_envs::call_guard::execute;
 use agent_r1_envs::tools::{ToolRegistry, ToolsConfig};
 use anyhow::Context;
 
+use crate::registries::Registries;
+
 /// Arguments of `agent-r1 tool call`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct ToolCallArgs {
@@ -27,14 +29,13 @@ pub(crate) struct ToolCallArgs {
     spec: bool,
 }
 
-pub(crate) async fn run(args: ToolCallArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(args: ToolCallArgs, registry: ToolRegistry) -> anyhow::Result<()> {
     let arguments: serde_json::Value = serde_json::from_str(&args.args)
         .with_context(|| format!("--args is not JSON: {}", args.args))?;
     let config = match &args.config {
         Some(path) => ToolsConfig::load(path)?,
         None => ToolsConfig::default(),
     };
-    let registry = ToolRegistry::with_builtins();
     let name = args.name.clone();
     // Building may start a server or index a corpus: keep it off the async workers.
     let tool = tokio::task::spawn_blocking(move || config.build_one(&registry, &name))
@@ -67,12 +68,12 @@ pub(crate) enum ToolCmd {
 }
 
 /// Runs a `tool` subcommand on its own runtime (for a sync `main`).
-pub(crate) fn run_cmd(cmd: ToolCmd) -> anyhow::Result<()> {
+pub(crate) fn run_cmd(cmd: ToolCmd, registries: &Registries) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
     match cmd {
-        ToolCmd::Call(args) => runtime.block_on(run(args)),
+        ToolCmd::Call(args) => runtime.block_on(run(args, registries.tools.clone())),
     }
 }
