@@ -121,6 +121,10 @@ pub struct TrainConfig {
     /// Tools by table name (`[tools.NAME]`); see [`agent_r1_envs::tools::ToolsConfig`].
     #[serde(default)]
     pub tools: BTreeMap<String, toml::Table>,
+    /// A scorer that gives the reward in place of the env's (`[scorer] type = "http_judge"`,
+    /// or a registered kind); its other keys are the kind's options.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scorer: Option<toml::Table>,
     /// Advantage estimator and optimiser.
     #[serde(default)]
     pub algorithm: AlgorithmSection,
@@ -769,6 +773,7 @@ impl TrainConfig {
         self.validate_model(files)?;
         self.validate_env(files, registries)?;
         self.validate_tools(registries)?;
+        self.validate_scorer(registries)?;
         self.validate_algorithm()?;
         self.validate_critic(files)?;
         self.validate_learner()?;
@@ -986,6 +991,43 @@ impl TrainConfig {
         self.tools_config(Some(&world))
             .check_all(&registries.tools)
             .map_err(|err| relabel(err, str::to_string, "tools"))
+    }
+
+    fn validate_scorer(&self, registries: &Registries) -> Result<(), ConfigError> {
+        match self.scorer_options()? {
+            None => Ok(()),
+            Some((kind, options)) => registries
+                .scorers
+                .check(&kind, &options)
+                .map_err(|err| relabel(err, str::to_string, "scorer")),
+        }
+    }
+
+    /// The `[scorer]` table's kind and its options (the table without `type`).
+    pub fn scorer_options(&self) -> Result<Option<(String, Value)>, ConfigError> {
+        let Some(table) = &self.scorer else {
+            return Ok(None);
+        };
+        let mut table = table.clone();
+        let kind = match table.remove("type") {
+            Some(toml::Value::String(kind)) => kind,
+            Some(other) => {
+                return Err(ConfigError::range(
+                    "scorer.type",
+                    other,
+                    "a scorer kind (string)",
+                ))
+            }
+            None => {
+                return Err(ConfigError::new(
+                    "scorer.type",
+                    "required: the scorer kind (http_judge, or a registered one)",
+                ))
+            }
+        };
+        let options =
+            serde_json::to_value(&table).map_err(|e| ConfigError::new("scorer", e.to_string()))?;
+        Ok(Some((kind, options)))
     }
 
     fn validate_algorithm(&self) -> Result<(), ConfigError> {
@@ -1930,6 +1972,30 @@ seed = 7
             .unwrap()
             .validate(FileCheck::Skip, &Registries::builtins())
             .unwrap();
+    }
+
+    #[test]
+    fn a_scorer_table_is_checked_by_its_kind() {
+        let judge = "[scorer]\ntype = \"http_judge\"\nurl = \"http://127.0.0.1:8000/v1/chat/completions\"\n";
+        let c = parse(judge).unwrap();
+        c.validate(FileCheck::Skip, &Registries::builtins())
+            .unwrap();
+        assert_eq!(c.scorer_options().unwrap().unwrap().0, "http_judge");
+        let e = invalid("[scorer]\nurl = \"http://x\"\n");
+        assert_eq!(e.key, "scorer.type", "{e}");
+        let e = invalid("[scorer]\ntype = \"gpt_judge\"\n");
+        assert!(
+            e.key == "scorer.type" && e.message.contains("http_judge"),
+            "{e}"
+        );
+        let e = invalid("[scorer]\ntype = \"http_judge\"\nurl = \"ftp://x\"\n");
+        assert_eq!(e.key, "scorer.url", "{e}");
+        let e = invalid(&format!("{judge}timeout_secs = 1e30\n"));
+        assert_eq!(e.key, "scorer.timeout_secs", "{e}");
+        let e = invalid(&format!("{judge}retry = 3\n"));
+        assert_eq!(e.key, "scorer.retry", "{e}");
+        let e = invalid(&format!("{judge}max_concurrency = 0\n"));
+        assert_eq!(e.key, "scorer.max_concurrency", "{e}");
     }
 
     #[test]

@@ -457,6 +457,15 @@ fn describe_series() {
         "Episodes waiting for a concurrency slot."
     );
     describe_counter!(
+        "agent_r1_scorer_errors_total",
+        "Episodes a [scorer] could not score (after its retries), by scorer; each fails its episode."
+    );
+    describe_histogram!(
+        "agent_r1_scorer_seconds",
+        Unit::Seconds,
+        "Time a [scorer] took for one episode, retries included, by scorer."
+    );
+    describe_counter!(
         "agent_r1_env_restarts_total",
         "Env actors restarted by the supervisor after a crash."
     );

@@ -1,19 +1,23 @@
-//! What a run can build by name: the tools of `[tools.NAME]` and the env of `[env]`.
+//! What a run can build by name: the tools of `[tools.NAME]`, the env of `[env]` and the
+//! scorer of `[scorer]`.
 //!
 //! The `agent-r1` binary runs with [`Registries::builtins`]. A user's crate adds its own
 //! kinds and hands the result to [`crate::cli::main`], and every command (`train`, `eval`,
 //! `check-config`, `tool call`, ...) knows them: `examples/custom-tool/` is such a crate.
 
 use agent_r1_envs::envs::registry::EnvRegistry;
+use agent_r1_envs::reward::ScorerRegistry;
 use agent_r1_envs::tools::ToolRegistry;
 
-/// The tool and env factories a run builds from.
+/// The tool, env and scorer factories a run builds from.
 #[derive(Debug, Clone, Default)]
 pub struct Registries {
     /// Tool kinds (`search`, `calculator`, `python`, `mcp`, and a user's own).
     pub tools: ToolRegistry,
     /// Env kinds (`multihop_qa`, `synthetic_multihop`, and a user's own).
     pub envs: EnvRegistry,
+    /// Scorer kinds (`http_judge`, and a user's own).
+    pub scorers: ScorerRegistry,
 }
 
 impl Registries {
@@ -22,6 +26,7 @@ impl Registries {
         Self {
             tools: ToolRegistry::with_builtins(),
             envs: EnvRegistry::with_builtins(),
+            scorers: ScorerRegistry::with_builtins(),
         }
     }
 }

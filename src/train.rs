@@ -61,6 +61,7 @@ use agent_r1_actors::trajectory::{Trajectory, TrajectoryWriter};
 use agent_r1_envs::dataset::load_many;
 use agent_r1_envs::env::Env;
 use agent_r1_envs::envs::synthetic_multihop::{self, SyntheticMultihopEnv};
+use agent_r1_envs::reward::ScoredEnv;
 use agent_r1_envs::synthetic::{DemoConfig, Split};
 use agent_r1_envs::task::Task;
 use agent_r1_envs::tool::Tool;
@@ -182,6 +183,16 @@ pub fn scenario(
         .tools_config(Some(&world_dir))
         .build_all(&registries.tools)
         .context("building the tools `[tools.*]`")?;
+    let env = match cfg.scorer_options()? {
+        None => env,
+        Some((kind, options)) => {
+            let scorer = registries
+                .scorers
+                .create(&kind, &options)
+                .context("building the scorer `[scorer]`")?;
+            Arc::new(ScoredEnv::new(env, scorer)) as Arc<dyn Env>
+        }
+    };
     Ok(Scenario {
         env,
         synthetic,

@@ -85,4 +85,11 @@ pub trait Env: Send + Sync + 'static {
 
     /// Scores a finished episode from its messages (the whole transcript, prompt included).
     fn score(&self, task: &Task, transcript: &[Message]) -> Score;
+
+    /// Scores a finished episode, or says why it cannot be scored (an external scorer that
+    /// failed): the runtime then fails the episode with that reason instead of training on
+    /// a made-up reward. The runtime calls this; the default is [`Env::score`].
+    fn try_score(&self, task: &Task, transcript: &[Message]) -> crate::Result<Score> {
+        Ok(self.score(task, transcript))
+    }
 }

@@ -8,16 +8,25 @@
 //!
 //! [`qa::score_qa`] computes all of them for a transcript; [`RewardKind`] picks the one
 //! trained on; [`ProcessRewardConfig`] adds optional per-call rewards.
+//!
+//! A reward from outside the env is a [`Scorer`] (an LLM judge behind an HTTP endpoint,
+//! [`http_judge`], or a user's own type, registered in a [`ScorerRegistry`]), applied by
+//! wrapping the env in a [`ScoredEnv`].
 
 pub mod agent_r1;
 pub mod hotpotqa;
+pub mod http_judge;
 pub mod kind;
 pub mod normalize;
 pub mod process;
 pub mod qa;
+pub mod scorer;
+pub mod scorer_registry;
 
 pub use hotpotqa::{evaluate_answer_files, evaluate_answers, AnswerEval, AnswerScore};
 pub use kind::RewardKind;
 pub use normalize::normalize_answer;
 pub use process::ProcessRewardConfig;
 pub use qa::score_qa;
+pub use scorer::{ScoredEnv, Scorer};
+pub use scorer_registry::ScorerRegistry;

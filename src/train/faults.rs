@@ -133,6 +133,12 @@ impl Env for FaultyEnv {
         }
         self.inner.score(task, transcript)
     }
+    fn try_score(&self, task: &Task, transcript: &[Message]) -> agent_r1_envs::Result<Score> {
+        if self.hang_score {
+            hang_forever("the env's scorer");
+        }
+        self.inner.try_score(task, transcript)
+    }
 }
 
 /// A tool with `inner`'s name whose calls block their thread for good (any arguments).

@@ -132,7 +132,7 @@ impl Actor for EnvActor {
             }
             EnvMsg::Score(task, transcript, reply) => {
                 run(env, EnvStage::Score, reply, move |env| {
-                    Ok(env.score(&task, &transcript))
+                    env.try_score(&task, &transcript).map_err(|e| e.to_string())
                 })
                 .await
             }

@@ -106,9 +106,12 @@ impl ToolRegistry {
     {
         let name = name.into();
         let kind = name.clone();
-        let check = move |options: &Value| parse::<O>(&kind, options).map(|_| ());
+        let check = move |options: &Value| {
+            parse_options::<O>(&format!("tools.{kind}"), options).map(|_| ())
+        };
         let kind = name.clone();
-        let build = move |options: &Value| build(parse::<O>(&kind, options)?);
+        let build =
+            move |options: &Value| build(parse_options::<O>(&format!("tools.{kind}"), options)?);
         self.factories.insert(
             name,
             Factory {
@@ -168,20 +171,21 @@ impl ToolRegistry {
     }
 }
 
-/// Deserialises and validates a kind's options (`null` means defaults), naming the key.
-fn parse<O: ToolOptions>(kind: &str, options: &Value) -> Result<O> {
+/// Deserialises and validates a kind's options (`null` means defaults), naming keys under
+/// `table` (`tools.search`, `scorer`).
+pub(crate) fn parse_options<O: ToolOptions>(table: &str, options: &Value) -> Result<O> {
     let value = match options {
         Value::Null => Value::Object(Default::default()),
         Value::Object(_) => options.clone(),
         other => {
             return Err(Error::Config {
-                key: format!("tools.{kind}"),
+                key: table.to_string(),
                 message: format!("expected a table, got {other}"),
             })
         }
     };
     let parsed: O = serde_path_to_error::deserialize(value).map_err(|e| {
-        let mut key = format!("tools.{kind}");
+        let mut key = table.to_string();
         let path = e.path().to_string();
         if path != "." {
             key = format!("{key}.{path}");
