@@ -1,4 +1,4 @@
-//! Tools backed by a Model Context Protocol server over stdio.
+//! Tools backed by a Model Context Protocol server, over stdio or Streamable HTTP.
 //!
 //! [`connect_tools`] starts the server ([`McpClient`]), lists its tools, and wraps each as a
 //! [`Tool`] whose parameters are the server's `inputSchema`. A call is a `tools/call`; the
@@ -7,6 +7,7 @@
 //! on the next call; a call past the timeout is cancelled with `notifications/cancelled`.
 
 pub mod client;
+mod http;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -76,11 +77,30 @@ impl ToolOptions for McpServerConfig {
                 });
             }
         }
-        if self.command.as_os_str().is_empty() {
-            return Err(Error::Config {
-                key: "tools.mcp.command".into(),
-                message: "must name the server program".into(),
-            });
+        match (&self.url, self.command.as_os_str().is_empty()) {
+            (None, true) => {
+                return Err(Error::Config {
+                    key: "tools.mcp.command".into(),
+                    message: "required: the server program (stdio), or `url` for a server \
+                              over Streamable HTTP"
+                        .into(),
+                })
+            }
+            (Some(_), false) => {
+                return Err(Error::Config {
+                    key: "tools.mcp.url".into(),
+                    message: "give `command` (a server over stdio) or `url` (Streamable HTTP), \
+                              not both"
+                        .into(),
+                })
+            }
+            (Some(url), true) if !(url.starts_with("http://") || url.starts_with("https://")) => {
+                return Err(Error::Config {
+                    key: "tools.mcp.url".into(),
+                    message: format!("must be an http:// or https:// URL, got {url:?}"),
+                })
+            }
+            _ => {}
         }
         Ok(())
     }

@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
+use super::http::HttpTransport;
 use crate::error::{Error, Result};
 
 /// The protocol revision we speak first.
@@ -39,8 +40,13 @@ pub const SUPPORTED_VERSIONS: [&str; 3] = ["2025-06-18", "2025-03-26", "2024-11-
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct McpServerConfig {
-    /// The program.
+    /// The program of a server over stdio (leave out with `url`).
+    #[serde(default)]
     pub command: PathBuf,
+    /// The endpoint of a server over Streamable HTTP (`http://127.0.0.1:8000/mcp`), instead
+    /// of a `command` to start.
+    #[serde(default)]
+    pub url: Option<String>,
     /// Its arguments.
     #[serde(default)]
     pub args: Vec<String>,
@@ -108,6 +114,7 @@ impl McpServerConfig {
     pub fn new(command: impl Into<PathBuf>, args: &[&str]) -> Self {
         Self {
             command: command.into(),
+            url: None,
             args: args.iter().map(|s| s.to_string()).collect(),
             env: HashMap::new(),
             cwd: None,
@@ -119,6 +126,14 @@ impl McpServerConfig {
             max_line_bytes: default_max_line_bytes(),
             restart_after_timeouts: default_restart_after_timeouts(),
             env_passthrough: Vec::new(),
+        }
+    }
+
+    /// A config for the Streamable HTTP server at `url`, with defaults for the rest.
+    pub fn http(url: impl Into<String>) -> Self {
+        Self {
+            url: Some(url.into()),
+            ..Self::new("", &[])
         }
     }
 }
@@ -205,6 +220,8 @@ impl Drop for Connection {
 /// A client of one MCP server; cheap to share (`Arc`), safe to call concurrently.
 pub struct McpClient {
     config: McpServerConfig,
+    /// Set for a server over Streamable HTTP (then `conn` stays empty).
+    http: Option<HttpTransport>,
     conn: Mutex<Option<Arc<Connection>>>,
     next_id: AtomicU64,
     starts: AtomicU64,
@@ -235,13 +252,25 @@ fn tail_text(tail: &Mutex<VecDeque<String>>) -> String {
 impl McpClient {
     /// Starts the server and completes the handshake.
     pub fn connect(config: McpServerConfig) -> Result<Arc<Self>> {
+        let http = config
+            .url
+            .as_deref()
+            .map(|url| HttpTransport::new(&config, url));
         let client = Arc::new(Self {
+            http,
             config,
             conn: Mutex::new(None),
             next_id: AtomicU64::new(1),
             starts: AtomicU64::new(0),
         });
-        client.connection()?;
+        match &client.http {
+            Some(http) => http
+                .session(&client.next_id)
+                .map_err(|e| client.server_err(format!("initialize: {}", e.text())))?,
+            None => {
+                client.connection()?;
+            }
+        }
         Ok(client)
     }
 
@@ -252,7 +281,10 @@ impl McpClient {
 
     /// How many times the server was started (1 + restarts after deaths).
     pub fn starts(&self) -> u64 {
-        self.starts.load(Ordering::Relaxed)
+        match &self.http {
+            Some(http) => http.starts.load(Ordering::Relaxed),
+            None => self.starts.load(Ordering::Relaxed),
+        }
     }
 
     /// The server process's id, while one runs.
@@ -265,6 +297,9 @@ impl McpClient {
 
     /// `serverInfo` from the handshake of the current server.
     pub fn server_info(&self) -> Option<Value> {
+        if let Some(http) = &self.http {
+            return http.server_info();
+        }
         lock(&self.conn).as_ref().map(|c| c.server_info.clone())
     }
 
@@ -284,7 +319,10 @@ impl McpClient {
 
     fn server_err(&self, message: impl std::fmt::Display) -> Error {
         Error::Tool {
-            tool: format!("mcp:{}", self.config.command.display()),
+            tool: match &self.config.url {
+                Some(url) => format!("mcp:{url}"),
+                None => format!("mcp:{}", self.config.command.display()),
+            },
             message: message.to_string(),
         }
     }
@@ -398,6 +436,11 @@ impl McpClient {
 
     /// Sends `method` and waits (blocking the thread) up to `limit`.
     pub fn request_blocking(&self, method: &str, params: Value, limit: Duration) -> Result<Value> {
+        if let Some(http) = &self.http {
+            return http
+                .request(&self.next_id, method, params, limit)
+                .map_err(|e| self.server_err(format!("{method}: {e}")));
+        }
         let conn = self.connection()?;
         let rx = self.send(&conn, method, params)?;
         let id = rx.0;
@@ -449,6 +492,15 @@ impl McpClient {
         params: Value,
         limit: Duration,
     ) -> Result<Value> {
+        if self.http.is_some() {
+            let this = self.clone();
+            let method = method.to_string();
+            return tokio::task::spawn_blocking(move || {
+                this.request_blocking(&method, params, limit)
+            })
+            .await
+            .map_err(|e| self.server_err(format!("request task failed: {e}")))?;
+        }
         let this = self.clone();
         let conn = tokio::task::spawn_blocking(move || this.connection())
             .await

@@ -1,0 +1,216 @@
+//! MCP over both transports against a real server of the official Python SDK (`mcp`,
+//! installed by `make` into `.venv`): `tests/py/mcp_sdk_server.py` serves the same tools over
+//! stdio and over Streamable HTTP, and the same calls give the same observations. Over HTTP,
+//! a call that hangs ends at its deadline, an answer larger than the byte cap is refused,
+//! and a server that died is an error; each time the next call starts a new session and
+//! works. Every call is also guarded by a 60 s test timeout, so a client that froze fails
+//! the test instead of hanging it.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_r1_envs::call_guard::execute_call;
+use agent_r1_envs::tool::{Tool, ToolCall};
+use agent_r1_envs::tools::mcp::{connect_tools, McpClient, McpServerConfig};
+use serde_json::json;
+
+fn python() -> Option<PathBuf> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
+    if path.exists() {
+        return Some(path);
+    }
+    let msg = format!("{} not found (run `make venv`)", path.display());
+    if std::env::var_os("CI").is_some() {
+        panic!("{msg}");
+    }
+    eprintln!("\n*** SKIPPING MCP HTTP TEST: {msg} ***\n");
+    None
+}
+
+fn script() -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/py/mcp_sdk_server.py")
+        .display()
+        .to_string()
+}
+
+/// The SDK server over Streamable HTTP on a free port; killed when dropped.
+struct HttpServer {
+    child: Child,
+    url: String,
+}
+
+impl HttpServer {
+    /// Starts it and returns once uvicorn says it listens (a line on its stderr).
+    fn start(py: &PathBuf, port: u16) -> Self {
+        let mut child = Command::new(py)
+            .args([script(), "http".into(), port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains("Uvicorn running on") {
+                    let _ = tx.send(());
+                }
+            }
+        });
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("the SDK server did not start within 60 s");
+        Self {
+            child,
+            url: format!("http://127.0.0.1:{port}/mcp"),
+        }
+    }
+
+    fn wait_exit(&mut self) {
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn call(
+    tools: &HashMap<String, Arc<dyn Tool>>,
+    name: &str,
+    args: serde_json::Value,
+) -> String {
+    let call = ToolCall {
+        name: name.to_string(),
+        arguments: args,
+    };
+    let outcome = tokio::time::timeout(Duration::from_secs(60), execute_call(tools, Ok(call)))
+        .await
+        .unwrap_or_else(|_| panic!("`{name}`: the client froze (no result within 60 s)"));
+    outcome.observation(1 << 20)
+}
+
+async fn connect(config: McpServerConfig) -> HashMap<String, Arc<dyn Tool>> {
+    tokio::task::spawn_blocking(move || connect_tools(config))
+        .await
+        .unwrap()
+        .unwrap()
+        .into_iter()
+        .map(|t| (t.name().to_string(), t))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_calls_over_stdio_and_streamable_http() {
+    let Some(py) = python() else { return };
+    let server = HttpServer::start(&py, free_port());
+    let stdio = connect(McpServerConfig::new(&py, &[&script(), "stdio"])).await;
+    let http = connect(McpServerConfig::http(&server.url)).await;
+    let mut names: Vec<&String> = http.keys().collect();
+    names.sort();
+    assert_eq!(names, ["add", "die", "echo", "flood", "slow"]);
+    assert_eq!(
+        stdio["echo"].spec(),
+        http["echo"].spec(),
+        "one server, one spec"
+    );
+    for (name, args, want) in [
+        ("echo", json!({"text": "héllo, wörld"}), "héllo, wörld"),
+        ("add", json!({"a": 2, "b": 40}), "42"),
+    ] {
+        let over_stdio = call(&stdio, name, args.clone()).await;
+        let over_http = call(&http, name, args).await;
+        assert_eq!(over_stdio, want);
+        assert_eq!(over_http, want);
+    }
+    // The schema is checked before the call, for both.
+    let bad = call(&http, "add", json!({"a": "two"})).await;
+    assert!(bad.contains("Error"), "{bad}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http_a_hung_a_flooding_and_a_dead_server_end_in_errors_and_the_next_call_works() {
+    let Some(py) = python() else { return };
+    let port = free_port();
+    let mut server = HttpServer::start(&py, port);
+    let mut config = McpServerConfig::http(&server.url);
+    config.timeout_secs = 2.0;
+    config.max_line_bytes = 1 << 20;
+    config.restart_after_timeouts = 1;
+    let client = tokio::task::spawn_blocking(move || McpClient::connect(config))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(client.starts(), 1);
+    let limit = Duration::from_secs(2);
+    let ask = |name: &'static str, args: serde_json::Value| {
+        let client = client.clone();
+        async move {
+            let params = json!({"name": name, "arguments": args});
+            tokio::time::timeout(
+                Duration::from_secs(60),
+                client.request("tools/call", params, limit),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("`{name}`: the client froze"))
+            .map(|v| {
+                v["content"][0]["text"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .map_err(|e| e.to_string())
+        }
+    };
+
+    // Hangs: the call ends at its deadline, and the next one gets a new session.
+    let e = ask("slow", json!({"seconds": 30})).await.unwrap_err();
+    eprintln!("hang: {e}");
+    assert!(e.contains("no answer within 2s"), "{e}");
+    assert_eq!(
+        ask("echo", json!({"text": "after hang"})).await.unwrap(),
+        "after hang"
+    );
+    assert_eq!(client.starts(), 2);
+
+    // Floods: 8 MiB against a 1 MiB cap is refused, not buffered.
+    let e = ask("flood", json!({"megabytes": 8})).await.unwrap_err();
+    eprintln!("flood: {e}");
+    assert!(e.contains("max_line_bytes") || e.contains("limit"), "{e}");
+    assert_eq!(
+        ask("echo", json!({"text": "after flood"})).await.unwrap(),
+        "after flood"
+    );
+
+    // Dies: an error now; once the server is back (on the same address), the next call works
+    // on a new session.
+    let e = ask("die", json!({})).await.unwrap_err();
+    eprintln!("die: {e}");
+    assert!(e.contains("a new session is started"), "{e}");
+    server.wait_exit();
+    let e = ask("echo", json!({"text": "nobody there"}))
+        .await
+        .unwrap_err();
+    assert!(
+        e.contains("request failed") || e.contains("initialize"),
+        "{e}"
+    );
+    let _server = HttpServer::start(&py, port);
+    assert_eq!(ask("echo", json!({"text": "back"})).await.unwrap(), "back");
+    assert!(client.starts() >= 4, "{}", client.starts());
+}
