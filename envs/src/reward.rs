@@ -10,10 +10,11 @@
 //! trained on; [`ProcessRewardConfig`] adds optional per-call rewards.
 //!
 //! A reward from outside the env is a [`Scorer`] (an LLM judge behind an HTTP endpoint,
-//! [`http_judge`], or a user's own type, registered in a [`ScorerRegistry`]), applied by
-//! wrapping the env in a [`ScoredEnv`].
+//! [`http_judge`], a program, [`command`], or a user's own type, registered in a
+//! [`ScorerRegistry`]), applied by wrapping the env in a [`ScoredEnv`].
 
 pub mod agent_r1;
+pub mod command;
 pub mod hotpotqa;
 pub mod http_judge;
 pub mod kind;

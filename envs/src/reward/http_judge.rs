@@ -206,7 +206,7 @@ impl HttpJudge {
 }
 
 /// The first decimal number in `text` (`"Score: 0.5"` gives 0.5).
-fn first_number(text: &str) -> Option<f64> {
+pub(crate) fn first_number(text: &str) -> Option<f64> {
     let start = text.find(|c: char| c.is_ascii_digit() || c == '-')?;
     let rest = &text[start..];
     let end = rest

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::command::{CommandScorer, CommandScorerOptions};
 use super::http_judge::{HttpJudge, HttpJudgeOptions};
 use super::scorer::Scorer;
 use crate::error::{Error, Result};
@@ -47,9 +48,12 @@ impl ScorerRegistry {
         }
     }
 
-    /// The built-in kind: `http_judge`.
+    /// The built-in kinds: `http_judge` and `command`.
     pub fn with_builtins() -> Self {
         let mut r = Self::empty();
+        r.register("command", |o: CommandScorerOptions| {
+            Ok(Arc::new(CommandScorer::new(o)))
+        });
         r.register("http_judge", |o: HttpJudgeOptions| {
             Ok(Arc::new(HttpJudge::new(o)?))
         });
