@@ -457,6 +457,10 @@ fn describe_series() {
         "Episodes waiting for a concurrency slot."
     );
     describe_counter!(
+        "agent_r1_prompts_too_long_total",
+        "Episodes whose task prompt was over rollout.max_prompt_length (or left no room for a turn); failed, not retried, not trained on."
+    );
+    describe_counter!(
         "agent_r1_scorer_errors_total",
         "Episodes a [scorer] could not score (after its retries), by scorer; each fails its episode."
     );

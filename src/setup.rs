@@ -155,6 +155,8 @@ pub struct RolloutKnobs {
     pub concurrency: usize,
     pub max_turns: usize,
     pub max_context: usize,
+    /// Longest prompt (`rollout.max_prompt_length`; `None`: only `max_context`).
+    pub max_prompt: Option<usize>,
     pub max_new_tokens: usize,
     pub temperature: f64,
     /// The model's tool-call format (`None`: what its chat template teaches).
@@ -189,6 +191,7 @@ pub fn rollout_setup(
         episode: EpisodeConfig {
             max_turns: knobs.max_turns,
             max_context: knobs.max_context,
+            max_prompt: knobs.max_prompt,
             sampling: SamplingParams {
                 temperature: knobs.temperature,
                 max_new_tokens: knobs.max_new_tokens,

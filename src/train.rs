@@ -33,7 +33,8 @@
 //!   (`optimizer.safetensors`), so the updates after a resume are the ones an uninterrupted
 //!   run makes.
 //!
-//! Not yet: skipping prompts longer than `max_prompt_length`.
+//! A task whose prompt is longer than `rollout.max_prompt_length` fails its episode at once
+//! (not retried, counted in `agent_r1_prompts_too_long_total`) and is not trained on.
 
 pub mod faults;
 pub mod plot;
@@ -1208,6 +1209,7 @@ fn rollout_setups(
         concurrency: r.concurrency,
         max_turns: r.max_turns,
         max_context: r.max_context_length,
+        max_prompt: Some(r.max_prompt_length),
         max_new_tokens: r.max_response_length,
         temperature: r.temperature,
         tool_call_format: cfg.model.tool_call_format,

@@ -61,6 +61,11 @@ pub struct EpisodeConfig {
     pub max_turns: usize,
     /// Longest context in tokens; the episode ends when the next turn would not fit.
     pub max_context: usize,
+    /// Longest prompt in tokens (`rollout.max_prompt_length`): a task whose first messages
+    /// render longer fails at once, is not retried, and is counted in
+    /// `agent_r1_prompts_too_long_total`. `None`: only `max_context` bounds it.
+    #[serde(default)]
+    pub max_prompt: Option<usize>,
     /// Sampling for every turn (stop ids include the end-of-turn id and `</tool_call>`).
     pub sampling: SamplingParams,
     /// Stop strings that are not single tokens.
@@ -81,6 +86,7 @@ impl Default for EpisodeConfig {
         Self {
             max_turns: 10,
             max_context: 2048,
+            max_prompt: None,
             sampling: SamplingParams::default(),
             stop_strings: vec![],
             generate_timeout: Duration::from_secs(1800),

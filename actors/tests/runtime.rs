@@ -466,6 +466,74 @@ fn failed_episodes_are_requeued_once_then_reported() {
 }
 
 #[test]
+fn a_prompt_over_max_prompt_fails_its_episode_once_without_a_retry() {
+    let f = fixture();
+    let env = Arc::new(ScriptedEnv {
+        calls: 0,
+        turns: Default::default(),
+        resets: Default::default(),
+    });
+    let short = tasks("ok", 4);
+    let mut long = tasks("long", 3);
+    for (task, _) in &mut long {
+        task.question = format!(
+            "{} {}",
+            task.question,
+            "and what else is there? ".repeat(20)
+        );
+    }
+    let mut setup = setup(
+        &f,
+        EnvSource::from(env.clone() as Arc<dyn Env>),
+        vec![Arc::new(Echo)],
+        8,
+    );
+    // The limit is the longest short prompt, as the renderer makes it.
+    let render = |(task, _): &(Task, u64)| {
+        let messages = env.reset(task).unwrap();
+        setup.renderer.prompt(&messages).unwrap().len()
+    };
+    let limit = short.iter().map(render).max().unwrap();
+    assert!(long.iter().map(render).min().unwrap() > limit);
+    setup.episode.max_prompt = Some(limit);
+    let mut all = short;
+    all.extend(long);
+    let (report, trajectories) = runtime().block_on(async {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(8);
+        let collector = tokio::spawn(async move {
+            let mut out = Vec::new();
+            while let Some(t) = rx.recv().await {
+                out.push(t);
+            }
+            out
+        });
+        let report = tokio::time::timeout(Duration::from_secs(300), run_rollout(setup, all, tx))
+            .await
+            .expect("rollout must not hang")
+            .unwrap();
+        (report, collector.await.unwrap())
+    });
+    assert_eq!(report.summary.completed, 4, "{report:?}");
+    assert_eq!(report.summary.failed, 3, "{report:?}");
+    assert_eq!(
+        report.summary.requeued, 0,
+        "a prompt too long is not retried"
+    );
+    for t in trajectories
+        .iter()
+        .filter(|t| t.task.id.starts_with("long"))
+    {
+        assert_eq!(t.attempts, 1);
+        assert!(t.steps.is_empty(), "nothing of it is trained on");
+        let reason = format!("{:?}", t.end);
+        assert!(
+            reason.contains(&format!("over the limit of {limit} (max_prompt)")),
+            "{reason}"
+        );
+    }
+}
+
+#[test]
 fn a_failing_engine_stops_the_run_with_its_error() {
     let f = fixture();
     let env = Arc::new(ScriptedEnv {

@@ -196,6 +196,7 @@ fn execute(
         concurrency: a.concurrency,
         max_turns: a.max_turns,
         max_context: a.max_context,
+        max_prompt: None,
         max_new_tokens: a.max_new_tokens,
         temperature: a.temperature,
         tool_call_format: a.tool_call_format,

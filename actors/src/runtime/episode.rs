@@ -201,10 +201,23 @@ async fn start(
         .renderer
         .prompt(&messages)
         .map_err(EpisodeError::Render)?;
-    if state.prompt_ids.len() + 1 >= shared.config.max_context {
+    let tokens = state.prompt_ids.len();
+    let limits = [
+        (shared.config.max_prompt, "max_prompt"),
+        (
+            Some(shared.config.max_context.saturating_sub(2)),
+            "max_context less room for a turn",
+        ),
+    ];
+    if let Some((limit, which)) = limits
+        .into_iter()
+        .find_map(|(limit, which)| limit.filter(|&l| tokens > l).map(|l| (l, which)))
+    {
+        metrics::counter!("agent_r1_prompts_too_long_total").increment(1);
         return Err(EpisodeError::PromptTooLong {
-            tokens: state.prompt_ids.len(),
-            max_context: shared.config.max_context,
+            tokens,
+            limit,
+            which,
         });
     }
     state.stream = state.prompt_ids.clone();

@@ -59,13 +59,16 @@ pub enum EpisodeError {
         /// The limit.
         after: Duration,
     },
-    /// The prompt leaves no room for a turn.
-    #[error("the prompt has {tokens} tokens, more than max_context {max_context}")]
+    /// The task's prompt is longer than `max_prompt` or leaves no room for a turn in
+    /// `max_context`; retrying cannot help, so the episode is not re-queued.
+    #[error("the prompt has {tokens} tokens, over the limit of {limit} ({which})")]
     PromptTooLong {
         /// Prompt tokens.
         tokens: usize,
-        /// The limit.
-        max_context: usize,
+        /// The limit it broke.
+        limit: usize,
+        /// Which limit (`max_prompt`, or `max_context` less one token for a turn).
+        which: &'static str,
     },
     /// The engine failed this turn (a timeout, an invalid request, an overload).
     #[error("engine: {0}")]
@@ -91,6 +94,11 @@ impl EpisodeError {
             self,
             EpisodeError::EngineStopped(_) | EpisodeError::ConsumerGone
         )
+    }
+
+    /// Whether another attempt of the episode could end otherwise.
+    pub fn worth_retrying(&self) -> bool {
+        !matches!(self, EpisodeError::PromptTooLong { .. })
     }
 
     /// Whether the episode's env actor failed with it (and was replaced by a fresh env).

@@ -213,7 +213,7 @@ impl Actor for RolloutSupervisor {
             SupervisorMsg::CheckStopped(id) => {
                 if state.in_flight.contains_key(&id) {
                     let reason = "the episode stopped without a result".to_string();
-                    episode_failed(&myself, state, id, reason, None).await?;
+                    episode_failed(&myself, state, id, reason, None, true).await?;
                 }
             }
         }
@@ -249,8 +249,10 @@ impl Actor for RolloutSupervisor {
                     return Ok(());
                 }
                 let restarted_env = typed.is_some_and(EpisodeError::restarted_env);
+                let retry = typed.is_none_or(EpisodeError::worth_retrying);
                 let reason = err.to_string();
-                episode_failed(&myself, state, cell.get_id(), reason, Some(restarted_env)).await?;
+                let id = cell.get_id();
+                episode_failed(&myself, state, id, reason, Some(restarted_env), retry).await?;
                 return Ok(());
             }
             _ => return Ok(()),
@@ -337,6 +339,7 @@ async fn episode_failed(
     id: ActorId,
     reason: String,
     restarted_env: Option<bool>,
+    retry: bool,
 ) -> Result<(), ActorProcessingErr> {
     if let Some(f) = state.in_flight.remove(&id) {
         if restarted_env == Some(true) {
@@ -346,7 +349,7 @@ async fn episode_failed(
         // A retry gets a new episode id, so the failed attempt's parked KV is dead weight.
         state.shared.engine.release(f.episode_id);
         let mut queued = f.queued;
-        if queued.attempts < 2 && state.summary.fatal.is_none() {
+        if retry && queued.attempts < 2 && state.summary.fatal.is_none() {
             state.summary.requeued += 1;
             metrics::counter!("agent_r1_episodes_total", "status" => "requeued").increment(1);
             tracing::warn!(
