@@ -236,7 +236,11 @@ fn run(
     tool: Arc<dyn Tool>,
     tasks: Vec<(Task, u64)>,
 ) -> (RolloutReport, Vec<Trajectory>) {
-    let setup = setup(f, env.into(), vec![tool], 12);
+    run_setup(setup(f, env.into(), vec![tool], 12), tasks)
+}
+
+/// Runs `tasks` through one rollout of `setup` and collects the trajectories.
+fn run_setup(setup: RolloutSetup, tasks: Vec<(Task, u64)>) -> (RolloutReport, Vec<Trajectory>) {
     runtime().block_on(async {
         let (tx, mut rx) = tokio::sync::mpsc::channel(8);
         let collector = tokio::spawn(async move {
@@ -498,21 +502,7 @@ fn a_prompt_over_max_prompt_fails_its_episode_once_without_a_retry() {
     setup.episode.max_prompt = Some(limit);
     let mut all = short;
     all.extend(long);
-    let (report, trajectories) = runtime().block_on(async {
-        let (tx, mut rx) = tokio::sync::mpsc::channel(8);
-        let collector = tokio::spawn(async move {
-            let mut out = Vec::new();
-            while let Some(t) = rx.recv().await {
-                out.push(t);
-            }
-            out
-        });
-        let report = tokio::time::timeout(Duration::from_secs(300), run_rollout(setup, all, tx))
-            .await
-            .expect("rollout must not hang")
-            .unwrap();
-        (report, collector.await.unwrap())
-    });
+    let (report, trajectories) = run_setup(setup, all);
     assert_eq!(report.summary.completed, 4, "{report:?}");
     assert_eq!(report.summary.failed, 3, "{report:?}");
     assert_eq!(

@@ -10,6 +10,7 @@ pub mod dataset;
 pub mod env;
 pub mod envs;
 pub mod error;
+pub mod kinds;
 pub mod message;
 pub mod reward;
 pub mod schema;

@@ -15,4 +15,4 @@ pub mod registry;
 pub mod search;
 
 pub use config::ToolsConfig;
-pub use registry::{NoOptions, ToolOptions, ToolRegistry};
+pub use registry::{NoOptions, ToolRegistry};

@@ -6,9 +6,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use agent_r1_envs::call_guard::execute_call;
+use agent_r1_envs::kinds::KindOptions;
 use agent_r1_envs::tool::{CallError, Tool, ToolOutput};
 use agent_r1_envs::tool_call::parse_tool_calls;
-use agent_r1_envs::tools::{ToolOptions, ToolRegistry, ToolsConfig};
+use agent_r1_envs::tools::{ToolRegistry, ToolsConfig};
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
@@ -31,7 +32,7 @@ fn one() -> usize {
     1
 }
 
-impl ToolOptions for WordCountOptions {
+impl KindOptions for WordCountOptions {
     fn validate(&self) -> agent_r1_envs::Result<()> {
         if self.min_len == 0 {
             return Err(agent_r1_envs::Error::Config {

@@ -21,13 +21,13 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::http_judge::first_number;
-use super::scorer::{ConcurrencyLimit, Scorer};
+use super::scorer::{check_call_limits, with_retries, ConcurrencyLimit, Scorer};
 use crate::env::Score;
 use crate::error::{Error, Result};
+use crate::kinds::KindOptions;
 use crate::message::{Message, Role};
 use crate::task::Task;
 use crate::tools::mcp::client::BASE_ENV;
-use crate::tools::ToolOptions;
 
 /// Most bytes read of the program's stdout and of its stderr.
 const MAX_OUTPUT: u64 = 1 << 20;
@@ -65,37 +65,15 @@ fn default_concurrency() -> usize {
     8
 }
 
-impl ToolOptions for CommandScorerOptions {
+impl KindOptions for CommandScorerOptions {
     fn validate(&self) -> Result<()> {
-        let bad = |key: &str, message: String| Error::Config {
-            key: format!("scorer.{key}"),
-            message,
-        };
         if self.command.as_os_str().is_empty() {
-            return Err(bad("command", "required: the scorer program".into()));
+            return Err(Error::Config {
+                key: "scorer.command".into(),
+                message: "required: the scorer program".into(),
+            });
         }
-        if !(self.timeout_secs > 0.0 && self.timeout_secs <= 3600.0) {
-            return Err(bad(
-                "timeout_secs",
-                format!(
-                    "must be a number of seconds in (0, 3600], got {}",
-                    self.timeout_secs
-                ),
-            ));
-        }
-        if self.retries > 10 {
-            return Err(bad(
-                "retries",
-                format!("must be at most 10, got {}", self.retries),
-            ));
-        }
-        if !(1..=1024).contains(&self.max_concurrency) {
-            return Err(bad(
-                "max_concurrency",
-                format!("must be in 1..=1024, got {}", self.max_concurrency),
-            ));
-        }
-        Ok(())
+        check_call_limits(self.timeout_secs, self.retries, self.max_concurrency)
     }
 }
 
@@ -217,19 +195,9 @@ impl Scorer for CommandScorer {
         })
         .to_string();
         let o = &self.options;
-        let wait = Duration::from_secs_f64(o.timeout_secs * f64::from(o.retries + 1));
-        let _slot = self.limit.acquire(wait)?;
-        let mut last = String::new();
-        for _ in 0..=o.retries {
-            match self.run_once(input.as_bytes()) {
-                Ok(reward) => return Ok(reward),
-                Err(why) => last = why,
-            }
-        }
-        Err(Error::Other(format!(
-            "{}: {last} (after {} tries)",
-            o.command.display(),
-            o.retries + 1
-        )))
+        let what = o.command.display().to_string();
+        with_retries(&self.limit, o.timeout_secs, o.retries, &what, || {
+            self.run_once(input.as_bytes()).map_err(|why| (true, why))
+        })
     }
 }

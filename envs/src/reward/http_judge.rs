@@ -11,12 +11,12 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::scorer::{ConcurrencyLimit, Scorer};
+use super::scorer::{check_call_limits, with_retries, ConcurrencyLimit, Scorer};
 use crate::env::Score;
 use crate::error::{Error, Result};
+use crate::kinds::KindOptions;
 use crate::message::{Message, Role};
 use crate::task::Task;
-use crate::tools::ToolOptions;
 
 /// `[scorer] type = "http_judge"` options.
 #[derive(Debug, Clone, Deserialize)]
@@ -73,7 +73,7 @@ fn one() -> f64 {
     1.0
 }
 
-impl ToolOptions for HttpJudgeOptions {
+impl KindOptions for HttpJudgeOptions {
     fn validate(&self) -> Result<()> {
         let bad = |key: &str, message: String| Error::Config {
             key: format!("scorer.{key}"),
@@ -83,27 +83,6 @@ impl ToolOptions for HttpJudgeOptions {
             return Err(bad(
                 "url",
                 format!("must be an http:// or https:// URL, got {:?}", self.url),
-            ));
-        }
-        if !(self.timeout_secs > 0.0 && self.timeout_secs <= 3600.0) {
-            return Err(bad(
-                "timeout_secs",
-                format!(
-                    "must be a number of seconds in (0, 3600], got {}",
-                    self.timeout_secs
-                ),
-            ));
-        }
-        if self.retries > 10 {
-            return Err(bad(
-                "retries",
-                format!("must be at most 10, got {}", self.retries),
-            ));
-        }
-        if !(1..=1024).contains(&self.max_concurrency) {
-            return Err(bad(
-                "max_concurrency",
-                format!("must be in 1..=1024, got {}", self.max_concurrency),
             ));
         }
         if !(self.min_reward.is_finite() && self.max_reward.is_finite())
@@ -117,7 +96,7 @@ impl ToolOptions for HttpJudgeOptions {
                 ),
             ));
         }
-        Ok(())
+        check_call_limits(self.timeout_secs, self.retries, self.max_concurrency)
     }
 }
 
@@ -228,27 +207,12 @@ impl Scorer for HttpJudge {
             "messages": [{"role": "user", "content": self.prompt(task, transcript)}],
             "temperature": 0,
         });
-        let wait = Duration::from_secs_f64(
-            self.options.timeout_secs * f64::from(self.options.retries + 1),
-        );
-        let _slot = self.limit.acquire(wait)?;
-        let mut last = String::new();
-        for _ in 0..=self.options.retries {
-            match self.ask(&body) {
-                Ok(x) => return Ok(x.clamp(self.options.min_reward, self.options.max_reward)),
-                Err((retry, why)) => {
-                    last = why;
-                    if !retry {
-                        break;
-                    }
-                }
-            }
-        }
-        Err(Error::Other(format!(
-            "judge at {}: {last} (after {} tries)",
-            self.options.url,
-            self.options.retries + 1
-        )))
+        let o = &self.options;
+        let what = format!("judge at {}", o.url);
+        let x = with_retries(&self.limit, o.timeout_secs, o.retries, &what, || {
+            self.ask(&body)
+        })?;
+        Ok(x.clamp(o.min_reward, o.max_reward))
     }
 }
 

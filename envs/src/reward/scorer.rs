@@ -102,6 +102,63 @@ impl Env for ScoredEnv {
     }
 }
 
+/// The bounds every external scorer has, checked alike for each kind (keys `scorer.*`).
+pub(crate) fn check_call_limits(
+    timeout_secs: f64,
+    retries: u32,
+    max_concurrency: usize,
+) -> Result<()> {
+    let bad = |key: &str, message: String| Error::Config {
+        key: format!("scorer.{key}"),
+        message,
+    };
+    if !(timeout_secs > 0.0 && timeout_secs <= 3600.0) {
+        return Err(bad(
+            "timeout_secs",
+            format!("must be a number of seconds in (0, 3600], got {timeout_secs}"),
+        ));
+    }
+    if retries > 10 {
+        return Err(bad("retries", format!("must be at most 10, got {retries}")));
+    }
+    if !(1..=1024).contains(&max_concurrency) {
+        return Err(bad(
+            "max_concurrency",
+            format!("must be in 1..=1024, got {max_concurrency}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Runs `attempt` up to `1 + retries` times, inside one of `limit`'s slots (waited for at
+/// most as long as all tries may take). An attempt's error says whether another try may help.
+pub(crate) fn with_retries(
+    limit: &ConcurrencyLimit,
+    timeout_secs: f64,
+    retries: u32,
+    what: &str,
+    mut attempt: impl FnMut() -> std::result::Result<f64, (bool, String)>,
+) -> Result<f64> {
+    let wait = Duration::from_secs_f64(timeout_secs * f64::from(retries + 1));
+    let _slot = limit.acquire(wait)?;
+    let mut last = String::new();
+    for _ in 0..=retries {
+        match attempt() {
+            Ok(x) => return Ok(x),
+            Err((retry, why)) => {
+                last = why;
+                if !retry {
+                    break;
+                }
+            }
+        }
+    }
+    Err(Error::Other(format!(
+        "{what}: {last} (after {} tries)",
+        retries + 1
+    )))
+}
+
 /// At most `limit` calls at once; a call waits at most `wait` for its turn.
 #[derive(Debug)]
 pub struct ConcurrencyLimit {

@@ -1,7 +1,6 @@
 //! Scorer kinds by name, registered like tool kinds: each with its options type, so that
 //! `check-config` checks a `[scorer]` table exactly as `train` builds it.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -10,28 +9,12 @@ use super::command::{CommandScorer, CommandScorerOptions};
 use super::http_judge::{HttpJudge, HttpJudgeOptions};
 use super::scorer::Scorer;
 use crate::error::{Error, Result};
-use crate::tools::registry::parse_options;
-use crate::tools::ToolOptions;
-
-type CheckFn = dyn Fn(&Value) -> Result<()> + Send + Sync;
-type BuildFn = dyn Fn(&Value) -> Result<Arc<dyn Scorer>> + Send + Sync;
-
-#[derive(Clone)]
-struct Factory {
-    check: Arc<CheckFn>,
-    build: Arc<BuildFn>,
-}
+use crate::kinds::{KindOptions, Kinds};
 
 /// Scorer kinds by name.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct ScorerRegistry {
-    factories: BTreeMap<String, Factory>,
-}
-
-impl std::fmt::Debug for ScorerRegistry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.factories.keys()).finish()
-    }
+    kinds: Kinds<Arc<dyn Scorer>>,
 }
 
 impl Default for ScorerRegistry {
@@ -44,7 +27,7 @@ impl ScorerRegistry {
     /// No kinds.
     pub fn empty() -> Self {
         Self {
-            factories: BTreeMap::new(),
+            kinds: Kinds::new(|_| "scorer".to_string()),
         }
     }
 
@@ -63,43 +46,40 @@ impl ScorerRegistry {
     /// Adds (or replaces) the kind `name`, built from options `O`.
     pub fn register<O, F>(&mut self, name: impl Into<String>, build: F) -> &mut Self
     where
-        O: ToolOptions,
+        O: KindOptions,
         F: Fn(O) -> Result<Arc<dyn Scorer>> + Send + Sync + 'static,
     {
-        let check = |options: &Value| parse_options::<O>("scorer", options).map(|_| ());
-        let build = move |options: &Value| build(parse_options::<O>("scorer", options)?);
-        self.factories.insert(
-            name.into(),
-            Factory {
-                check: Arc::new(check),
-                build: Arc::new(build),
-            },
-        );
+        self.kinds.register(name, build);
         self
     }
 
     /// Registered names, sorted.
     pub fn names(&self) -> Vec<&str> {
-        self.factories.keys().map(String::as_str).collect()
-    }
-
-    fn factory(&self, name: &str) -> Result<&Factory> {
-        self.factories.get(name).ok_or_else(|| Error::Config {
-            key: "scorer.type".into(),
-            message: format!(
-                "no scorer kind {name:?}; allowed: {}",
-                self.names().join(", ")
-            ),
-        })
+        self.kinds.names()
     }
 
     /// Parses and checks `options` (the `[scorer]` table without `type`) with no side effects.
     pub fn check(&self, name: &str, options: &Value) -> Result<()> {
-        (self.factory(name)?.check)(options)
+        self.kinds
+            .check("scorer", name, options)
+            .map_err(|e| self.unknown_at_type(e))
     }
 
     /// Builds the scorer.
     pub fn create(&self, name: &str, options: &Value) -> Result<Arc<dyn Scorer>> {
-        (self.factory(name)?.build)(options)
+        self.kinds
+            .create("scorer", name, options)
+            .map_err(|e| self.unknown_at_type(e))
+    }
+
+    /// An unknown kind is reported at `scorer.type`, with the kinds allowed.
+    fn unknown_at_type(&self, error: Error) -> Error {
+        match error {
+            Error::Unknown { name, known, .. } => Error::Config {
+                key: "scorer.type".into(),
+                message: format!("no scorer kind {name:?}; allowed: {known}"),
+            },
+            other => other,
+        }
     }
 }

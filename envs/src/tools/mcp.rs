@@ -16,8 +16,8 @@ use async_trait::async_trait;
 use serde_json::{json, Value};
 
 use crate::error::{Error, Result};
+use crate::kinds::KindOptions;
 use crate::tool::{Tool, ToolOutput};
-use crate::tools::ToolOptions;
 
 pub use client::{McpClient, McpServerConfig, McpToolInfo, PROTOCOL_VERSION};
 
@@ -46,7 +46,7 @@ impl McpTool {
     }
 }
 
-impl ToolOptions for McpServerConfig {
+impl KindOptions for McpServerConfig {
     fn validate(&self) -> Result<()> {
         for (key, value) in [
             ("timeout_secs", self.timeout_secs),

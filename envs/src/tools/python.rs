@@ -27,8 +27,8 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::error::{Error, Result};
+use crate::kinds::KindOptions;
 use crate::tool::{Tool, ToolOutput};
-use crate::tools::ToolOptions;
 
 pub use sandbox::{isolation, net_isolation, Isolation, NetIsolation};
 
@@ -83,7 +83,7 @@ impl Default for PythonConfig {
     }
 }
 
-impl ToolOptions for PythonConfig {
+impl KindOptions for PythonConfig {
     fn validate(&self) -> Result<()> {
         if !(self.timeout_secs > 0.0 && self.timeout_secs <= 86_400.0) {
             return Err(Error::Config {

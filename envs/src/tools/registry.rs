@@ -1,60 +1,34 @@
 //! Tool factories by name.
 //!
-//! A tool kind is registered with its options type. The `[tools.NAME]` table (without its
-//! `type` key) is deserialised into that type and checked with [`ToolOptions::validate`]:
-//! that is all [`ToolRegistry::check`] does (what `check-config` runs: no server started,
-//! no corpus indexed), and [`ToolRegistry::create_all`] does the same before it builds. A
-//! user's own tool is one file (a type implementing [`Tool`] and its options) plus one
+//! A tool kind is registered with its options type ([`KindOptions`]). The `[tools.NAME]`
+//! table (without its `type` key) is deserialised into that type and validated: that is all
+//! [`ToolRegistry::check`] does (what `check-config` runs: no server started, no corpus
+//! indexed), and [`ToolRegistry::create_all`] does the same before it builds. A user's own
+//! tool is one file (a type implementing [`Tool`] and its options) plus one
 //! `registry.register(...)` line (see `docs/tools.md`).
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
+use crate::kinds::{KindOptions, Kinds};
 use crate::tool::Tool;
 use crate::tools::{calculator, mcp, python, search};
-
-/// A tool kind's options: what its `[tools.NAME]` table deserialises into.
-pub trait ToolOptions: DeserializeOwned + 'static {
-    /// Checks beyond the types (ranges, combinations), without side effects. Errors name
-    /// their key as `tools.KIND.KEY`; a table of another name is reported under its own.
-    fn validate(&self) -> Result<()> {
-        Ok(())
-    }
-}
 
 /// The options of a tool that takes none: any key is an error.
 #[derive(Debug, Clone, Copy, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NoOptions {}
 
-impl ToolOptions for NoOptions {}
-
-type CheckFn = dyn Fn(&Value) -> Result<()> + Send + Sync;
-type BuildFn = dyn Fn(&Value) -> Result<Vec<Arc<dyn Tool>>> + Send + Sync;
-
-/// One kind: how its options are checked and how its tools are built.
-#[derive(Clone)]
-struct Factory {
-    check: Arc<CheckFn>,
-    build: Arc<BuildFn>,
-}
+impl KindOptions for NoOptions {}
 
 /// Tool factories by name.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct ToolRegistry {
-    factories: BTreeMap<String, Factory>,
-}
-
-impl std::fmt::Debug for ToolRegistry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.factories.keys()).finish()
-    }
+    kinds: Kinds<Vec<Arc<dyn Tool>>>,
 }
 
 impl Default for ToolRegistry {
@@ -67,7 +41,7 @@ impl ToolRegistry {
     /// A registry with no tools.
     pub fn empty() -> Self {
         Self {
-            factories: BTreeMap::new(),
+            kinds: Kinds::new(|kind| format!("tools.{kind}")),
         }
     }
 
@@ -91,7 +65,7 @@ impl ToolRegistry {
     /// Adds (or replaces) the kind `name`, which builds one tool from options `O`.
     pub fn register<O, F>(&mut self, name: impl Into<String>, build: F) -> &mut Self
     where
-        O: ToolOptions,
+        O: KindOptions,
         F: Fn(O) -> Result<Arc<dyn Tool>> + Send + Sync + 'static,
     {
         self.register_set(name, move |o: O| Ok(vec![build(o)?]))
@@ -101,54 +75,32 @@ impl ToolRegistry {
     /// (an MCP server's tools).
     pub fn register_set<O, F>(&mut self, name: impl Into<String>, build: F) -> &mut Self
     where
-        O: ToolOptions,
+        O: KindOptions,
         F: Fn(O) -> Result<Vec<Arc<dyn Tool>>> + Send + Sync + 'static,
     {
-        let name = name.into();
-        let kind = name.clone();
-        let check = move |options: &Value| {
-            parse_options::<O>(&format!("tools.{kind}"), options).map(|_| ())
-        };
-        let kind = name.clone();
-        let build =
-            move |options: &Value| build(parse_options::<O>(&format!("tools.{kind}"), options)?);
-        self.factories.insert(
-            name,
-            Factory {
-                check: Arc::new(check),
-                build: Arc::new(build),
-            },
-        );
+        self.kinds.register(name, build);
         self
     }
 
     /// Registered names, sorted.
     pub fn names(&self) -> Vec<&str> {
-        self.factories.keys().map(String::as_str).collect()
+        self.kinds.names()
     }
 
     /// Whether `name` is registered.
     pub fn contains(&self, name: &str) -> bool {
-        self.factories.contains_key(name)
-    }
-
-    fn factory(&self, name: &str) -> Result<&Factory> {
-        self.factories.get(name).ok_or_else(|| Error::Unknown {
-            kind: "tool",
-            name: name.to_string(),
-            known: self.names().join(", "),
-        })
+        self.kinds.contains(name)
     }
 
     /// Parses and checks `options` for the kind `name` as [`Self::create_all`] will, with no
     /// side effects (nothing started, indexed or probed).
     pub fn check(&self, name: &str, options: &Value) -> Result<()> {
-        (self.factory(name)?.check)(options)
+        self.kinds.check("tool", name, options)
     }
 
     /// Builds every tool the kind `name` makes from `options`.
     pub fn create_all(&self, name: &str, options: &Value) -> Result<Vec<Arc<dyn Tool>>> {
-        (self.factory(name)?.build)(options)
+        self.kinds.create("tool", name, options)
     }
 
     /// Builds the one tool the kind `name` makes (an error for a set of several).
@@ -171,41 +123,6 @@ impl ToolRegistry {
     }
 }
 
-/// Deserialises and validates a kind's options (`null` means defaults), naming keys under
-/// `table` (`tools.search`, `scorer`).
-pub(crate) fn parse_options<O: ToolOptions>(table: &str, options: &Value) -> Result<O> {
-    let value = match options {
-        Value::Null => Value::Object(Default::default()),
-        Value::Object(_) => options.clone(),
-        other => {
-            return Err(Error::Config {
-                key: table.to_string(),
-                message: format!("expected a table, got {other}"),
-            })
-        }
-    };
-    let parsed: O = serde_path_to_error::deserialize(value).map_err(|e| {
-        let mut key = table.to_string();
-        let path = e.path().to_string();
-        if path != "." {
-            key = format!("{key}.{path}");
-        }
-        let message = e.inner().to_string();
-        // An unknown key of a struct with no fields is reported at its table: name the key.
-        if let Some(field) = message
-            .strip_prefix("unknown field `")
-            .and_then(|rest| rest.split('`').next())
-        {
-            if !key.ends_with(&format!(".{field}")) {
-                key = format!("{key}.{field}");
-            }
-        }
-        Error::Config { key, message }
-    })?;
-    parsed.validate()?;
-    Ok(parsed)
-}
-
 /// `[tools.search]` options.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -221,7 +138,7 @@ struct SearchOptions {
     index_threads: Option<usize>,
 }
 
-impl ToolOptions for SearchOptions {
+impl KindOptions for SearchOptions {
     fn validate(&self) -> Result<()> {
         self.clone().into_config().map(|_| ())
     }

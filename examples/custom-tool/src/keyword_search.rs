@@ -7,8 +7,8 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use agent_r1_envs::kinds::KindOptions;
 use agent_r1_envs::tool::{Tool, ToolOutput};
-use agent_r1_envs::tools::ToolOptions;
 use agent_r1_envs::{Error, Result};
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -30,7 +30,7 @@ fn default_top_k() -> usize {
     3
 }
 
-impl ToolOptions for Options {
+impl KindOptions for Options {
     fn validate(&self) -> Result<()> {
         if !(1..=50).contains(&self.top_k) {
             return Err(Error::Config {
