@@ -1954,7 +1954,7 @@ seed = 7
         // An MCP table passes only with what `train` needs to start the server.
         let e = invalid("[tools.clock]\ntype = \"mcp\"\n");
         assert!(
-            e.key == "tools.clock" && e.message.contains("command"),
+            e.key == "tools.clock.command" && e.message.contains("url"),
             "{e}"
         );
         let e = invalid("[tools.clock]\ntype = \"mcp\"\ncommand = \"x\"\ntimeout_secs = 1e30\n");
