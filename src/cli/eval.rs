@@ -275,7 +275,9 @@ pub(crate) fn run(a: EvalArgs, registries: &Registries) -> anyhow::Result<()> {
         concurrency,
         max_turns: a.max_turns.unwrap_or(r.max_turns),
         max_context: r.max_context_length,
-        max_prompt: Some(r.max_prompt_length),
+        // A training bound (which tasks a batch takes); evaluation answers every task that
+        // fits the context, whatever tokenizer the evaluated model has.
+        max_prompt: None,
         max_new_tokens: r.max_response_length,
         temperature,
         tool_call_format: cfg.model.tool_call_format,
