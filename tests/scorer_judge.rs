@@ -111,6 +111,9 @@ impl Judge {
                     };
                     match mode {
                         Mode::HoldFirst { delay } => {
+                            // The injected fault itself (a judge that takes `delay` per
+                            // call), not a wait for an event: no assertion depends on it,
+                            // only the printed throughput figure.
                             std::thread::sleep(delay);
                             if index == 0 {
                                 let r = lock.lock().unwrap();

@@ -2,6 +2,9 @@
 //! script reading the episode's JSON; shell one-liners that fail, hang or print no number, as
 //! fault injection), through [`ScoredEnv`] as the runtime calls it.
 
+#[path = "support/venv.rs"]
+mod venv;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -54,16 +57,7 @@ fn scored(options: Value, answer: &str) -> agent_r1_envs::Result<Score> {
 }
 
 fn python() -> Option<PathBuf> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
-    if path.exists() {
-        return Some(path);
-    }
-    let msg = format!("{} not found (run `make venv`)", path.display());
-    if std::env::var_os("CI").is_some() {
-        panic!("{msg}");
-    }
-    eprintln!("\n*** SKIPPING SCORER TEST: {msg} ***\n");
-    None
+    venv::python("SCORER TEST")
 }
 
 const CONTAINS_REFERENCE: &str = r#"

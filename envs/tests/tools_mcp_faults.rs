@@ -6,6 +6,9 @@
 //! guarded by a 60 s test timeout, so a client that froze fails the test instead of hanging
 //! it (the client's own limit here is 2 s).
 
+#[path = "support/venv.rs"]
+mod venv;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,16 +19,7 @@ use serde_json::json;
 const LIMIT: Duration = Duration::from_secs(2);
 
 fn python() -> Option<PathBuf> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
-    if path.exists() {
-        return Some(path);
-    }
-    let msg = format!("{} not found (run `make venv`)", path.display());
-    if std::env::var_os("CI").is_some() {
-        panic!("{msg}");
-    }
-    eprintln!("\n*** SKIPPING MCP FAULT TEST: {msg} ***\n");
-    None
+    venv::python("MCP FAULT TEST")
 }
 
 async fn act(client: &Arc<McpClient>, mode: &str, padding: usize) -> Result<String, String> {

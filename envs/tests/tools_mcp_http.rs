@@ -6,6 +6,9 @@
 //! works. Every call is also guarded by a 60 s test timeout, so a client that froze fails
 //! the test instead of hanging it.
 
+#[path = "support/venv.rs"]
+mod venv;
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -19,16 +22,7 @@ use agent_r1_envs::tools::mcp::{connect_tools, McpClient, McpServerConfig};
 use serde_json::json;
 
 fn python() -> Option<PathBuf> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
-    if path.exists() {
-        return Some(path);
-    }
-    let msg = format!("{} not found (run `make venv`)", path.display());
-    if std::env::var_os("CI").is_some() {
-        panic!("{msg}");
-    }
-    eprintln!("\n*** SKIPPING MCP HTTP TEST: {msg} ***\n");
-    None
+    venv::python("MCP HTTP TEST")
 }
 
 fn script() -> String {
