@@ -9,7 +9,7 @@ export PATH := $(VENV)/bin:$(PATH)
 CARGO ?= cargo
 BIN := target/release/agent-r1
 
-.PHONY: all venv build test demo fmt clippy ci bench clean-venv
+.PHONY: all venv build test demo demo-math fmt clippy ci bench clean-venv
 
 all: build
 
@@ -33,6 +33,11 @@ test: $(STAMP)
 demo: build
 	rm -rf runs/demo
 	./$(BIN) train --preset demo --out runs/demo
+
+# The second env family: arithmetic word problems with the calculator (runs/math).
+demo-math: build
+	rm -rf runs/math
+	./$(BIN) train --preset math --out runs/math
 
 fmt:
 	$(CARGO) fmt --all --check

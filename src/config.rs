@@ -98,7 +98,10 @@ const MOVED_KEYS: &[(&str, &str)] = &[
 
 /// Built-in training configs, `agent-r1 train --preset NAME`: the commented files in
 /// `examples/`, compiled in so that `make demo` needs no path.
-pub const PRESETS: &[(&str, &str)] = &[("demo", include_str!("../examples/demo.toml"))];
+pub const PRESETS: &[(&str, &str)] = &[
+    ("demo", include_str!("../examples/demo.toml")),
+    ("math", include_str!("../examples/math.toml")),
+];
 
 /// Whether [`TrainConfig::validate`] checks that named files exist. `Skip` lets a config be
 /// checked on a machine without the data (CI, or before a download).
@@ -205,8 +208,9 @@ impl Default for LearnerSection {
 }
 
 /// `[warm_start]`: a short supervised warm start on generated demonstrations before RL, so
-/// that a fresh model knows the tool-call format (RL alone rarely discovers it). Only
-/// `synthetic_multihop` can generate demonstrations; `steps = 0` (the default) skips it.
+/// that a fresh model knows the tool-call format (RL alone rarely discovers it). Only envs
+/// that generate their own tasks (`synthetic_multihop`, `synthetic_math`, a user's
+/// `register_generated` env) make demonstrations; `steps = 0` (the default) skips it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct WarmStartSection {
@@ -219,8 +223,9 @@ pub struct WarmStartSection {
     /// Rate at the last step as a fraction of the peak, in [0, 1] (cosine decay; 1 keeps it
     /// constant after the warm-up).
     pub final_lr_fraction: f64,
-    /// Share of demonstrations that answer after the first hop with a wrong guess, in
-    /// [0, 1]: imperfect on purpose, so RL has something to fix.
+    /// Share of demonstrations that answer before the work is done (after the first hop,
+    /// or without the calculator) with a wrong guess, in [0, 1]: imperfect on purpose, so RL
+    /// has something to fix.
     pub early_wrong_answer_prob: f64,
     /// Demonstrations per training question, in [1, 64]. Above one, every question gets both
     /// kinds in the proportion above, so the habit of answering early is the same on every
@@ -779,7 +784,7 @@ impl TrainConfig {
         self.validate_learner()?;
         self.validate_rollout()?;
         self.validate_training()?;
-        self.validate_warm_start()?;
+        self.validate_warm_start(registries)?;
         self.metrics.validate()?;
         // The learner's own checks, as a backstop for rules added there later.
         self.learner_config()
@@ -908,8 +913,7 @@ impl TrainConfig {
                 &registry.names().join(", "),
             ));
         }
-        let synthetic = e.name == agent_r1_envs::envs::synthetic_multihop::NAME;
-        if synthetic {
+        if registry.generates_tasks(&e.name) {
             for (key, list) in [
                 ("env.train_files", &e.train_files),
                 ("env.test_files", &e.test_files),
@@ -917,26 +921,28 @@ impl TrainConfig {
                 if !list.is_empty() {
                     return Err(ConfigError::new(
                         key,
-                        "synthetic_multihop generates its own tasks; remove the files or use multihop_qa",
+                        format!(
+                            "{:?} generates its own tasks; remove the files or use an env that reads them",
+                            e.name
+                        ),
                     ));
                 }
             }
-        } else {
-            if e.world.is_some() {
-                return Err(ConfigError::new(
-                    "env.world",
-                    format!(
-                        "only synthetic_multihop has a generated world, not {:?}",
-                        e.name
-                    ),
-                ));
-            }
-            if e.train_files.is_empty() {
-                return Err(ConfigError::new(
-                    "env.train_files",
-                    format!("{:?} needs at least one dataset file to train on", e.name),
-                ));
-            }
+        }
+        if e.name != agent_r1_envs::envs::synthetic_multihop::NAME && e.world.is_some() {
+            return Err(ConfigError::new(
+                "env.world",
+                format!(
+                    "only synthetic_multihop has a generated world, not {:?}",
+                    e.name
+                ),
+            ));
+        }
+        if !registry.generates_tasks(&e.name) && e.train_files.is_empty() {
+            return Err(ConfigError::new(
+                "env.train_files",
+                format!("{:?} needs at least one dataset file to train on", e.name),
+            ));
         }
         if files == FileCheck::Require {
             for (key, list) in [
@@ -1138,16 +1144,23 @@ impl TrainConfig {
         Ok(())
     }
 
-    fn validate_warm_start(&self) -> Result<(), ConfigError> {
+    fn validate_warm_start(&self, registries: &Registries) -> Result<(), ConfigError> {
         let w = &self.warm_start;
         if w.steps == 0 {
             return Ok(());
         }
-        if self.env.name != agent_r1_envs::envs::synthetic_multihop::NAME {
+        if !registries.envs.generates_tasks(&self.env.name) {
             return Err(ConfigError::new(
                 "warm_start.steps",
                 format!(
-                    "only synthetic_multihop generates demonstrations, not {:?}; set steps = 0",
+                    "only envs that generate their own tasks ({}) make demonstrations, not {:?}; set steps = 0",
+                    registries
+                        .envs
+                        .names()
+                        .into_iter()
+                        .filter(|n| registries.envs.generates_tasks(n))
+                        .collect::<Vec<_>>()
+                        .join(", "),
                     self.env.name
                 ),
             ));
@@ -1923,6 +1936,45 @@ seed = 7
         c.validate(FileCheck::Skip, &Registries::builtins())
             .unwrap();
         assert_eq!(c.env_options()["world"]["n_questions"], 50);
+    }
+
+    #[test]
+    fn math_envs_follow_the_same_rules() {
+        let math = |body: &str| {
+            TrainConfig::from_toml_str(&format!(
+                "[model]\npreset = \"tiny\"\n[env]\nname = \"synthetic_math\"\n{body}"
+            ))
+            .and_then(|c| c.validate(FileCheck::Skip, &Registries::builtins()))
+        };
+        math("[env.options.problems]\nn_problems = 50\n[warm_start]\nsteps = 5\n").unwrap();
+        let e = math("[env.options.problems]\nn_problems = 0\n").unwrap_err();
+        assert!(
+            e.key == "env.options.problems.n_problems" && e.message.contains("1 to 100000"),
+            "{e}"
+        );
+        let e = math("[env.options]\ntolerance = 1.0\n").unwrap_err();
+        assert!(
+            e.key == "env.options.tolerance" && e.message.contains("[0, 0.1]"),
+            "{e}"
+        );
+        let e = math("train_files = [\"gsm8k.jsonl\"]\n").unwrap_err();
+        assert!(
+            e.key == "env.train_files" && e.message.contains("generates"),
+            "{e}"
+        );
+        let e = math("[env.world]\nseed = 1\n").unwrap_err();
+        assert_eq!(e.key, "env.world", "{e}");
+        // `math` reads dataset files, so it makes no demonstrations to warm start on.
+        let e = TrainConfig::from_toml_str(
+            "[model]\npreset = \"tiny\"\n[env]\nname = \"math\"\ntrain_files = [\"g.jsonl\"]\n[warm_start]\nsteps = 5\n",
+        )
+        .unwrap()
+        .validate(FileCheck::Skip, &Registries::builtins())
+        .unwrap_err();
+        assert!(
+            e.key == "warm_start.steps" && e.message.contains("synthetic_math"),
+            "{e}"
+        );
     }
 
     #[test]

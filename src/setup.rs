@@ -4,6 +4,7 @@
 //! very same episode path (engine, actors, tools, env scoring). It lives in the library so
 //! that the training loop ([`crate::train`]) builds its run from the same pieces.
 
+use std::collections::HashMap;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -18,9 +19,11 @@ use agent_r1_actors::sft::{
 };
 use agent_r1_actors::tiny_tokenizer::{write_tiny_tokenizer, write_tokenizer, TinyTokenizerIds};
 use agent_r1_actors::tokenizer::HfTokenizer;
+use agent_r1_envs::demo::DemoConfig;
 use agent_r1_envs::env::Env;
 use agent_r1_envs::envs::synthetic_multihop::{SyntheticMultihopEnv, SyntheticMultihopOptions};
-use agent_r1_envs::synthetic::{demos, DemoConfig, Split, SyntheticConfig};
+use agent_r1_envs::generated_env::GeneratedEnv;
+use agent_r1_envs::synthetic::{Split, SyntheticConfig};
 use agent_r1_envs::task::Task;
 use agent_r1_envs::tool::Tool;
 use agent_r1_envs::tool_call::ToolCallFormat;
@@ -45,33 +48,29 @@ pub struct TokenizerCorpus {
     pub whole_words: Vec<String>,
 }
 
-/// The tokenizer corpus of the synthetic world: its documents and demonstrations, every
-/// training prompt as the chat template renders it (system prompt, tool list, question), and
-/// its entity names as whole words. Why the prompts: they are in every context the model
-/// sees, and a tokenizer that never saw them splits them into near-single characters, which
-/// doubles context lengths and pushes the question far from where the model answers.
+/// The tokenizer corpus of a generated env: its own text (documents, problems,
+/// demonstrations), every training prompt as the chat template renders it (system prompt,
+/// tool list, question), and its whole words. Why the prompts: they are in every context the
+/// model sees, and a tokenizer that never saw them splits them into near-single characters,
+/// which doubles context lengths and pushes the question far from where the model answers.
 pub fn tokenizer_corpus(
-    env: &SyntheticMultihopEnv,
+    env: &dyn GeneratedEnv,
     tasks: &[Task],
     tools: &[Arc<dyn Tool>],
 ) -> anyhow::Result<TokenizerCorpus> {
     let template = ChatTemplate::new(QWEN2_5_CHAT_TEMPLATE)?;
     let specs: Vec<serde_json::Value> = tools.iter().map(|t| t.spec()).collect();
-    let mut text = env.world().corpus_text();
+    let mut text = env.tokenizer_text();
     for task in tasks {
         let prompt =
             template.render(&env.reset(task)?, Some(&specs), true, &TemplateVars::new())?;
         text.push_str(&prompt);
         text.push('\n');
     }
-    let whole_words = env
-        .world()
-        .world
-        .entities
-        .iter()
-        .map(|e| e.name.clone())
-        .collect();
-    Ok(TokenizerCorpus { text, whole_words })
+    Ok(TokenizerCorpus {
+        text,
+        whole_words: env.whole_words(),
+    })
 }
 
 /// Generates the world (writing its corpus and search index under `dir`).
@@ -332,21 +331,22 @@ pub struct WarmStartPhase {
     pub demos: DemoConfig,
 }
 
-/// Supervised warm start of the model in `base` on the synthetic world's demonstrations
-/// (the search results in them come from the real `search` tool), saved to `out`.
+/// Supervised warm start of the model in `base` on a generated env's demonstrations (their
+/// tool calls run through the real `tools`, so the observations are the ones RL will see),
+/// saved to `out`.
 ///
 /// RL from a fresh model almost never samples a well-formed tool call, so nothing gets
 /// rewarded; a short warm start teaches the format. The phases run in order on the same
 /// model, each with its own demonstrations: the demo recipe first teaches the skills on
-/// mostly gold demonstrations, then gives the policy a habit of answering before the second
-/// hop, so it is imperfect on purpose and RL has something to fix. Blocking; call it outside
-/// async code. `on_step` may stop it (`Break`): the report says `interrupted` and no model
-/// is saved, since a part-way warm start is not a model anyone asked for.
+/// mostly gold demonstrations, then gives the policy a habit of answering before the work
+/// is done, so it is imperfect on purpose and RL has something to fix. Blocking; call it
+/// outside async code. `on_step` may stop it (`Break`): the report says `interrupted` and no
+/// model is saved, since a part-way warm start is not a model anyone asked for.
 #[allow(clippy::too_many_arguments)]
 pub fn warm_start(
-    env: &SyntheticMultihopEnv,
+    env: &dyn GeneratedEnv,
     train: &[Task],
-    search: &dyn Tool,
+    tools: &[Arc<dyn Tool>],
     base: &Path,
     out: &Path,
     placement: Placement,
@@ -359,30 +359,43 @@ pub fn warm_start(
         .build()
         .context("starting the warm start's async runtime")?;
     let tokenizer = HfTokenizer::from_dir(base)?;
-    let world = env.world();
-    let questions: Vec<_> = world.questions(Split::Train).into_iter().cloned().collect();
-    let tools = vec![search.spec()];
+    let tasks: HashMap<&str, &Task> = train.iter().map(|t| (t.id.as_str(), t)).collect();
+    let by_name: HashMap<&str, &Arc<dyn Tool>> = tools.iter().map(|t| (t.name(), t)).collect();
+    let specs: Vec<serde_json::Value> = tools.iter().map(|t| t.spec()).collect();
     let mut model = PolicyModel::load(base, placement, false)?;
     let mut report: Option<SftReport> = None;
     let mut demonstrations = 0;
     for (i, phase) in phases.iter().enumerate().filter(|(_, p)| p.steps > 0) {
-        let per_question = phase.demos.variants_per_question.max(1);
-        let all = demos(&world.world, &questions, &phase.demos);
+        let all = env.demonstrations(&phase.demos);
         let mut sequences = Vec::with_capacity(all.len());
-        for (demo, task) in all
-            .chunks(per_question)
-            .zip(train)
-            .flat_map(|(d, t)| d.iter().map(move |d| (d, t)))
-        {
-            let prefix = env.reset(task)?;
-            let messages = demo.messages(prefix, |query| {
-                rt.block_on(search.call(serde_json::json!({ "query": query })))
+        for demo in &all {
+            let task = tasks.get(demo.task_id.as_str()).with_context(|| {
+                format!(
+                    "a demonstration names task {:?}, which is not a training task",
+                    demo.task_id
+                )
+            })?;
+            if let Some(missing) = demo
+                .turns
+                .iter()
+                .filter_map(|t| t.call.as_ref())
+                .find(|c| !by_name.contains_key(c.tool.as_str()))
+            {
+                anyhow::bail!(
+                    "the warm start's demonstrations call the `{}` tool, which no [tools.{}] table defines",
+                    missing.tool,
+                    missing.tool
+                );
+            }
+            let messages = demo.messages(env.reset(task)?, |call| {
+                let tool = by_name[call.tool.as_str()];
+                rt.block_on(tool.call(call.arguments.clone()))
                     .map(|o| o.text)
                     .unwrap_or_else(|e| format!("Error: {e}"))
             });
             let d = Demonstration {
                 messages,
-                tools: Some(tools.clone()),
+                tools: Some(specs.clone()),
             };
             sequences.push(tokenize_demonstration(&tokenizer, &d)?);
         }

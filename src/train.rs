@@ -60,10 +60,12 @@ use agent_r1_actors::stall::{Operations, StallWatch, Watchdog};
 use agent_r1_actors::tokenizer::HfTokenizer;
 use agent_r1_actors::trajectory::{Trajectory, TrajectoryWriter};
 use agent_r1_envs::dataset::load_many;
+use agent_r1_envs::demo::DemoConfig;
 use agent_r1_envs::env::Env;
-use agent_r1_envs::envs::synthetic_multihop::{self, SyntheticMultihopEnv};
+use agent_r1_envs::envs::synthetic_multihop;
+use agent_r1_envs::generated_env::GeneratedEnv;
 use agent_r1_envs::reward::ScoredEnv;
-use agent_r1_envs::synthetic::{DemoConfig, Split};
+use agent_r1_envs::task::Split;
 use agent_r1_envs::task::Task;
 use agent_r1_envs::tool::Tool;
 use anyhow::Context;
@@ -129,8 +131,9 @@ const PRESET_VOCAB: usize = 2048;
 pub struct Scenario {
     /// The env named by `[env]`.
     pub env: Arc<dyn Env>,
-    /// The same env when it is `synthetic_multihop` (its world makes demonstrations).
-    pub synthetic: Option<Arc<SyntheticMultihopEnv>>,
+    /// The same env when it generates its own tasks (and so can make a tokenizer's text and
+    /// demonstrations).
+    pub generated: Option<Arc<dyn GeneratedEnv>>,
     /// The `[tools.NAME]` tools.
     pub tools: Vec<Arc<dyn Tool>>,
     /// Training tasks.
@@ -153,29 +156,34 @@ pub fn scenario(
         .with_context(|| format!("{}: cannot create", world_dir.display()))?;
     let corpus = world_dir.join("corpus.jsonl");
     let mut options = cfg.env_options();
-    let synthetic_env = cfg.env.name == synthetic_multihop::NAME;
-    let (env, synthetic, train, test): (Arc<dyn Env>, _, _, _) = if synthetic_env {
-        if let Value::Object(map) = &mut options {
-            map.insert("corpus_path".into(), json!(corpus));
-        }
-        let env = Arc::new(
-            SyntheticMultihopEnv::from_options(&options).context("building the env `[env]`")?,
-        );
-        let (train, test) = (env.tasks(Split::Train), env.tasks(Split::Test));
-        (env.clone(), Some(env), train, test)
-    } else {
-        let env: Arc<dyn Env> = Arc::from(
-            registries
-                .envs
-                .create(&cfg.env.name, &options)
-                .context("building the env `[env]`")?,
-        );
-        let train =
-            load_many(&cfg.env.train_files, &cfg.env.dataset).context("reading env.train_files")?;
-        let test =
-            load_many(&cfg.env.test_files, &cfg.env.dataset).context("reading env.test_files")?;
-        (env, None, train, test)
-    };
+    let (env, generated, train, test): (Arc<dyn Env>, _, _, _) =
+        if registries.envs.generates_tasks(&cfg.env.name) {
+            if let (true, Value::Object(map)) =
+                (cfg.env.name == synthetic_multihop::NAME, &mut options)
+            {
+                map.insert("corpus_path".into(), json!(corpus));
+            }
+            let env: Arc<dyn GeneratedEnv> = Arc::from(
+                registries
+                    .envs
+                    .create_generated(&cfg.env.name, &options)
+                    .context("building the env `[env]`")?,
+            );
+            let (train, test) = (env.tasks(Split::Train), env.tasks(Split::Test));
+            (env.clone(), Some(env), train, test)
+        } else {
+            let env: Arc<dyn Env> = Arc::from(
+                registries
+                    .envs
+                    .create(&cfg.env.name, &options)
+                    .context("building the env `[env]`")?,
+            );
+            let train = load_many(&cfg.env.train_files, &cfg.env.dataset)
+                .context("reading env.train_files")?;
+            let test = load_many(&cfg.env.test_files, &cfg.env.dataset)
+                .context("reading env.test_files")?;
+            (env, None, train, test)
+        };
     anyhow::ensure!(
         !train.is_empty(),
         "the env has no training tasks (env.train_files / env.world)"
@@ -196,7 +204,7 @@ pub fn scenario(
     };
     Ok(Scenario {
         env,
-        synthetic,
+        generated,
         tools,
         train,
         test,
@@ -889,9 +897,9 @@ fn base_model(
             let preset = preset.as_deref().unwrap_or("tiny");
             let dir = run_dir.join("model-init");
             if !resuming || !dir.join("config.json").is_file() {
-                let corpus = match &scenario.synthetic {
+                let corpus = match &scenario.generated {
                     Some(env) => Some(setup::tokenizer_corpus(
-                        env,
+                        env.as_ref(),
                         &scenario.train,
                         &scenario.tools,
                     )?),
@@ -920,14 +928,9 @@ fn base_model(
     let sft_dir = run_dir.join("model-sft");
     if !resuming || !sft_dir.join("config.json").is_file() {
         let env = scenario
-            .synthetic
+            .generated
             .as_ref()
-            .context("warm_start needs the synthetic_multihop env")?;
-        let search = scenario
-            .tools
-            .iter()
-            .find(|t| t.name() == "search")
-            .context("warm_start needs a [tools.search] table (demonstrations search)")?;
+            .context("warm_start needs an env that generates its own tasks")?;
         let w = &cfg.warm_start;
         let sft = SftConfig {
             steps: w.steps,
@@ -965,9 +968,9 @@ fn base_model(
         );
         let t0 = Instant::now();
         let done = setup::warm_start(
-            env,
+            env.as_ref(),
             &scenario.train,
-            search.as_ref(),
+            &scenario.tools,
             &dir,
             &sft_dir,
             placement,

@@ -34,16 +34,19 @@ fn every_example_config_parses_and_validates() {
             "demo_async.toml",
             "grpo.toml",
             "hotpotqa_qwen2.5.toml",
+            "math.toml",
             "ppo_critic.toml"
         ]
     );
-    // The demo needs no files at all.
-    TrainConfig::load(
-        &Path::new(ROOT).join("examples/demo.toml"),
-        FileCheck::Require,
-        &Registries::builtins(),
-    )
-    .unwrap();
+    // The demos need no files at all.
+    for demo in ["examples/demo.toml", "examples/math.toml"] {
+        TrainConfig::load(
+            &Path::new(ROOT).join(demo),
+            FileCheck::Require,
+            &Registries::builtins(),
+        )
+        .unwrap();
+    }
 }
 
 #[test]

@@ -1,5 +1,5 @@
-//! Datasets: HotpotQA, 2WikiMultihopQA, MuSiQue, Agent-R1 parquet and plain JSONL, all read
-//! into [`Task`]s.
+//! Datasets: HotpotQA, 2WikiMultihopQA, MuSiQue, Agent-R1 parquet, GSM8K and plain JSONL,
+//! all read into [`Task`]s.
 //!
 //! [`load_tasks`] detects the format (extension, parquet magic, keys of the first row) unless
 //! [`LoadOptions::format`] names it, and applies the bad-row policy: a row that does not fit
@@ -8,6 +8,7 @@
 pub mod agent_r1_parquet;
 mod fields;
 pub mod format;
+pub mod gsm8k;
 pub mod hotpotqa;
 pub mod musique;
 pub mod options;
@@ -128,6 +129,7 @@ fn convert(
         DatasetFormat::Musique => musique::task_from_row(row, options.include_unanswerable),
         DatasetFormat::AgentR1Parquet => agent_r1_parquet::task_from_row(row, line).map(Some),
         DatasetFormat::Jsonl => plain::task_from_row(row, line).map(Some),
+        DatasetFormat::Gsm8k => gsm8k::task_from_row(row, line).map(Some),
     }
 }
 

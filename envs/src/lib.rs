@@ -7,10 +7,13 @@
 
 pub mod call_guard;
 pub mod dataset;
+pub mod demo;
 pub mod env;
 pub mod envs;
 pub mod error;
+pub mod generated_env;
 pub mod kinds;
+pub mod math;
 pub mod message;
 pub mod reward;
 pub mod schema;

@@ -1,4 +1,4 @@
-//! Rewards for QA episodes.
+//! Rewards for QA and math episodes.
 //!
 //! Two families with different meanings of "EM", always reported under distinct names:
 //! - [`hotpotqa`]: the official HotpotQA metrics (`em` = normalised exact match, `f1`,
@@ -7,7 +7,8 @@
 //!   `agent_r1_reward`).
 //!
 //! [`qa::score_qa`] computes all of them for a transcript; [`RewardKind`] picks the one
-//! trained on; [`ProcessRewardConfig`] adds optional per-call rewards.
+//! trained on; [`ProcessRewardConfig`] adds optional per-call rewards. Math answers are
+//! compared as numbers ([`numeric::score_numeric`]).
 //!
 //! A reward from outside the env is a [`Scorer`] (an LLM judge behind an HTTP endpoint,
 //! [`http_judge`], a program, [`command`], or a user's own type, registered in a
@@ -19,6 +20,7 @@ pub mod hotpotqa;
 pub mod http_judge;
 pub mod kind;
 pub mod normalize;
+pub mod numeric;
 pub mod process;
 pub mod qa;
 pub mod scorer;

@@ -142,8 +142,8 @@ impl SyntheticWorld {
         }
         for q in self.questions(Split::Train) {
             let demo = gold_demo(q);
-            for m in demo.messages(vec![Message::user(q.text.clone())], |query| {
-                self.observe(query, 3)
+            for m in demo.messages(vec![Message::user(q.text.clone())], |call| {
+                self.observe(call.str_arg("query"), 3)
             }) {
                 match m.role {
                     crate::message::Role::Tool => out.push_str(&format!(

@@ -22,3 +22,23 @@ pub struct Task {
     #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
     pub extra: serde_json::Value,
 }
+
+/// Train or test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Split {
+    /// Training questions.
+    Train,
+    /// Held-out questions (disjoint question texts).
+    Test,
+}
+
+impl Split {
+    /// `train` or `test`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Split::Train => "train",
+            Split::Test => "test",
+        }
+    }
+}

@@ -189,7 +189,7 @@ fn gold_demos_are_hermes_and_score_full_marks() {
             q.hops[0].subject
         )), "{first}");
         let prefix = vec![Message::system("sys"), Message::user(q.text.clone())];
-        let transcript = demo.messages(prefix, |query| w.observe(query, 3));
+        let transcript = demo.messages(prefix, |c| w.observe(c.str_arg("query"), 3));
         assert_eq!(transcript.len(), 2 + 2 * q.hops.len() + 1);
         let s = score_qa(
             RewardKind::AgentR1Qa,
@@ -219,7 +219,7 @@ fn imperfect_demos_guess_wrong_after_one_search() {
     for (demo, q) in all_wrong.iter().zip(&train) {
         assert!(!demo.correct);
         assert_eq!(demo.turns.len(), 2);
-        let transcript = demo.messages(vec![], |query| w.observe(query, 3));
+        let transcript = demo.messages(vec![], |c| w.observe(c.str_arg("query"), 3));
         let s = score_qa(
             RewardKind::HotpotqaEm,
             std::slice::from_ref(&q.answer),

@@ -6,6 +6,7 @@ use std::time::Duration;
 use agent_r1_envs::dataset::{load_tasks, LoadOptions};
 use agent_r1_envs::env::{Env, TurnOutcome};
 use agent_r1_envs::envs::{CorpusSpec, EnvRegistry, SyntheticMultihopEnv};
+use agent_r1_envs::generated_env::GeneratedEnv;
 use agent_r1_envs::message::{Message, Role};
 use agent_r1_envs::synthetic::{gold_demo, Split};
 use agent_r1_envs::tool::{CallError, CallOutcome, ToolOutput};
@@ -22,14 +23,25 @@ fn fixture(name: &str) -> std::path::PathBuf {
 #[test]
 fn registry_knows_builtins_and_reports_unknown_names() {
     let registry = EnvRegistry::with_builtins();
-    assert_eq!(registry.names(), vec!["multihop_qa", "synthetic_multihop"]);
+    assert_eq!(
+        registry.names(),
+        vec![
+            "math",
+            "multihop_qa",
+            "synthetic_math",
+            "synthetic_multihop"
+        ]
+    );
     let Err(err) = registry.create("webshop", &json!({})) else {
         panic!("webshop is not registered");
     };
     match err {
         Error::Unknown { kind, name, known } => {
             assert_eq!((kind, name.as_str()), ("env", "webshop"));
-            assert_eq!(known, "multihop_qa, synthetic_multihop");
+            assert_eq!(
+                known,
+                "math, multihop_qa, synthetic_math, synthetic_multihop"
+            );
         }
         other => panic!("expected Unknown, got {other:?}"),
     }
@@ -167,7 +179,8 @@ fn synthetic_multihop_writes_its_corpus_and_gold_demos_win() {
     for task in tasks.iter().take(10) {
         let question = world.question(&task.id).expect("question");
         let prefix = env.reset(task).expect("reset");
-        let transcript = gold_demo(question).messages(prefix, |q| world.observe(q, 3));
+        let transcript =
+            gold_demo(question).messages(prefix, |c| world.observe(c.str_arg("query"), 3));
         let score = env.score(task, &transcript);
         assert_eq!(score.reward, 1.0);
     }

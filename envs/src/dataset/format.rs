@@ -26,16 +26,20 @@ pub enum DatasetFormat {
     AgentR1Parquet,
     /// Plain JSONL: `{question, answers[, id, data_source]}`.
     Jsonl,
+    /// GSM8K JSONL: `{question, answer}` where the answer is a worked solution ending in
+    /// `#### <number>`.
+    Gsm8k,
 }
 
 impl DatasetFormat {
     /// Every format.
-    pub const ALL: [DatasetFormat; 5] = [
+    pub const ALL: [DatasetFormat; 6] = [
         DatasetFormat::HotpotQa,
         DatasetFormat::TwoWiki,
         DatasetFormat::Musique,
         DatasetFormat::AgentR1Parquet,
         DatasetFormat::Jsonl,
+        DatasetFormat::Gsm8k,
     ];
 
     /// The config name.
@@ -46,6 +50,7 @@ impl DatasetFormat {
             DatasetFormat::Musique => "musique",
             DatasetFormat::AgentR1Parquet => "agent_r1_parquet",
             DatasetFormat::Jsonl => "jsonl",
+            DatasetFormat::Gsm8k => "gsm8k",
         }
     }
 
@@ -69,6 +74,13 @@ impl DatasetFormat {
             Some(DatasetFormat::HotpotQa)
         } else if has("reward_model") && has("prompt") {
             Some(DatasetFormat::AgentR1Parquet)
+        } else if has("question")
+            && obj
+                .get("answer")
+                .and_then(Value::as_str)
+                .is_some_and(|a| a.contains("####"))
+        {
+            Some(DatasetFormat::Gsm8k)
         } else if has("question") && (has("answers") || has("answer")) {
             Some(DatasetFormat::Jsonl)
         } else {
@@ -103,6 +115,7 @@ impl FromStr for DatasetFormat {
             "musique" => DatasetFormat::Musique,
             "agent_r1_parquet" | "agent_r1" | "parquet" => DatasetFormat::AgentR1Parquet,
             "jsonl" | "plain" => DatasetFormat::Jsonl,
+            "gsm8k" => DatasetFormat::Gsm8k,
             _ => {
                 return Err(Error::Unknown {
                     kind: "dataset format",

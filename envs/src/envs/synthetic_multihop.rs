@@ -8,10 +8,12 @@ use serde_json::Value;
 use super::corpus::CorpusSpec;
 use super::multihop_qa::{MultihopQaEnv, MultihopQaOptions, QaOptions, QA_OPTION_KEYS};
 use super::registry::{check_option_keys, parse_options};
+use crate::demo::{Demo, DemoConfig};
 use crate::env::{Env, Score};
 use crate::error::Result;
+use crate::generated_env::GeneratedEnv;
 use crate::message::Message;
-use crate::synthetic::{Split, SyntheticConfig, SyntheticWorld};
+use crate::synthetic::{demos, Split, SyntheticConfig, SyntheticWorld};
 use crate::task::Task;
 use crate::tool::CallOutcome;
 
@@ -69,11 +71,6 @@ impl SyntheticMultihopEnv {
         &self.world
     }
 
-    /// The tasks of a split.
-    pub fn tasks(&self, split: Split) -> Vec<Task> {
-        self.world.tasks(split)
-    }
-
     /// The corpus the `search` tool should index (set when `corpus_path` was given).
     pub fn corpus(&self) -> Option<&CorpusSpec> {
         self.inner.corpus()
@@ -103,5 +100,34 @@ impl Env for SyntheticMultihopEnv {
 
     fn score(&self, task: &Task, transcript: &[Message]) -> Score {
         self.inner.score(task, transcript)
+    }
+}
+
+impl GeneratedEnv for SyntheticMultihopEnv {
+    fn tasks(&self, split: Split) -> Vec<Task> {
+        self.world.tasks(split)
+    }
+
+    fn demonstrations(&self, config: &DemoConfig) -> Vec<Demo> {
+        let questions: Vec<_> = self
+            .world
+            .questions(Split::Train)
+            .into_iter()
+            .cloned()
+            .collect();
+        demos(&self.world.world, &questions, config)
+    }
+
+    fn tokenizer_text(&self) -> String {
+        self.world.corpus_text()
+    }
+
+    fn whole_words(&self) -> Vec<String> {
+        self.world
+            .world
+            .entities
+            .iter()
+            .map(|e| e.name.clone())
+            .collect()
     }
 }

@@ -4,79 +4,30 @@
 //! {"query": "..."}}\n</tool_call>`; the final turn is `<think>...</think>\n<answer>...</answer>`.
 //! Both pass Agent-R1's format rules.
 
-use serde::{Deserialize, Serialize};
-
 use super::questions::Question;
 use super::rng::WorldRng;
 use super::world::World;
-use crate::message::Message;
+pub use crate::demo::{Demo, DemoCall, DemoConfig, DemoTurn};
 
-/// Options of imperfect demonstrations.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct DemoConfig {
-    /// Share of the demos that answer right after the first search with a wrong guess.
-    pub early_wrong_answer_prob: f64,
-    /// Demos per question. With more than one, every question gets both kinds in the same
-    /// proportion, so the warm-started policy learns to answer early with that probability on
-    /// *every* question: a habit RL can see in its samples and unlearn. With one, each
-    /// question's single demo is gold or imperfect by chance and the model memorises which
-    /// questions to answer early; its sampled episodes on those never explore the second hop.
-    pub variants_per_question: usize,
-    /// Seed of the imperfections (independent of the world's seed stream).
-    pub seed: u64,
-}
-
-impl Default for DemoConfig {
-    fn default() -> Self {
-        Self {
-            early_wrong_answer_prob: 0.0,
-            variants_per_question: 1,
-            seed: 0,
-        }
+/// A `search` call.
+pub fn search_call(query: &str) -> DemoCall {
+    DemoCall {
+        tool: "search".into(),
+        arguments: serde_json::json!({ "query": query }),
     }
-}
-
-/// One assistant turn of a demonstration.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DemoTurn {
-    /// The assistant text, exactly as the model should write it.
-    pub assistant: String,
-    /// The search query of this turn (`None` for the final answer turn).
-    pub query: Option<String>,
-}
-
-/// A demonstration for one question.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Demo {
-    /// The question's id.
-    pub task_id: String,
-    /// Assistant turns in order; all but the last call `search`.
-    pub turns: Vec<DemoTurn>,
-    /// Whether the final answer is the gold answer.
-    pub correct: bool,
 }
 
 /// A `search` call as Qwen models write it (Python `json.dumps` spacing).
 pub fn search_call_text(query: &str) -> String {
-    let q = serde_json::Value::String(query.to_string());
-    format!(
-        "<tool_call>\n{{\"name\": \"search\", \"arguments\": {{\"query\": {q}}}}}\n</tool_call>"
-    )
+    search_call(query).hermes()
 }
 
 fn call_turn(think: String, query: &str) -> DemoTurn {
-    DemoTurn {
-        assistant: format!("<think>{think}</think>\n{}", search_call_text(query)),
-        query: Some(query.to_string()),
-    }
+    DemoTurn::calling(&think, search_call(query))
 }
 
 fn answer_turn(think: String, answer: &str) -> DemoTurn {
-    DemoTurn {
-        assistant: format!("<think>{think}</think>\n<answer>{answer}</answer>"),
-        query: None,
-    }
+    DemoTurn::answering(&think, answer)
 }
 
 fn sentence(clause: &str) -> String {
@@ -149,20 +100,14 @@ pub fn early_wrong_demo(world: &World, question: &Question, rng: &mut WorldRng) 
     }
 }
 
-/// Demos for `questions`, `variants_per_question` each (at least one) in question order. Of a
-/// question's `v` demos, `floor(p * v)` answer early with a wrong guess, plus one more with
-/// probability equal to the remainder, so that one variant per question is a coin flip at `p`.
+/// Demos for `questions`, `variants_per_question` each (at least one) in question order; of
+/// a question's variants, [`DemoConfig::early_variants`] answer early with a wrong guess.
 pub fn demos(world: &World, questions: &[Question], config: &DemoConfig) -> Vec<Demo> {
-    let mut rng = WorldRng::new(config.seed, 2);
-    let v = config.variants_per_question.max(1);
-    let p = config.early_wrong_answer_prob.clamp(0.0, 1.0);
-    let expected = p * v as f64;
+    let mut rng = config.rng();
+    let v = config.variants();
     let mut out = Vec::with_capacity(questions.len() * v);
     for q in questions {
-        let mut wrong = expected.floor() as usize;
-        if rng.chance(expected - expected.floor()) {
-            wrong += 1;
-        }
+        let wrong = config.early_variants(&mut rng);
         for i in 0..v {
             out.push(if i < wrong {
                 early_wrong_demo(world, q, &mut rng)
@@ -172,23 +117,4 @@ pub fn demos(world: &World, questions: &[Question], config: &DemoConfig) -> Vec<
         }
     }
     out
-}
-
-impl Demo {
-    /// The whole conversation: `prefix` (system prompt and question), then each assistant
-    /// turn followed, for a search turn, by one tool message with `observe(query)`.
-    pub fn messages(
-        &self,
-        prefix: Vec<Message>,
-        mut observe: impl FnMut(&str) -> String,
-    ) -> Vec<Message> {
-        let mut out = prefix;
-        for turn in &self.turns {
-            out.push(Message::assistant(turn.assistant.clone()));
-            if let Some(q) = &turn.query {
-                out.push(Message::tool(observe(q)));
-            }
-        }
-        out
-    }
 }

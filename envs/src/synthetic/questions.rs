@@ -6,25 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::rng::WorldRng;
 use super::world::{EntityKind, Relation, World};
 
-/// Train or test.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Split {
-    /// Training questions.
-    Train,
-    /// Held-out questions (disjoint question texts).
-    Test,
-}
-
-impl Split {
-    /// `train` or `test`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Split::Train => "train",
-            Split::Test => "test",
-        }
-    }
-}
+pub use crate::task::Split;
 
 /// A question template: the start kind, the relation chain, and the wording.
 struct Template {

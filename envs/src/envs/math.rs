@@ -1,0 +1,145 @@
+//! `math`: word problems with a numeric answer (GSM8K-format datasets or any other), solved
+//! with a tool (`calculator` by default, or `python`), scored by numeric answer match.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::prompt::MATH_SYSTEM_PROMPT;
+use super::registry::{check_option_keys, parse_options};
+use crate::env::{Env, Score};
+use crate::error::{Error, Result};
+use crate::math::first_messages;
+use crate::message::Message;
+use crate::reward::numeric::score_numeric;
+use crate::task::Task;
+
+/// Registry name.
+pub const NAME: &str = "math";
+
+/// Options of `math` (and of the scoring part of `synthetic_math`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MathOptions {
+    /// System prompt for tasks without their own prompt (default: [`MATH_SYSTEM_PROMPT`]).
+    pub system_prompt: Option<String>,
+    /// Use a task's ready-made prompt (Agent-R1 parquet rows) when it has one.
+    pub use_task_prompt: bool,
+    /// Longest observation shown to the model, in characters.
+    pub max_observation_chars: usize,
+    /// Tools an episode may call.
+    pub tools: Vec<String>,
+    /// Relative tolerance of the numeric match (absolute below 1), in [0, 0.1].
+    pub tolerance: f64,
+}
+
+impl Default for MathOptions {
+    fn default() -> Self {
+        Self {
+            system_prompt: None,
+            use_task_prompt: true,
+            max_observation_chars: 2048,
+            tools: vec!["calculator".to_string()],
+            tolerance: 1e-6,
+        }
+    }
+}
+
+/// Option keys of [`MathOptions`].
+pub const MATH_OPTION_KEYS: [&str; 5] = [
+    "system_prompt",
+    "use_task_prompt",
+    "max_observation_chars",
+    "tools",
+    "tolerance",
+];
+
+impl MathOptions {
+    /// Checks the ranges; errors name `env.KEY` (reported by `train` as `env.options.KEY`).
+    pub fn validate(&self) -> Result<()> {
+        if self.max_observation_chars == 0 {
+            return Err(Error::Config {
+                key: "env.max_observation_chars".into(),
+                message: "got 0; allowed: at least 1".into(),
+            });
+        }
+        if !(0.0..=0.1).contains(&self.tolerance) {
+            return Err(Error::Config {
+                key: "env.tolerance".into(),
+                message: format!("got {}; allowed: [0, 0.1]", self.tolerance),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Math word problems: the model computes with a tool, then answers inside `<answer>`.
+#[derive(Debug, Clone)]
+pub struct MathEnv {
+    name: String,
+    options: MathOptions,
+}
+
+impl MathEnv {
+    /// An env with these options.
+    pub fn new(options: MathOptions) -> Result<Self> {
+        Self::named(NAME, options)
+    }
+
+    /// The same behaviour under another registry name (used by `synthetic_math`).
+    pub fn named(name: &str, options: MathOptions) -> Result<Self> {
+        options.validate()?;
+        Ok(Self {
+            name: name.to_string(),
+            options,
+        })
+    }
+
+    /// Builds from registry options; unknown keys are errors.
+    pub fn from_options(options: &Value) -> Result<Self> {
+        check_option_keys(NAME, options, &MATH_OPTION_KEYS)?;
+        Self::new(parse_options(NAME, options)?)
+    }
+
+    /// The options in effect.
+    pub fn options(&self) -> &MathOptions {
+        &self.options
+    }
+}
+
+impl Env for MathEnv {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn tool_names(&self) -> Vec<String> {
+        self.options.tools.clone()
+    }
+
+    fn reset(&self, task: &Task) -> Result<Vec<Message>> {
+        if self.options.use_task_prompt {
+            if let Some(prompt) = task.prompt.as_ref().filter(|p| !p.is_empty()) {
+                return Ok(prompt.clone());
+            }
+        }
+        if task.question.trim().is_empty() {
+            return Err(Error::Other(format!(
+                "task `{}` has an empty question",
+                task.id
+            )));
+        }
+        let system = self
+            .options
+            .system_prompt
+            .as_deref()
+            .unwrap_or(MATH_SYSTEM_PROMPT);
+        Ok(first_messages(system, &task.question))
+    }
+
+    fn max_observation_chars(&self) -> usize {
+        self.options.max_observation_chars
+    }
+
+    fn score(&self, task: &Task, transcript: &[Message]) -> Score {
+        score_numeric(&task.answers, transcript, self.options.tolerance)
+    }
+}
