@@ -16,7 +16,7 @@ pub use demo::{gold_demo, math_demos};
 pub use problems::{generate_problems, Problem};
 
 use crate::error::Result;
-use crate::message::{Message, Role};
+use crate::message::Role;
 use crate::task::{Split, Task};
 use crate::tools::calculator::{evaluate, format_value};
 
@@ -130,12 +130,4 @@ pub fn calculate(expression: &str) -> String {
         Ok(v) => format_value(&v),
         Err(e) => format!("Error: {e}"),
     }
-}
-
-/// The first messages of a problem with `system` as the system prompt.
-pub fn first_messages(system: &str, question: &str) -> Vec<Message> {
-    vec![
-        Message::system(system),
-        Message::user(format!("Question: {question}")),
-    ]
 }

@@ -74,7 +74,13 @@ fn a_user_env_is_one_type_and_one_registration_line() {
     assert!(registry.contains("closed_book_qa"));
     assert_eq!(
         registry.names(),
-        vec!["closed_book_qa", "multihop_qa", "synthetic_multihop"]
+        vec![
+            "closed_book_qa",
+            "math",
+            "multihop_qa",
+            "synthetic_math",
+            "synthetic_multihop"
+        ]
     );
 
     let Ok(env) = registry.create("closed_book_qa", &json!({"instruction": "Be brief."})) else {

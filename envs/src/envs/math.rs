@@ -4,11 +4,10 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::prompt::MATH_SYSTEM_PROMPT;
+use super::prompt::{first_messages, MATH_SYSTEM_PROMPT};
 use super::registry::{check_option_keys, parse_options};
 use crate::env::{Env, Score};
 use crate::error::{Error, Result};
-use crate::math::first_messages;
 use crate::message::Message;
 use crate::reward::numeric::score_numeric;
 use crate::task::Task;
@@ -116,23 +115,12 @@ impl Env for MathEnv {
     }
 
     fn reset(&self, task: &Task) -> Result<Vec<Message>> {
-        if self.options.use_task_prompt {
-            if let Some(prompt) = task.prompt.as_ref().filter(|p| !p.is_empty()) {
-                return Ok(prompt.clone());
-            }
-        }
-        if task.question.trim().is_empty() {
-            return Err(Error::Other(format!(
-                "task `{}` has an empty question",
-                task.id
-            )));
-        }
-        let system = self
-            .options
-            .system_prompt
-            .as_deref()
-            .unwrap_or(MATH_SYSTEM_PROMPT);
-        Ok(first_messages(system, &task.question))
+        first_messages(
+            task,
+            self.options.use_task_prompt,
+            self.options.system_prompt.as_deref(),
+            MATH_SYSTEM_PROMPT,
+        )
     }
 
     fn max_observation_chars(&self) -> usize {

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::corpus::CorpusSpec;
-use super::prompt::QA_SYSTEM_PROMPT;
+use super::prompt::{first_messages, QA_SYSTEM_PROMPT};
 use super::registry::{check_option_keys, parse_options};
 use crate::env::{Env, Score};
 use crate::error::{Error, Result};
@@ -130,27 +130,13 @@ impl Env for MultihopQaEnv {
     }
 
     fn reset(&self, task: &Task) -> Result<Vec<Message>> {
-        if self.options.qa.use_task_prompt {
-            if let Some(prompt) = task.prompt.as_ref().filter(|p| !p.is_empty()) {
-                return Ok(prompt.clone());
-            }
-        }
-        if task.question.trim().is_empty() {
-            return Err(Error::Other(format!(
-                "task `{}` has an empty question",
-                task.id
-            )));
-        }
-        let system = self
-            .options
-            .qa
-            .system_prompt
-            .as_deref()
-            .unwrap_or(QA_SYSTEM_PROMPT);
-        Ok(vec![
-            Message::system(system),
-            Message::user(format!("Question: {}", task.question)),
-        ])
+        let qa = &self.options.qa;
+        first_messages(
+            task,
+            qa.use_task_prompt,
+            qa.system_prompt.as_deref(),
+            QA_SYSTEM_PROMPT,
+        )
     }
 
     fn max_observation_chars(&self) -> usize {

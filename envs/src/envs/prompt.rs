@@ -1,4 +1,34 @@
-//! The default system prompts of the built-in envs.
+//! The default system prompts of the built-in envs, and the first messages of a task.
+
+use crate::error::{Error, Result};
+use crate::message::Message;
+use crate::task::Task;
+
+/// The first messages of an episode: the task's own prompt when it has one and
+/// `use_task_prompt` (Agent-R1 parquet rows), else `[system(system or default_system),
+/// user("Question: ...")]`. An empty question is an error naming the task.
+pub fn first_messages(
+    task: &Task,
+    use_task_prompt: bool,
+    system: Option<&str>,
+    default_system: &str,
+) -> Result<Vec<Message>> {
+    if use_task_prompt {
+        if let Some(prompt) = task.prompt.as_ref().filter(|p| !p.is_empty()) {
+            return Ok(prompt.clone());
+        }
+    }
+    if task.question.trim().is_empty() {
+        return Err(Error::Other(format!(
+            "task `{}` has an empty question",
+            task.id
+        )));
+    }
+    Ok(vec![
+        Message::system(system.unwrap_or(default_system)),
+        Message::user(format!("Question: {}", task.question)),
+    ])
+}
 
 /// Tells the model the hermes protocol: reason in `<think>`, search with a `<tool_call>`,
 /// answer in `<answer>`. The tool's JSON schema reaches the model separately, through the
