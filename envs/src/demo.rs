@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use crate::message::Message;
 use crate::synthetic::rng::WorldRng;
+use crate::tool_call::python_json;
 
 /// How a generator's demonstrations are mixed: how many per task, and what share of them
 /// carry the imperfection the generator knows how to make (answering before the work is done,
@@ -88,25 +89,6 @@ impl DemoCall {
             Value::String(self.tool.clone()),
             python_json(&self.arguments)
         )
-    }
-}
-
-/// JSON with Python `json.dumps` spacing (`", "` and `": "`), for flat objects of strings
-/// and numbers as tool arguments are.
-fn python_json(v: &Value) -> String {
-    match v {
-        Value::Object(map) => {
-            let fields: Vec<String> = map
-                .iter()
-                .map(|(k, v)| format!("{}: {}", Value::String(k.clone()), python_json(v)))
-                .collect();
-            format!("{{{}}}", fields.join(", "))
-        }
-        Value::Array(items) => {
-            let items: Vec<String> = items.iter().map(python_json).collect();
-            format!("[{}]", items.join(", "))
-        }
-        other => other.to_string(),
     }
 }
 

@@ -127,6 +127,25 @@ pub(crate) fn call_from_value(value: &Value) -> Result<ToolCall, CallError> {
     Ok(ToolCall { name, arguments })
 }
 
+/// JSON with Python's `json.dumps` separators (`", "` and `": "`), as chat templates'
+/// `tojson` writes it.
+pub fn python_json(value: &Value) -> String {
+    match value {
+        Value::Array(items) => {
+            let items: Vec<String> = items.iter().map(python_json).collect();
+            format!("[{}]", items.join(", "))
+        }
+        Value::Object(map) => {
+            let items: Vec<String> = map
+                .iter()
+                .map(|(k, v)| format!("{}: {}", Value::from(k.as_str()), python_json(v)))
+                .collect();
+            format!("{{{}}}", items.join(", "))
+        }
+        scalar => scalar.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

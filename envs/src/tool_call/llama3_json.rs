@@ -8,7 +8,7 @@
 
 use serde_json::Value;
 
-use super::call_from_value;
+use super::{call_from_value, python_json};
 use crate::tool::{CallError, ToolCall};
 
 /// Llama 3.1's marker before code or a call, a special token decoding usually drops.
@@ -52,25 +52,6 @@ pub fn render_tool_call(call: &ToolCall) -> String {
         call.name,
         python_json(&call.arguments)
     )
-}
-
-/// JSON with Python's `json.dumps` separators (`", "` and `": "`), as chat templates'
-/// `tojson` writes it.
-fn python_json(value: &Value) -> String {
-    match value {
-        Value::Array(items) => {
-            let items: Vec<String> = items.iter().map(python_json).collect();
-            format!("[{}]", items.join(", "))
-        }
-        Value::Object(map) => {
-            let items: Vec<String> = map
-                .iter()
-                .map(|(k, v)| format!("{}: {}", Value::from(k.as_str()), python_json(v)))
-                .collect();
-            format!("{{{}}}", items.join(", "))
-        }
-        scalar => scalar.to_string(),
-    }
 }
 
 #[cfg(test)]
