@@ -48,7 +48,7 @@ pub fn plan(
     let model = policy_config(cfg, source)?;
     let learner = cfg.learner_config();
     let critic = match (&cfg.critic.model, source) {
-        _ if !(learner.estimator.needs_critic() && cfg.critic.separate) => None,
+        _ if !(learner.algorithm.estimator.needs_critic() && cfg.critic.separate) => None,
         (Some(dir), ShapeSource::Config) => Some(read(dir)?),
         _ => Some(model.clone()),
     };

@@ -224,7 +224,7 @@ pub fn start(
     ui: Option<Arc<Site>>,
     progress: Option<Progress>,
 ) -> Result<MetricsServer, MetricsError> {
-    section.validate()?;
+    section.check()?;
     let (listener, addr) = bind(section.socket_addr()?)?;
 
     let recorder = PrometheusBuilder::new()

@@ -1131,8 +1131,8 @@ async fn start_learner(
     let mut config = cfg.learner_config();
     config.initial_version = start.state.policy_version;
     config.seed = seed.wrapping_add(start.state.step);
-    let needs_critic = config.estimator.needs_critic();
-    let with_reference = config.kl.is_some();
+    let needs_critic = config.algorithm.estimator.needs_critic();
+    let with_reference = config.algorithm.kl.active().is_some();
     let policy_dir = start.policy_dir.clone();
     // A separate critic resumes from its checkpoint (`policy/critic`), else starts from
     // `critic.model` or the policy's starting weights with a fresh value head.

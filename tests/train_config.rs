@@ -77,7 +77,7 @@ fn check_config_prints_the_resolved_config_or_one_precise_error() {
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(
-        stderr.contains("bad.toml: `algorithm.ppo_epochs`: got 0; allowed: >= 1"),
+        stderr.contains("bad.toml: `algorithm.ppo_epochs`: got 0; allowed: an integer >= 1"),
         "{stderr}"
     );
 }

@@ -35,6 +35,9 @@ pub enum Error {
         /// What is wrong and what is allowed.
         message: String,
     },
+    /// A config value is out of its range (the key and what is allowed).
+    #[error("invalid config {0}")]
+    Config(#[from] agent_r1_envs::config::ConfigError),
     /// The inference engine stopped (its thread failed or was shut down).
     #[error("inference engine stopped: {0}")]
     EngineStopped(String),

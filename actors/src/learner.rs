@@ -27,7 +27,9 @@ mod token_stats;
 pub mod trainer;
 
 pub use actor::{LearnerActor, LearnerMsg, LearnerRef, LearnerStart, LearnerSupervisor};
-pub use config::{Estimator, KlConfig, KlPlacement, LearnerConfig};
+pub use config::{
+    AlgorithmConfig, CriticConfig, Estimator, KlConfig, KlPlacement, LearnerConfig, MemoryConfig,
+};
 pub use handle::{spawn_learner, spawn_learner_with, BeforeUpdate, LearnerHandle, PolicyWeights};
 pub use stats::UpdateStats;
 pub use trainer::{check_rewards, Learner, LearnerModels, CRITIC_DIR};

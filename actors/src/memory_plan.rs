@@ -130,8 +130,8 @@ impl MemoryPlan {
         );
         term("AdamW moments (float32)", params * 8, "");
         // The padded tokens of the largest micro-batch.
-        let tokens = match l.max_tokens_per_micro_batch {
-            0 => (l.micro_batch_size * l.max_len) as u64,
+        let tokens = match l.memory.max_tokens_per_micro_batch {
+            0 => (l.algorithm.micro_batch_size * l.max_len) as u64,
             budget => budget as u64,
         };
         let activations = |m: &ModelConfig| {
@@ -139,7 +139,7 @@ impl MemoryPlan {
             let h = m.hidden_size as u64;
             // The last norm's float32 input and its output.
             let top = tokens * h * (4 + s);
-            if l.recompute {
+            if l.memory.recompute {
                 // Each layer's float32 input, one layer recomputed, and its backward's
                 // working set.
                 (m.num_hidden_layers as u64 + 1) * tokens * h * 4 + 2 * layer + top
@@ -156,7 +156,7 @@ impl MemoryPlan {
         // Float32 logits of a chunk, its log-softmax, the entropy's probabilities and their
         // gradients, with the reduced-precision logits themselves.
         let actions = input.action_tokens.unwrap_or(tokens as usize);
-        let chunk = l.logits_chunk_tokens.min(actions) as u64;
+        let chunk = l.memory.logits_chunk_tokens.min(actions) as u64;
         let per_position = m.vocab_size as u64 * (6 * 4 + s);
         term(
             "logits chunk",
@@ -175,7 +175,11 @@ impl MemoryPlan {
         }
         term(
             "reference model",
-            if l.kl.is_some() { params * s } else { 0 },
+            if l.algorithm.kl.active().is_some() {
+                params * s
+            } else {
+                0
+            },
             "algorithm.kl.placement = \"off\"",
         );
         if let Some(e) = input.engine {
@@ -273,6 +277,7 @@ fn device_name(device: Device) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::learner::{AlgorithmConfig, KlConfig, MemoryConfig};
     use crate::model::presets::shape;
 
     fn plan(learner: &LearnerConfig, kind: Kind, engine: Option<EnginePlan>) -> MemoryPlan {
@@ -313,14 +318,22 @@ mod tests {
     #[test]
     fn the_knobs_shrink_their_terms() {
         let plain = LearnerConfig {
-            micro_batch_size: 4,
+            algorithm: AlgorithmConfig {
+                micro_batch_size: 4,
+                kl: KlConfig::OFF,
+                critic_warmup_updates: 0,
+                ..Default::default()
+            },
             max_len: 4096,
             ..Default::default()
         };
         let p = plan(&plain, Kind::BFloat16, None);
         let r = plan(
             &LearnerConfig {
-                recompute: true,
+                memory: MemoryConfig {
+                    recompute: true,
+                    ..plain.memory.clone()
+                },
                 ..plain.clone()
             },
             Kind::BFloat16,
@@ -329,7 +342,10 @@ mod tests {
         assert!(bytes(&r, "activations") * 5 < bytes(&p, "activations"));
         let budget = plan(
             &LearnerConfig {
-                max_tokens_per_micro_batch: 4096,
+                memory: MemoryConfig {
+                    max_tokens_per_micro_batch: 4096,
+                    ..plain.memory.clone()
+                },
                 ..plain.clone()
             },
             Kind::BFloat16,
@@ -338,7 +354,10 @@ mod tests {
         assert_eq!(bytes(&budget, "activations") * 4, bytes(&p, "activations"));
         let chunk = plan(
             &LearnerConfig {
-                logits_chunk_tokens: 256,
+                memory: MemoryConfig {
+                    logits_chunk_tokens: 256,
+                    ..plain.memory
+                },
                 ..plain
             },
             Kind::BFloat16,

@@ -17,7 +17,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle, TurnRequest};
-use agent_r1_actors::learner::{Estimator, LearnerConfig, LearnerHandle, UpdateStats};
+use agent_r1_actors::learner::{
+    AlgorithmConfig, Estimator, KlConfig, LearnerConfig, LearnerHandle, UpdateStats,
+};
 use agent_r1_actors::model::generate::FinishReason;
 use agent_r1_actors::model::{Placement, PolicyModel, SamplingParams};
 use agent_r1_actors::trajectory::{Step, Trajectory};
@@ -151,7 +153,12 @@ fn a_turn_in_flight_during_an_update_switches_weights_between_decode_steps() {
         let late = learner(
             old_dir.path(),
             LearnerConfig {
-                estimator: Estimator::Grpo,
+                algorithm: AlgorithmConfig {
+                    estimator: Estimator::Grpo,
+                    kl: KlConfig::OFF,
+                    critic_warmup_updates: 0,
+                    ..Default::default()
+                },
                 max_staleness: Some(1),
                 initial_version: 2,
                 ..Default::default()
@@ -186,10 +193,15 @@ fn a_turn_in_flight_during_an_update_switches_weights_between_decode_steps() {
             let l = learner(
                 new_dir.path(),
                 LearnerConfig {
-                    estimator: Estimator::Grpo,
+                    algorithm: AlgorithmConfig {
+                        estimator: Estimator::Grpo,
+                        actor_lr: 1e-9,
+                        kl: KlConfig::OFF,
+                        critic_warmup_updates: 0,
+                        ..Default::default()
+                    },
                     behavior_weight_cap: Some(5.0),
                     initial_version: 1,
-                    actor_lr: 1e-9,
                     ..Default::default()
                 },
                 false,
@@ -334,8 +346,13 @@ fn tokens_older_than_max_staleness_are_dropped_while_rollouts_run_during_updates
     let learner = learner(
         tmp.path(),
         LearnerConfig {
-            estimator: Estimator::Grpo,
-            actor_lr: 1e-3,
+            algorithm: AlgorithmConfig {
+                estimator: Estimator::Grpo,
+                actor_lr: 1e-3,
+                kl: KlConfig::OFF,
+                critic_warmup_updates: 0,
+                ..Default::default()
+            },
             max_staleness: Some(LIMIT),
             ..Default::default()
         },

@@ -11,7 +11,7 @@ mod learner_common;
 use std::io::Write;
 use std::sync::{Mutex, OnceLock};
 
-use agent_r1_actors::learner::{Estimator, LearnerConfig};
+use agent_r1_actors::learner::{AlgorithmConfig, Estimator, KlConfig, LearnerConfig};
 use learner_common::{group, learner, runtime, same_weights, save_policy};
 
 /// Everything the learner thread logs at WARN and above, in this test binary.
@@ -52,9 +52,14 @@ fn logs() -> String {
 /// GRPO with a learning rate large enough that any applied step visibly moves the weights.
 fn config() -> LearnerConfig {
     LearnerConfig {
-        estimator: Estimator::Grpo,
-        actor_lr: 1e-2,
-        micro_batch_size: 8,
+        algorithm: AlgorithmConfig {
+            estimator: Estimator::Grpo,
+            actor_lr: 1e-2,
+            micro_batch_size: 8,
+            kl: KlConfig::OFF,
+            critic_warmup_updates: 0,
+            ..Default::default()
+        },
         ..Default::default()
     }
 }
@@ -126,8 +131,11 @@ fn a_nan_in_one_mini_batch_skips_only_that_step() {
     let learner = learner(
         tmp.path(),
         LearnerConfig {
-            mini_batch_size: 2,
-            micro_batch_size: 1,
+            algorithm: AlgorithmConfig {
+                mini_batch_size: 2,
+                micro_batch_size: 1,
+                ..config().algorithm
+            },
             ..config()
         },
         false,

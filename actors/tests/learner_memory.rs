@@ -9,7 +9,8 @@
 mod learner_common;
 
 use agent_r1_actors::learner::{
-    Estimator, KlConfig, KlPlacement, Learner, LearnerConfig, LearnerModels, UpdateStats,
+    AlgorithmConfig, Estimator, KlConfig, KlPlacement, Learner, LearnerConfig, LearnerModels,
+    MemoryConfig, UpdateStats,
 };
 use agent_r1_actors::model::{Placement, PolicyModel};
 use agent_r1_actors::trajectory::Trajectory;
@@ -36,19 +37,23 @@ fn batch() -> Vec<Trajectory> {
 /// micro-batches: every path the memory knobs touch.
 fn base() -> LearnerConfig {
     LearnerConfig {
-        estimator: Estimator::Gae,
-        kl: Some(KlConfig {
-            placement: KlPlacement::Loss,
-            coef: 0.1,
+        algorithm: AlgorithmConfig {
+            estimator: Estimator::Gae,
+            kl: KlConfig {
+                placement: KlPlacement::Loss,
+                coef: 0.1,
+                ..Default::default()
+            },
+            entropy_coef: 0.01,
+            actor_lr: 1e-3,
+            critic_lr: 1e-3,
+            lr_warmup_steps: 0,
+            grad_clip: 1e9,
+            mini_batch_size: 5,
+            micro_batch_size: 2,
+            critic_warmup_updates: 0,
             ..Default::default()
-        }),
-        entropy_coef: 0.01,
-        actor_lr: 1e-3,
-        critic_lr: 1e-3,
-        lr_warmup_steps: 0,
-        grad_clip: 1e9,
-        mini_batch_size: 5,
-        micro_batch_size: 2,
+        },
         max_len: 64,
         ..Default::default()
     }
@@ -95,7 +100,10 @@ fn relative(a: f64, b: f64) -> f64 {
 #[test]
 fn recomputation_token_budgets_and_logit_chunks_train_the_same() {
     let (plain_stats, plain_weights) = run(LearnerConfig {
-        logits_chunk_tokens: 1 << 20,
+        memory: MemoryConfig {
+            logits_chunk_tokens: 1 << 20,
+            ..base().memory
+        },
         ..base()
     });
     let initial = flat(&learner(base()));
@@ -106,23 +114,32 @@ fn recomputation_token_budgets_and_logit_chunks_train_the_same() {
         (
             "recompute",
             LearnerConfig {
-                recompute: true,
+                memory: MemoryConfig {
+                    recompute: true,
+                    ..base().memory
+                },
                 ..base()
             },
         ),
         (
             "token budget",
             LearnerConfig {
-                max_tokens_per_micro_batch: 80,
+                memory: MemoryConfig {
+                    max_tokens_per_micro_batch: 80,
+                    ..base().memory
+                },
                 ..base()
             },
         ),
         (
             "all three",
             LearnerConfig {
-                recompute: true,
-                max_tokens_per_micro_batch: 64,
-                logits_chunk_tokens: 3,
+                memory: MemoryConfig {
+                    recompute: true,
+                    max_tokens_per_micro_batch: 64,
+                    logits_chunk_tokens: 3,
+                    ..base().memory
+                },
                 ..base()
             },
         ),
@@ -154,8 +171,11 @@ fn recomputation_token_budgets_and_logit_chunks_train_the_same() {
 #[test]
 fn a_token_budget_below_the_longest_sequence_is_refused() {
     let e = LearnerConfig {
+        memory: MemoryConfig {
+            max_tokens_per_micro_batch: 1000,
+            ..Default::default()
+        },
         max_len: 4096,
-        max_tokens_per_micro_batch: 1000,
         ..Default::default()
     }
     .validate()

@@ -8,7 +8,7 @@ mod learner_common;
 
 use std::collections::HashMap;
 
-use agent_r1_actors::learner::{Estimator, KlConfig, LearnerConfig};
+use agent_r1_actors::learner::{AlgorithmConfig, Estimator, KlConfig, LearnerConfig};
 use learner_common::{group, learner, runtime, save_policy};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 
@@ -48,13 +48,17 @@ fn learner_series_exist_with_the_update_stats_values() {
     // epochs of two mini-batches (so that the policy has moved and the KL is not 0), and a
     // learner one version ahead of part of the batch (so that staleness is not 0).
     let config = LearnerConfig {
-        estimator: Estimator::Gae,
-        kl: Some(KlConfig::default()),
-        ppo_epochs: 2,
-        mini_batch_size: 4,
-        micro_batch_size: 2,
-        actor_lr: 1e-2,
-        critic_lr: 1e-2,
+        algorithm: AlgorithmConfig {
+            estimator: Estimator::Gae,
+            kl: KlConfig::default(),
+            ppo_epochs: 2,
+            mini_batch_size: 4,
+            micro_batch_size: 2,
+            actor_lr: 1e-2,
+            critic_lr: 1e-2,
+            critic_warmup_updates: 0,
+            ..Default::default()
+        },
         initial_version: 1,
         ..Default::default()
     };

@@ -8,7 +8,9 @@ mod learner_common;
 
 use std::path::Path;
 
-use agent_r1_actors::learner::{Estimator, Learner, LearnerConfig, LearnerModels};
+use agent_r1_actors::learner::{
+    AlgorithmConfig, Estimator, KlConfig, Learner, LearnerConfig, LearnerModels,
+};
 use agent_r1_actors::model::{Placement, PolicyModel};
 use agent_r1_actors::trajectory::Trajectory;
 use learner_common::{model_config, trajectory, TestStep, INIT};
@@ -56,11 +58,16 @@ fn learner_at(dir: &Path, placement: Placement, version: u64) -> Learner {
             reference: None,
         },
         LearnerConfig {
-            estimator: Estimator::Grpo,
-            actor_lr: LR,
-            lr_warmup_steps: 0,
-            grad_clip: 1e9,
-            micro_batch_size: 32,
+            algorithm: AlgorithmConfig {
+                estimator: Estimator::Grpo,
+                actor_lr: LR,
+                lr_warmup_steps: 0,
+                grad_clip: 1e9,
+                micro_batch_size: 32,
+                kl: KlConfig::OFF,
+                critic_warmup_updates: 0,
+                ..Default::default()
+            },
             initial_version: version,
             ..Default::default()
         },

@@ -9,14 +9,21 @@ mod learner_common;
 
 use std::sync::Arc;
 
-use agent_r1_actors::learner::{Estimator, LearnerConfig, LearnerRef, LearnerStart};
+use agent_r1_actors::learner::{
+    AlgorithmConfig, Estimator, KlConfig, LearnerConfig, LearnerRef, LearnerStart,
+};
 use agent_r1_actors::Error;
 use learner_common::{group, load_models, runtime, save_policy};
 
 fn config() -> LearnerConfig {
     LearnerConfig {
-        estimator: Estimator::Grpo,
-        micro_batch_size: 8,
+        algorithm: AlgorithmConfig {
+            estimator: Estimator::Grpo,
+            micro_batch_size: 8,
+            kl: KlConfig::OFF,
+            critic_warmup_updates: 0,
+            ..Default::default()
+        },
         ..Default::default()
     }
 }

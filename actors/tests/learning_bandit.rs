@@ -16,7 +16,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle, TurnRequest};
-use agent_r1_actors::learner::{spawn_learner, Estimator, LearnerConfig, LearnerModels};
+use agent_r1_actors::learner::{
+    spawn_learner, AlgorithmConfig, Estimator, KlConfig, LearnerConfig, LearnerModels,
+};
 use agent_r1_actors::model::generate::FinishReason;
 use agent_r1_actors::model::{ModelConfig, Placement, PolicyModel, SamplingParams};
 use agent_r1_actors::trajectory::{EpisodeEnd, Step, Trajectory};
@@ -272,15 +274,19 @@ fn check(name: &str, run: &Run) {
 #[test]
 fn learning_ppo_gae_with_separate_critic_reaches_the_optimum() {
     let config = LearnerConfig {
-        estimator: Estimator::Gae,
-        actor_lr: 2e-3,
-        entropy_coef: 0.003,
-        critic_lr: 1e-2,
-        critic_warmup_updates: 1,
-        ppo_epochs: 2,
-        mini_batch_size: 32,
-        micro_batch_size: 8,
-        lr_warmup_steps: 2,
+        algorithm: AlgorithmConfig {
+            estimator: Estimator::Gae,
+            actor_lr: 2e-3,
+            entropy_coef: 0.003,
+            critic_lr: 1e-2,
+            critic_warmup_updates: 1,
+            ppo_epochs: 2,
+            mini_batch_size: 32,
+            micro_batch_size: 8,
+            lr_warmup_steps: 2,
+            kl: KlConfig::OFF,
+            ..Default::default()
+        },
         seed: 1,
         ..Default::default()
     };
@@ -291,14 +297,18 @@ fn learning_ppo_gae_with_separate_critic_reaches_the_optimum() {
 #[test]
 fn learning_ppo_step_gae_with_shared_value_head_over_two_turns_reaches_the_optimum() {
     let config = LearnerConfig {
-        estimator: Estimator::StepGae,
-        actor_lr: 2e-3,
-        entropy_coef: 0.003,
-        critic_lr: 1e-2,
-        critic_warmup_updates: 1,
-        ppo_epochs: 2,
-        mini_batch_size: 32,
-        micro_batch_size: 8,
+        algorithm: AlgorithmConfig {
+            estimator: Estimator::StepGae,
+            actor_lr: 2e-3,
+            entropy_coef: 0.003,
+            critic_lr: 1e-2,
+            critic_warmup_updates: 1,
+            ppo_epochs: 2,
+            mini_batch_size: 32,
+            micro_batch_size: 8,
+            kl: KlConfig::OFF,
+            ..Default::default()
+        },
         seed: 2,
         ..Default::default()
     };
@@ -309,12 +319,17 @@ fn learning_ppo_step_gae_with_shared_value_head_over_two_turns_reaches_the_optim
 #[test]
 fn learning_grpo_reaches_the_optimum() {
     let config = LearnerConfig {
-        estimator: Estimator::Grpo,
-        actor_lr: 2e-3,
-        entropy_coef: 0.003,
-        ppo_epochs: 1,
-        mini_batch_size: 32,
-        micro_batch_size: 8,
+        algorithm: AlgorithmConfig {
+            estimator: Estimator::Grpo,
+            actor_lr: 2e-3,
+            entropy_coef: 0.003,
+            ppo_epochs: 1,
+            mini_batch_size: 32,
+            micro_batch_size: 8,
+            kl: KlConfig::OFF,
+            critic_warmup_updates: 0,
+            ..Default::default()
+        },
         seed: 3,
         ..Default::default()
     };

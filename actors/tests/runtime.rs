@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle};
 use agent_r1_actors::learner::{
-    BeforeUpdate, Estimator, LearnerConfig, LearnerModels, LearnerRef, LearnerStart,
+    AlgorithmConfig, BeforeUpdate, Estimator, KlConfig, LearnerConfig, LearnerModels, LearnerRef,
+    LearnerStart,
 };
 use agent_r1_actors::model::presets::preset;
 use agent_r1_actors::model::{Placement, PolicyModel, SamplingParams};
@@ -886,8 +887,13 @@ fn sampling_goes_on_while_a_slowed_learner_updates() {
         })
     };
     let config = LearnerConfig {
-        estimator: Estimator::Grpo,
-        micro_batch_size: 8,
+        algorithm: AlgorithmConfig {
+            estimator: Estimator::Grpo,
+            micro_batch_size: 8,
+            kl: KlConfig::OFF,
+            critic_warmup_updates: 0,
+            ..Default::default()
+        },
         ..Default::default()
     };
     runtime().block_on(async {

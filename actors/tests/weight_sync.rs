@@ -8,7 +8,7 @@
 mod learner_common;
 
 use agent_r1_actors::engine::{spawn_engine, EngineConfig};
-use agent_r1_actors::learner::LearnerConfig;
+use agent_r1_actors::learner::{AlgorithmConfig, KlConfig, LearnerConfig};
 use agent_r1_actors::model::{Placement, PolicyModel};
 use agent_r1_actors::Error;
 use learner_common::{group, learner, runtime, save_policy};
@@ -21,7 +21,12 @@ fn a_tensor_corrupted_in_transit_is_a_named_error_and_the_engine_keeps_its_weigh
     let learner = learner(
         tmp.path(),
         LearnerConfig {
-            actor_lr: 1e-2,
+            algorithm: AlgorithmConfig {
+                actor_lr: 1e-2,
+                kl: KlConfig::OFF,
+                critic_warmup_updates: 0,
+                ..Default::default()
+            },
             ..Default::default()
         },
         false,

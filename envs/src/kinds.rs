@@ -11,6 +11,7 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::config::KeyDoc;
 use crate::error::{Error, Result};
 
 /// A kind's options: what its config table deserialises into (use
@@ -21,6 +22,15 @@ pub trait KindOptions: DeserializeOwned + 'static {
     fn validate(&self) -> Result<()> {
         Ok(())
     }
+
+    /// The options' keys, for `check-config --explain`: none by default; a type that derives
+    /// `schemars::JsonSchema` returns `crate::config::key_docs::<Self>()`.
+    fn keys() -> Vec<KeyDoc>
+    where
+        Self: Sized,
+    {
+        Vec::new()
+    }
 }
 
 type CheckFn = dyn Fn(&Value) -> Result<()> + Send + Sync;
@@ -29,6 +39,7 @@ type BuildFn<T> = dyn Fn(&Value) -> Result<T> + Send + Sync;
 struct Factory<T> {
     check: Arc<CheckFn>,
     build: Arc<BuildFn<T>>,
+    keys: fn() -> Vec<KeyDoc>,
 }
 
 impl<T> Clone for Factory<T> {
@@ -36,6 +47,7 @@ impl<T> Clone for Factory<T> {
         Self {
             check: self.check.clone(),
             build: self.build.clone(),
+            keys: self.keys,
         }
     }
 }
@@ -88,6 +100,7 @@ impl<T: 'static> Kinds<T> {
             Factory {
                 check: Arc::new(check),
                 build: Arc::new(build),
+                keys: O::keys,
             },
         );
     }
@@ -95,6 +108,14 @@ impl<T: 'static> Kinds<T> {
     /// Registered names, sorted.
     pub fn names(&self) -> Vec<&str> {
         self.factories.keys().map(String::as_str).collect()
+    }
+
+    /// The option keys the kind `name` describes (see [`KindOptions::keys`]); none for an
+    /// unknown kind.
+    pub fn keys(&self, name: &str) -> Vec<KeyDoc> {
+        self.factories
+            .get(name)
+            .map_or_else(Vec::new, |f| (f.keys)())
     }
 
     /// Whether `name` is registered.

@@ -6,6 +6,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod call_guard;
+pub mod config;
 pub mod dataset;
 pub mod demo;
 pub mod env;

@@ -35,7 +35,7 @@ pub struct MathWorld {
 impl MathWorld {
     /// Generates the problems of `config` (validated first).
     pub fn generate(config: &MathConfig) -> Result<Self> {
-        config.validate()?;
+        crate::config::Section::validate(config).map_err(|e| e.under("env.problems"))?;
         Ok(Self {
             config: config.clone(),
             problems: generate_problems(config),

@@ -16,7 +16,9 @@ use crate::tool::{CallError, ToolCall};
 pub use hermes::{parse_tool_calls, render_tool_call, CALL_CLOSE, CALL_OPEN};
 
 /// A model's tool-call format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ToolCallFormat {
     /// `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, several per turn (Qwen2.5,

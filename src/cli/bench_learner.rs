@@ -10,7 +10,9 @@
 use std::path::PathBuf;
 
 use agent_r1_actors::device::parse_placement;
-use agent_r1_actors::learner::{Estimator, Learner, LearnerConfig, LearnerModels};
+use agent_r1_actors::learner::{
+    AlgorithmConfig, Estimator, KlConfig, Learner, LearnerConfig, LearnerModels, MemoryConfig,
+};
 use agent_r1_actors::memory_plan::{MemoryPlan, PlanInput};
 use agent_r1_actors::model::generate::FinishReason;
 use agent_r1_actors::trajectory::{EpisodeEnd, Step, Trajectory};
@@ -130,14 +132,22 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
         let critic = estimator.needs_critic();
         let policy = choice.build(placement, critic)?;
         let config = LearnerConfig {
-            estimator,
-            ppo_epochs: args.ppo_epochs,
-            mini_batch_size: args.mini_batch_size,
-            micro_batch_size: args.micro_batch_size,
-            logits_chunk_tokens: args.logits_chunk_tokens,
-            recompute: args.recompute,
-            max_tokens_per_micro_batch: args.max_tokens_per_micro_batch,
-            actor_lr: 1e-6,
+            algorithm: AlgorithmConfig {
+                estimator,
+                ppo_epochs: args.ppo_epochs,
+                mini_batch_size: args.mini_batch_size,
+                micro_batch_size: args.micro_batch_size,
+                actor_lr: 1e-6,
+                kl: KlConfig::OFF,
+                critic_warmup_updates: 0,
+                ..Default::default()
+            },
+            memory: MemoryConfig {
+                logits_chunk_tokens: args.logits_chunk_tokens,
+                recompute: args.recompute,
+                max_tokens_per_micro_batch: args.max_tokens_per_micro_batch,
+                check_memory: true,
+            },
             max_len: tokens_per_trajectory,
             seed: args.seed,
             ..Default::default()

@@ -2,12 +2,13 @@
 //! is started, and prints it with every default filled in.
 //!
 //! The resolved TOML goes to stdout (it is itself a valid config, so it can be saved to pin
-//! the defaults of this version); a summary goes to stderr.
+//! the defaults of this version); a summary goes to stderr. `--explain` prints every key
+//! instead: its default, type, allowed values and meaning, one line each.
 
 use std::path::PathBuf;
 
 use crate::checkpoint::latest_complete;
-use crate::config::{FileCheck, TrainConfig};
+use crate::config::{explain, explain_line, FileCheck, TrainConfig};
 use crate::memory::{device_capacity, plan, ShapeSource};
 use crate::registries::Registries;
 use agent_r1_actors::device::parse_placement_elsewhere;
@@ -18,7 +19,12 @@ use agent_r1_actors::model::Placement;
 #[derive(Debug, clap::Args)]
 pub(crate) struct CheckConfigArgs {
     /// The training config (TOML).
-    config: PathBuf,
+    #[arg(required_unless_present = "explain")]
+    config: Option<PathBuf>,
+    /// Print every config key, one per line, as `key = default  # type; allowed; meaning`
+    /// (and check nothing).
+    #[arg(long, conflicts_with_all = ["skip_machine_checks", "device_memory_gib", "shape"])]
+    explain: bool,
     /// Skip what depends on this machine: that model and dataset files exist, that the
     /// device is present, and the resume look-up (for checking a config elsewhere).
     #[arg(long)]
@@ -34,12 +40,18 @@ pub(crate) struct CheckConfigArgs {
 }
 
 pub(crate) fn run(args: CheckConfigArgs, registries: &Registries) -> anyhow::Result<()> {
+    let Some(path) = args.config.clone().filter(|_| !args.explain) else {
+        for doc in explain(registries) {
+            println!("{}", explain_line(&doc));
+        }
+        return Ok(());
+    };
     let files = if args.skip_machine_checks {
         FileCheck::Skip
     } else {
         FileCheck::Require
     };
-    let config = TrainConfig::load(&args.config, files, registries)?;
+    let config = TrainConfig::load(&path, files, registries)?;
     // Without machine checks the device need not exist here: plan for what it names.
     let placement = if args.skip_machine_checks {
         parse_placement_elsewhere(&config.model.device, &config.model.dtype)?
@@ -63,8 +75,8 @@ pub(crate) fn run(args: CheckConfigArgs, registries: &Registries) -> anyhow::Res
     let learner = config.learner_config();
     eprintln!(
         "ok: {} (estimator {}, {} updates, {} tasks x {} episodes per update)",
-        args.config.display(),
-        learner.estimator.as_str(),
+        path.display(),
+        learner.algorithm.estimator.as_str(),
         config.training.updates,
         config.rollout.batch_size,
         config.rollout.group_size,

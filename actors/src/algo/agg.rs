@@ -12,7 +12,18 @@ use crate::{Error, Result};
 ///
 /// The choice sets how much each token weighs: `TokenMean` weighs all action tokens of the
 /// batch alike (long trajectories count more), the `SeqMean*` modes weigh trajectories alike.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
 pub enum LossAgg {
     /// `"token-mean"`: sum over all action tokens / number of action tokens. Agent-R1's default.
     #[default]

@@ -10,14 +10,19 @@ use super::check;
 use crate::{Error, Result};
 
 /// Which estimator of KL(policy || reference) to use per sampled token.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub enum KlKind {
     /// `logp - ref` (verl `"kl"` / `"k1"`): unbiased, high variance, can be negative.
+    #[serde(rename = "k1", alias = "kl")]
     K1,
     /// `0.5 (logp - ref)²` (verl `"mse"` / `"k2"`): low variance, biased.
+    #[serde(rename = "k2", alias = "mse")]
     K2,
     /// `exp(ref - logp) - (ref - logp) - 1`, clamped to [-10, 10] (verl `"low_var_kl"` /
     /// `"k3"`): unbiased, non-negative, low variance. Agent-R1's KL loss.
+    #[serde(rename = "low_var_kl", alias = "k3")]
     K3,
 }
 

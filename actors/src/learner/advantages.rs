@@ -25,13 +25,13 @@ pub(crate) fn estimate(
                 "estimator",
                 format!(
                     "`{}` needs a critic: load the policy with a value head or give a critic",
-                    config.estimator.as_str()
+                    config.algorithm.estimator.as_str()
                 ),
             )
         })
     };
-    let (gamma, lambda) = (config.gamma, config.lambda);
-    Ok(match config.estimator {
+    let (gamma, lambda) = (config.algorithm.gamma, config.algorithm.lambda);
+    Ok(match config.algorithm.estimator {
         Estimator::Gae => {
             let (adv, ret) = algo::gae(rewards, need_values()?, mask, gamma, lambda, true)?;
             (adv, Some(ret))
@@ -52,7 +52,8 @@ pub(crate) fn estimate(
             (adv, Some(ret))
         }
         Estimator::Grpo => {
-            let per_seq = algo::grpo_advantages(scores, group_ids, config.grpo_norm_by_std)?;
+            let per_seq =
+                algo::grpo_advantages(scores, group_ids, config.algorithm.grpo_norm_by_std)?;
             (algo::broadcast_to_tokens(&per_seq, mask)?, None)
         }
         Estimator::Rloo => {
@@ -70,6 +71,7 @@ pub(crate) fn estimate(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::learner::{AlgorithmConfig, KlConfig};
 
     fn t(rows: &[&[f32]]) -> Tensor {
         let flat: Vec<f32> = rows.iter().flat_map(|r| r.iter().copied()).collect();
@@ -82,8 +84,13 @@ mod tests {
         let rewards = t(&[&[0., 0., 1.], &[0., 0., 0.]]);
         let scores = Tensor::from_slice(&[1.0f32, 0.0]);
         let config = LearnerConfig {
-            estimator: Estimator::Grpo,
-            grpo_norm_by_std: false,
+            algorithm: AlgorithmConfig {
+                estimator: Estimator::Grpo,
+                grpo_norm_by_std: false,
+                kl: KlConfig::OFF,
+                critic_warmup_updates: 0,
+                ..Default::default()
+            },
             ..Default::default()
         };
         let (adv, ret) = estimate(&config, &rewards, &mask, &scores, &[0, 0], None).unwrap();
@@ -98,7 +105,12 @@ mod tests {
         let scores = Tensor::from_slice(&[1.0f32]);
         for estimator in [Estimator::Gae, Estimator::StepGae] {
             let config = LearnerConfig {
-                estimator,
+                algorithm: AlgorithmConfig {
+                    estimator,
+                    kl: KlConfig::OFF,
+                    critic_warmup_updates: 0,
+                    ..Default::default()
+                },
                 ..Default::default()
             };
             let err = estimate(&config, &mask, &mask, &scores, &[0], None).unwrap_err();

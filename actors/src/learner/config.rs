@@ -1,14 +1,21 @@
 //! The learner's settings, with Agent-R1's defaults where it has them.
+//!
+//! [`AlgorithmConfig`] is a training config's `[algorithm]`, [`MemoryConfig`] its `[learner]`
+//! and [`CriticConfig`] its `[critic]`, as they are: a config file is read into these types,
+//! not into copies of them. [`LearnerConfig`] adds what the learner takes from the rest of a
+//! run (temperature, lengths, staleness, seed).
 
 use std::time::Duration;
 
+use agent_r1_envs::config::{ConfigError, Section};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::algo::{KlKind, LossAgg, PpoClip};
-use crate::{Error, Result};
+use crate::Result;
 
 /// How advantages are estimated from a batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Estimator {
     /// Token-level GAE with a critic (PPO); tool tokens are skipped.
@@ -33,6 +40,14 @@ impl Estimator {
         matches!(self, Estimator::Gae | Estimator::StepGae)
     }
 
+    /// Whether the estimator compares the episodes of a group (so groups need two or more).
+    pub fn compares_groups(self) -> bool {
+        matches!(
+            self,
+            Estimator::Grpo | Estimator::Rloo | Estimator::ReinforcePpBaseline
+        )
+    }
+
     /// The name used in configs and logs.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -47,26 +62,44 @@ impl Estimator {
 }
 
 /// Where the KL to the reference policy enters the objective (verl's `use_kl_in_reward` versus
-/// `use_kl_loss`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// `use_kl_loss`), or nowhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum KlPlacement {
-    /// Subtracted per token from the rewards before advantages are estimated.
-    InReward,
-    /// Aggregated over action tokens and added to the policy loss.
+    /// No KL term (no reference model is kept).
+    Off,
+    /// Added to the policy loss (Agent-R1's `use_kl_loss`).
     Loss,
+    /// Subtracted per token from the rewards before advantages are estimated
+    /// (`use_kl_in_reward`).
+    InReward,
 }
 
-/// KL regularisation towards the frozen reference model.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+/// `[algorithm.kl]`: KL regularisation towards the frozen reference model.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
 pub struct KlConfig {
-    /// In the reward or as a loss.
+    /// Where the KL term goes: `off`, `loss` or `in_reward`.
     pub placement: KlPlacement,
-    /// Estimator: `k1`, `k2` or `k3` (`low_var_kl`, Agent-R1's choice for the KL loss).
-    #[serde(with = "kl_kind_serde")]
+    /// Estimator: `k1` (`kl`), `k2` (`mse`) or `low_var_kl` (`k3`, Agent-R1's choice).
     pub kind: KlKind,
     /// Coefficient (0.001 in Agent-R1).
+    #[schemars(range(min = 0.0))]
     pub coef: f64,
+}
+
+impl KlConfig {
+    /// No KL term.
+    pub const OFF: KlConfig = KlConfig {
+        placement: KlPlacement::Off,
+        kind: KlKind::K3,
+        coef: 0.0,
+    };
+
+    /// The settings when a KL term is on, `None` with `placement = off`.
+    pub fn active(&self) -> Option<&KlConfig> {
+        (self.placement != KlPlacement::Off).then_some(self)
+    }
 }
 
 impl Default for KlConfig {
@@ -79,67 +112,216 @@ impl Default for KlConfig {
     }
 }
 
-/// Everything the learner needs to turn a batch of trajectories into optimizer steps.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct LearnerConfig {
-    /// Advantage estimator.
+/// `[algorithm]`: the advantage estimator, the PPO objective and the optimiser.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct AlgorithmConfig {
+    /// Advantage estimator: `gae`, `step_gae`, `grpo`, `rloo`, `reinforce_pp` or
+    /// `reinforce_pp_baseline`.
     pub estimator: Estimator,
     /// GRPO divides by the group's standard deviation; `false` is Dr.GRPO.
     pub grpo_norm_by_std: bool,
     /// Discount (1.0 in Agent-R1).
+    #[schemars(range(min = 0.0, max = 1.0))]
     pub gamma: f64,
     /// GAE lambda (1.0 in Agent-R1).
+    #[schemars(range(min = 0.0, max = 1.0))]
     pub lambda: f64,
     /// Drop groups whose trajectories all scored the same (DAPO's dynamic sampling): they
     /// carry no group-relative signal but cost a backward pass.
     pub filter_zero_variance_groups: bool,
-    /// KL towards the reference model; `None` trains without it (no reference needed).
-    pub kl: Option<KlConfig>,
+    /// KL towards the reference model.
+    pub kl: KlConfig,
     /// Passes over the batch per update.
+    #[schemars(range(min = 1))]
     pub ppo_epochs: usize,
     /// Trajectories per optimizer step (0 = the whole batch in one step).
     pub mini_batch_size: usize,
-    /// Trajectories per forward/backward pass; gradients accumulate over a mini-batch.
+    /// Trajectories per forward/backward pass; gradients accumulate over a mini-batch (see
+    /// also `learner.max_tokens_per_micro_batch`).
+    #[schemars(range(min = 1))]
     pub micro_batch_size: usize,
-    /// Positions whose vocabulary logits exist at once when log-probabilities and entropies
-    /// are computed (and backpropagated): the bound on the learner's logits memory,
-    /// `logits_chunk_tokens x vocab_size` floats, whatever the sequence length.
-    pub logits_chunk_tokens: usize,
-    /// Keep only each decoder layer's input during the forward pass and recompute the
-    /// layer in the backward pass (one more forward): activation memory of one layer instead
-    /// of all of them.
-    pub recompute: bool,
-    /// When nonzero, micro-batches are packed by this many padded tokens (sequences x the
-    /// longest one) instead of `micro_batch_size` sequences; at least `max_len`.
-    pub max_tokens_per_micro_batch: usize,
     /// Peak policy learning rate (AdamW).
+    #[schemars(extend("exclusiveMinimum" = 0))]
     pub actor_lr: f64,
     /// Peak critic learning rate (AdamW); also the value head's rate when it shares the trunk.
+    #[schemars(extend("exclusiveMinimum" = 0))]
     pub critic_lr: f64,
     /// AdamW decoupled weight decay.
+    #[schemars(range(min = 0.0))]
     pub weight_decay: f64,
     /// AdamW betas.
-    pub betas: (f64, f64),
+    #[schemars(extend("items" = { "type": "number", "minimum": 0, "exclusiveMaximum": 1 }))]
+    pub betas: [f64; 2],
     /// Gradient L2-norm clip, per optimizer.
+    #[schemars(extend("exclusiveMinimum" = 0))]
     pub grad_clip: f64,
     /// Optimizer steps of linear learning-rate warm-up (0 = none), counted per optimizer.
     pub lr_warmup_steps: usize,
     /// Updates during which only the critic trains (the policy stays as it is), so that the
     /// first policy steps see sensible values. Only with a critic.
     pub critic_warmup_updates: usize,
-    /// PPO clip settings (ratio low/high, dual clip).
-    #[serde(with = "ppo_clip_serde")]
-    pub clip: PpoClip,
+    /// The ratio is clipped below at `1 - clip_ratio_low` (verl's default 0.2).
+    #[schemars(range(min = 0.0), extend("exclusiveMaximum" = 1))]
+    pub clip_ratio_low: f64,
+    /// The ratio is clipped above at `1 + clip_ratio_high` (0.2; DAPO's "clip higher" raises
+    /// it to 0.28).
+    #[schemars(range(min = 0.0))]
+    pub clip_ratio_high: f64,
+    /// Dual clip: for negative advantages the loss is capped at `-A * clip_ratio_c`.
+    #[schemars(extend("exclusiveMinimum" = 1))]
+    pub clip_ratio_c: f64,
     /// Value clip (`cliprange_value`).
+    #[schemars(range(min = 0.0))]
     pub cliprange_value: f64,
     /// Weight of the value loss in the critic's objective.
+    #[schemars(range(min = 0.0))]
     pub value_loss_coef: f64,
     /// Entropy bonus coefficient (0 in Agent-R1).
     pub entropy_coef: f64,
-    /// How per-token losses become a scalar.
-    #[serde(with = "loss_agg_serde")]
+    /// How per-token losses become a scalar: `token-mean`, `seq-mean-token-sum` or
+    /// `seq-mean-token-mean`.
     pub loss_agg: LossAgg,
+}
+
+impl Default for AlgorithmConfig {
+    fn default() -> Self {
+        let clip = PpoClip::default();
+        Self {
+            estimator: Estimator::Grpo,
+            grpo_norm_by_std: true,
+            gamma: 1.0,
+            lambda: 1.0,
+            filter_zero_variance_groups: false,
+            kl: KlConfig::default(),
+            ppo_epochs: 1,
+            mini_batch_size: 0,
+            micro_batch_size: 8,
+            actor_lr: 1e-6,
+            critic_lr: 1e-5,
+            weight_decay: 0.01,
+            betas: [0.9, 0.999],
+            grad_clip: 1.0,
+            lr_warmup_steps: 0,
+            // Agent-R1 trains the critic alone for 5 updates before PPO's first policy step.
+            critic_warmup_updates: 5,
+            clip_ratio_low: clip.clip_ratio_low,
+            clip_ratio_high: clip.clip_ratio_high,
+            clip_ratio_c: clip.clip_ratio_c,
+            cliprange_value: 0.5,
+            value_loss_coef: 1.0,
+            entropy_coef: 0.0,
+            loss_agg: LossAgg::TokenMean,
+        }
+    }
+}
+
+impl Section for AlgorithmConfig {}
+
+impl AlgorithmConfig {
+    /// The PPO clip settings.
+    pub fn clip(&self) -> PpoClip {
+        PpoClip {
+            clip_ratio_low: self.clip_ratio_low,
+            clip_ratio_high: self.clip_ratio_high,
+            clip_ratio_c: self.clip_ratio_c,
+        }
+    }
+
+    /// Critic-only updates at the start: `critic_warmup_updates` with a critic, else none.
+    pub fn critic_warmup(&self) -> usize {
+        if self.estimator.needs_critic() {
+            self.critic_warmup_updates
+        } else {
+            0
+        }
+    }
+}
+
+/// `[learner]`: how the learner bounds its memory. None of these changes the update (the
+/// gradients are the same up to float summation order); they trade time for memory. The
+/// memory planner (`check-config`, and `train` at start-up) says which one to turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct MemoryConfig {
+    /// Positions whose vocabulary logits exist at once: the logits memory is about this many
+    /// x vocab_size x 4 bytes, a few times over, whatever the sequence length.
+    #[schemars(range(min = 1))]
+    pub logits_chunk_tokens: usize,
+    /// Recompute each decoder layer in the backward pass instead of keeping its activations:
+    /// one more forward pass, one layer's activations instead of all.
+    pub recompute: bool,
+    /// Pack micro-batches by padded tokens (sequences x the longest) instead of
+    /// `algorithm.micro_batch_size` sequences; 0 = off, otherwise at least the longest
+    /// sequence trained on (`rollout.max_context_length`).
+    pub max_tokens_per_micro_batch: usize,
+    /// Refuse to start when the memory planner's predicted peak exceeds the device's memory
+    /// (`check-config` prints the plan either way).
+    pub check_memory: bool,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        Self {
+            logits_chunk_tokens: 1024,
+            recompute: false,
+            max_tokens_per_micro_batch: 0,
+            check_memory: true,
+        }
+    }
+}
+
+impl Section for MemoryConfig {}
+
+impl MemoryConfig {
+    /// The rule between packing and the longest sequence trained on (`max_len` tokens).
+    pub fn fits(&self, max_len: usize) -> std::result::Result<(), ConfigError> {
+        let packed = self.max_tokens_per_micro_batch;
+        if packed != 0 && packed < max_len {
+            return Err(ConfigError::range(
+                "max_tokens_per_micro_batch",
+                packed,
+                format!("0 (off) or at least {max_len}, the longest sequence trained on"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `[critic]`: the critic of the estimators that have one (`gae`, `step_gae`). By default it
+/// is a value head on the policy's own trunk; `separate = true` trains a model of its own, as
+/// Agent-R1 does: a copy of the policy's starting weights (or `model`) with a value head, at
+/// `algorithm.critic_lr` with its own AdamW, checkpointed beside the policy (`policy/critic`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct CriticConfig {
+    /// Train a separate critic model instead of a value head on the policy's trunk.
+    pub separate: bool,
+    /// The separate critic's starting weights (a model directory; default: the policy's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<std::path::PathBuf>,
+}
+
+impl Section for CriticConfig {
+    fn rules(&self) -> std::result::Result<(), ConfigError> {
+        if self.model.is_some() && !self.separate {
+            return Err(ConfigError::new(
+                "model",
+                "is only read with `separate = true`",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Everything the learner needs to turn a batch of trajectories into optimizer steps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LearnerConfig {
+    /// Estimator, objective and optimiser.
+    pub algorithm: AlgorithmConfig,
+    /// Memory bounds.
+    pub memory: MemoryConfig,
     /// Sampling temperature the engine used: logits are divided by it before log-probs are
     /// recomputed, or the importance ratio would compare different distributions.
     pub temperature: f64,
@@ -168,30 +350,8 @@ pub struct LearnerConfig {
 impl Default for LearnerConfig {
     fn default() -> Self {
         Self {
-            estimator: Estimator::Grpo,
-            grpo_norm_by_std: true,
-            gamma: 1.0,
-            lambda: 1.0,
-            filter_zero_variance_groups: false,
-            kl: None,
-            ppo_epochs: 1,
-            mini_batch_size: 0,
-            micro_batch_size: 8,
-            logits_chunk_tokens: 1024,
-            recompute: false,
-            max_tokens_per_micro_batch: 0,
-            actor_lr: 1e-6,
-            critic_lr: 1e-5,
-            weight_decay: 0.01,
-            betas: (0.9, 0.999),
-            grad_clip: 1.0,
-            lr_warmup_steps: 0,
-            critic_warmup_updates: 0,
-            clip: PpoClip::default(),
-            cliprange_value: 0.5,
-            value_loss_coef: 1.0,
-            entropy_coef: 0.0,
-            loss_agg: LossAgg::TokenMean,
+            algorithm: AlgorithmConfig::default(),
+            memory: MemoryConfig::default(),
             temperature: 1.0,
             max_len: 4096,
             max_staleness: None,
@@ -205,143 +365,41 @@ impl Default for LearnerConfig {
 }
 
 impl LearnerConfig {
-    /// Checks ranges, naming the offending setting.
+    /// Checks every setting; errors name `algorithm.KEY`, `learner.KEY` (the memory bounds)
+    /// or the field of this type.
     pub fn validate(&self) -> Result<()> {
-        let positive = |name: &str, v: f64| {
-            if v.is_finite() && v > 0.0 {
-                Ok(())
-            } else {
-                Err(Error::invalid(
-                    name,
-                    format!("must be a finite number > 0, got {v}"),
-                ))
-            }
+        self.algorithm
+            .validate()
+            .map_err(|e| e.under("algorithm"))?;
+        self.memory.validate().map_err(|e| e.under("learner"))?;
+        let invalid = |key: &str, given: String, allowed: &str| {
+            Err(ConfigError::range(key, given, allowed).into())
         };
-        let non_negative = |name: &str, v: f64| {
-            if v.is_finite() && v >= 0.0 {
-                Ok(())
-            } else {
-                Err(Error::invalid(
-                    name,
-                    format!("must be a finite number >= 0, got {v}"),
-                ))
-            }
-        };
-        positive("actor_lr", self.actor_lr)?;
-        positive("critic_lr", self.critic_lr)?;
-        positive("grad_clip", self.grad_clip)?;
-        positive("temperature", self.temperature)?;
-        non_negative("weight_decay", self.weight_decay)?;
-        non_negative("gamma", self.gamma)?;
-        non_negative("lambda", self.lambda)?;
-        non_negative("cliprange_value", self.cliprange_value)?;
-        non_negative("value_loss_coef", self.value_loss_coef)?;
-        if !self.entropy_coef.is_finite() {
-            return Err(Error::invalid("entropy_coef", "must be finite"));
+        if !(self.temperature.is_finite() && self.temperature > 0.0) {
+            return invalid(
+                "temperature",
+                self.temperature.to_string(),
+                "a finite number > 0",
+            );
         }
-        for (name, b) in [("betas.0", self.betas.0), ("betas.1", self.betas.1)] {
-            if !(0.0..1.0).contains(&b) {
-                return Err(Error::invalid(name, format!("must be in [0, 1), got {b}")));
-            }
-        }
-        if let Some(kl) = &self.kl {
-            non_negative("kl.coef", kl.coef)?;
+        if self.max_len < 2 {
+            return invalid("max_len", self.max_len.to_string(), "an integer >= 2");
         }
         if let Some(cap) = self.behavior_weight_cap {
             if !(cap.is_finite() && cap >= 1.0) {
-                return Err(Error::invalid(
+                return invalid(
                     "behavior_weight_cap",
-                    format!("must be a finite number >= 1 (fresh tokens weigh 1), got {cap}"),
-                ));
+                    cap.to_string(),
+                    "a finite number >= 1 (fresh tokens weigh 1)",
+                );
             }
-        }
-        if self.ppo_epochs == 0 {
-            return Err(Error::invalid("ppo_epochs", "must be at least 1"));
-        }
-        if self.micro_batch_size == 0 {
-            return Err(Error::invalid("micro_batch_size", "must be at least 1"));
-        }
-        if self.logits_chunk_tokens == 0 {
-            return Err(Error::invalid("logits_chunk_tokens", "must be at least 1"));
-        }
-        if self.max_len < 2 {
-            return Err(Error::invalid("max_len", "must be at least 2"));
-        }
-        if self.max_tokens_per_micro_batch != 0 && self.max_tokens_per_micro_batch < self.max_len {
-            return Err(Error::invalid(
-                "max_tokens_per_micro_batch",
-                format!(
-                    "{} is below the longest sequence trained on ({} tokens): use 0 (off) or \
-                     at least {}",
-                    self.max_tokens_per_micro_batch, self.max_len, self.max_len
-                ),
-            ));
         }
         if self.queue_capacity == 0 {
-            return Err(Error::invalid("queue_capacity", "must be at least 1"));
+            return invalid("queue_capacity", "0".into(), "an integer >= 1");
         }
-        let c = &self.clip;
-        if !(c.clip_ratio_low >= 0.0 && c.clip_ratio_high >= 0.0 && c.clip_ratio_c > 1.0) {
-            return Err(Error::invalid(
-                "clip",
-                "clip_ratio_low/high must be >= 0 and clip_ratio_c > 1",
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// Serde for enums that already have `Display` + `FromStr` with verl's names, so configs use
-/// the same spelling as verl's YAML.
-macro_rules! display_fromstr_serde {
-    ($module:ident, $ty:ty) => {
-        mod $module {
-            use serde::{Deserialize, Deserializer, Serializer};
-
-            pub(super) fn serialize<S: Serializer>(v: &$ty, s: S) -> Result<S::Ok, S::Error> {
-                s.serialize_str(v.as_str())
-            }
-
-            pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<$ty, D::Error> {
-                let s = String::deserialize(d)?;
-                s.parse().map_err(serde::de::Error::custom)
-            }
-        }
-    };
-}
-
-display_fromstr_serde!(kl_kind_serde, crate::algo::KlKind);
-display_fromstr_serde!(loss_agg_serde, crate::algo::LossAgg);
-
-/// `PpoClip` as a plain map (it lives in `algo`, which has no serde).
-mod ppo_clip_serde {
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-    use crate::algo::PpoClip;
-
-    #[derive(Serialize, Deserialize)]
-    struct Repr {
-        clip_ratio_low: f64,
-        clip_ratio_high: f64,
-        clip_ratio_c: f64,
-    }
-
-    pub(super) fn serialize<S: Serializer>(c: &PpoClip, s: S) -> Result<S::Ok, S::Error> {
-        Repr {
-            clip_ratio_low: c.clip_ratio_low,
-            clip_ratio_high: c.clip_ratio_high,
-            clip_ratio_c: c.clip_ratio_c,
-        }
-        .serialize(s)
-    }
-
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<PpoClip, D::Error> {
-        let r = Repr::deserialize(d)?;
-        Ok(PpoClip {
-            clip_ratio_low: r.clip_ratio_low,
-            clip_ratio_high: r.clip_ratio_high,
-            clip_ratio_c: r.clip_ratio_c,
-        })
+        self.memory
+            .fits(self.max_len)
+            .map_err(|e| e.under("learner").into())
     }
 }
 
@@ -352,36 +410,105 @@ mod tests {
     #[test]
     fn defaults_follow_agent_r1_and_round_trip_through_json() {
         let c = LearnerConfig {
-            kl: Some(KlConfig::default()),
-            estimator: Estimator::StepGae,
+            algorithm: AlgorithmConfig {
+                estimator: Estimator::StepGae,
+                ..Default::default()
+            },
             ..Default::default()
         };
-        assert_eq!(c.actor_lr, 1e-6);
-        assert_eq!(c.critic_lr, 1e-5);
-        assert_eq!(c.weight_decay, 0.01);
-        assert_eq!(c.grad_clip, 1.0);
-        assert_eq!(c.clip.clip_ratio_c, 3.0);
+        let a = &c.algorithm;
+        assert_eq!(a.actor_lr, 1e-6);
+        assert_eq!(a.critic_lr, 1e-5);
+        assert_eq!(a.weight_decay, 0.01);
+        assert_eq!(a.grad_clip, 1.0);
+        assert_eq!(a.clip_ratio_c, 3.0);
         let json = serde_json::to_value(&c).unwrap();
-        assert_eq!(json["estimator"], "step_gae");
-        assert_eq!(json["kl"]["kind"], "low_var_kl");
-        assert_eq!(json["loss_agg"], "token-mean");
+        assert_eq!(json["algorithm"]["estimator"], "step_gae");
+        assert_eq!(json["algorithm"]["kl"]["kind"], "low_var_kl");
+        assert_eq!(json["algorithm"]["loss_agg"], "token-mean");
         let back: LearnerConfig = serde_json::from_value(json).unwrap();
         assert_eq!(back, c);
         c.validate().unwrap();
     }
 
     #[test]
-    fn validate_names_the_bad_setting() {
+    fn enums_read_verl_spellings_and_refuse_others_naming_the_allowed_ones() {
+        let kl: KlConfig = serde_json::from_value(serde_json::json!({"kind": "mse"})).unwrap();
+        assert_eq!(kl.kind, KlKind::K2);
+        let kl: KlConfig = serde_json::from_value(serde_json::json!({"kind": "k3"})).unwrap();
+        assert_eq!(kl.kind, KlKind::K3);
+        let err = serde_json::from_value::<AlgorithmConfig>(
+            serde_json::json!({"loss_agg": "token_mean"}),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("token-mean") && err.contains("seq-mean-token-sum"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn validate_names_the_bad_setting_with_its_section() {
         let bad = LearnerConfig {
-            micro_batch_size: 0,
+            algorithm: AlgorithmConfig {
+                micro_batch_size: 0,
+                ..Default::default()
+            },
             ..Default::default()
         };
         let err = bad.validate().unwrap_err().to_string();
-        assert!(err.contains("micro_batch_size"), "{err}");
+        assert!(err.contains("algorithm.micro_batch_size"), "{err}");
         let bad = LearnerConfig {
-            actor_lr: f64::NAN,
+            algorithm: AlgorithmConfig {
+                actor_lr: f64::NAN,
+                ..Default::default()
+            },
             ..Default::default()
         };
-        assert!(bad.validate().unwrap_err().to_string().contains("actor_lr"));
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("algorithm.actor_lr"));
+        let bad = LearnerConfig {
+            memory: MemoryConfig {
+                max_tokens_per_micro_batch: 100,
+                ..Default::default()
+            },
+            max_len: 200,
+            ..Default::default()
+        };
+        let err = bad.validate().unwrap_err().to_string();
+        assert!(err.contains("learner.max_tokens_per_micro_batch"), "{err}");
+    }
+
+    #[test]
+    fn one_rule_per_key_clip_ratio_low_below_one_and_gamma_at_most_one() {
+        for (a, key) in [
+            (
+                AlgorithmConfig {
+                    clip_ratio_low: 1.0,
+                    ..Default::default()
+                },
+                "clip_ratio_low",
+            ),
+            (
+                AlgorithmConfig {
+                    gamma: 1.5,
+                    ..Default::default()
+                },
+                "gamma",
+            ),
+            (
+                AlgorithmConfig {
+                    clip_ratio_c: 1.0,
+                    ..Default::default()
+                },
+                "clip_ratio_c",
+            ),
+        ] {
+            assert_eq!(a.validate().unwrap_err().key, key);
+        }
     }
 }

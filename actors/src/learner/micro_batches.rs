@@ -16,8 +16,8 @@ pub(crate) enum MicroBatching {
 impl MicroBatching {
     /// The rule a (validated) configuration asks for.
     pub(crate) fn of(config: &LearnerConfig) -> Self {
-        match config.max_tokens_per_micro_batch {
-            0 => Self::Sequences(config.micro_batch_size.max(1)),
+        match config.memory.max_tokens_per_micro_batch {
+            0 => Self::Sequences(config.algorithm.micro_batch_size.max(1)),
             budget => Self::Tokens(budget),
         }
     }

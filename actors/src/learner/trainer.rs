@@ -198,7 +198,7 @@ impl Learner {
         {
             model.set_float32_residual(true);
         }
-        let critic = if config.estimator.needs_critic() {
+        let critic = if config.algorithm.estimator.needs_critic() {
             match critic {
                 Some(c) if c.has_value_head() => Critic::Separate(Box::new(c)),
                 Some(_) => {
@@ -214,7 +214,7 @@ impl Learner {
                         format!(
                             "`{}` needs a critic: give a critic model or load the policy \
                              with a value head",
-                            config.estimator.as_str()
+                            config.algorithm.estimator.as_str()
                         ),
                     ))
                 }
@@ -222,13 +222,13 @@ impl Learner {
         } else {
             if critic.is_some() {
                 tracing::warn!(
-                    estimator = config.estimator.as_str(),
+                    estimator = config.algorithm.estimator.as_str(),
                     "a critic was given but the estimator does not use one; it is ignored"
                 );
             }
             Critic::None
         };
-        if config.kl.is_some() && reference.is_none() {
+        if config.algorithm.kl.active().is_some() && reference.is_none() {
             return Err(Error::invalid(
                 "kl",
                 "a KL term is configured but no reference model was given",
@@ -240,10 +240,10 @@ impl Learner {
         let shared = matches!(critic, Critic::Shared);
         let actor_opt = ParamOptimizer::new(
             params(&policy, is_actor_param),
-            config.actor_lr,
-            config.weight_decay,
-            config.betas,
-            config.lr_warmup_steps,
+            config.algorithm.actor_lr,
+            config.algorithm.weight_decay,
+            (config.algorithm.betas[0], config.algorithm.betas[1]),
+            config.algorithm.lr_warmup_steps,
         )?;
         let critic_params = match &critic {
             Critic::None => None,
@@ -254,16 +254,16 @@ impl Learner {
             .map(|p| {
                 ParamOptimizer::new(
                     p,
-                    config.critic_lr,
-                    config.weight_decay,
-                    config.betas,
-                    config.lr_warmup_steps,
+                    config.algorithm.critic_lr,
+                    config.algorithm.weight_decay,
+                    (config.algorithm.betas[0], config.algorithm.betas[1]),
+                    config.algorithm.lr_warmup_steps,
                 )
             })
             .transpose()?;
         tracing::debug!(
             shared,
-            estimator = config.estimator.as_str(),
+            estimator = config.algorithm.estimator.as_str(),
             "learner ready"
         );
         Ok(Self {
@@ -429,7 +429,7 @@ impl Learner {
     }
 
     fn chunk(&self) -> i64 {
-        self.config.logits_chunk_tokens as i64
+        self.config.memory.logits_chunk_tokens as i64
     }
 
     /// Critic values `[b, L]` of the states before each target token, from the policy's
@@ -464,7 +464,7 @@ impl Learner {
     /// update's micro-batches.
     fn prepass(&self, batch: &TrainBatch) -> Prepass {
         let n = batch.rows();
-        let want_ref = self.config.kl.is_some();
+        let want_ref = self.config.algorithm.kl.active().is_some();
         let want_prox = self.config.behavior_weight_cap.is_some();
         let all: Vec<i64> = (0..n).collect();
         let full = || Tensor::zeros([n, batch.cols()], (Kind::Float, batch.ids.device()));
@@ -522,7 +522,7 @@ impl Learner {
     /// accumulated gradients equal those of the whole mini-batch: by action tokens for
     /// token-mean, by sequences with at least one action token otherwise.
     fn agg_weight(&self, mask: &Tensor) -> f64 {
-        match self.config.loss_agg {
+        match self.config.algorithm.loss_agg {
             LossAgg::TokenMean => mask.sum(Kind::Double).double_value(&[]),
             _ => mask
                 .ne(0)
@@ -549,7 +549,7 @@ impl Learner {
             check_rewards(t)?;
         }
         let critic_warmup =
-            self.critic_opt.is_some() && self.updates < self.config.critic_warmup_updates;
+            self.critic_opt.is_some() && self.updates < self.config.algorithm.critic_warmup();
         let mut stats = UpdateStats {
             version: self.version,
             critic_warmup,
@@ -561,7 +561,7 @@ impl Learner {
             .map(|t| t.reward + t.steps.iter().map(|s| s.reward).sum::<f64>())
             .collect();
         stats.reward_mean = outcome.iter().sum::<f64>() / outcome.len() as f64;
-        let trajectories = if self.config.filter_zero_variance_groups {
+        let trajectories = if self.config.algorithm.filter_zero_variance_groups {
             let gids: Vec<i64> = trajectories.iter().map(|t| t.group_id as i64).collect();
             let (keep, dropped) =
                 algo::filter_zero_variance_groups(&Tensor::from_slice(&outcome), &gids)?;
@@ -601,7 +601,7 @@ impl Learner {
         let mut scores = Tensor::from_slice(&batch.scores)
             .to_kind(Kind::Float)
             .to_device(device);
-        if let (Some(kl), Some(reference)) = (self.config.kl, &ref_logprobs) {
+        if let (Some(kl), Some(reference)) = (self.config.algorithm.kl.active(), &ref_logprobs) {
             if kl.placement == KlPlacement::InReward {
                 let k = algo::kl_estimate(&batch.old_logprobs, reference, kl.kind)?;
                 let k = k.where_self(&batch.action_mask.ne(0), &k.zeros_like());
@@ -645,13 +645,13 @@ impl Learner {
             train_policy: !critic_warmup,
         };
         let n = batch.rows() as usize;
-        let mini = match self.config.mini_batch_size {
+        let mini = match self.config.algorithm.mini_batch_size {
             0 => n,
             m => m.min(n),
         };
         let mut sums = Sums::default();
         let mut policy_steps = 0;
-        for _ in 0..self.config.ppo_epochs {
+        for _ in 0..self.config.algorithm.ppo_epochs {
             let mut order: Vec<i64> = (0..n as i64).collect();
             order.shuffle(&mut self.rng);
             for chunk in order.chunks(mini) {
@@ -663,7 +663,7 @@ impl Learner {
         let m = sums.mini_batches.max(1) as f64;
         stats.policy_loss = sums.policy_loss / m;
         stats.entropy = sums.entropy / m;
-        if let Some(kl) = self.config.kl {
+        if let Some(kl) = self.config.algorithm.kl.active() {
             if kl.placement == KlPlacement::Loss && ctx.train_policy {
                 stats.kl = Some(sums.kl / m);
             }
@@ -700,7 +700,7 @@ impl Learner {
             tch::Cuda::synchronize(i as i64);
         }
         stats.duration_seconds = start.elapsed().as_secs_f64();
-        stats.tokens_per_second = (stats.tokens as f64 * self.config.ppo_epochs as f64)
+        stats.tokens_per_second = (stats.tokens as f64 * self.config.algorithm.ppo_epochs as f64)
             / stats.duration_seconds.max(1e-9);
         stats.record_metrics();
         stats
@@ -730,7 +730,7 @@ impl Learner {
         // dashboards' gauges) NaN although the other steps trained normally.
         let mut step = Sums::default();
         let mut finite = true;
-        let recompute = self.config.recompute;
+        let recompute = self.config.memory.recompute;
         for micro in MicroBatching::of(&self.config).split(chunk, &ctx.batch.lengths) {
             let idx = Tensor::from_slice(&micro).to_device(device);
             let mb = ctx.batch.select(&micro);
@@ -764,7 +764,7 @@ impl Learner {
                 let logp_leaf = logp_v.set_requires_grad(true);
                 let ent_leaf = ent_v
                     .expect("asked for")
-                    .set_requires_grad(self.config.entropy_coef != 0.0);
+                    .set_requires_grad(self.config.algorithm.entropy_coef != 0.0);
                 let logp = positions.scatter(&logp_leaf);
                 let entropy = positions.scatter(&ent_leaf);
                 let advantages = rows_cut(ctx.advantages, &idx, cols);
@@ -775,17 +775,17 @@ impl Learner {
                         &mb.old_logprobs,
                         &advantages,
                         &mask,
-                        &self.config.clip,
+                        &self.config.algorithm.clip(),
                         cap,
-                        self.config.loss_agg,
+                        self.config.algorithm.loss_agg,
                     )?,
                     _ => algo::ppo_policy_loss(
                         &logp,
                         &mb.old_logprobs,
                         &advantages,
                         &mask,
-                        &self.config.clip,
-                        self.config.loss_agg,
+                        &self.config.algorithm.clip(),
+                        self.config.algorithm.loss_agg,
                     )?,
                 };
                 if let (Some(weight), Some(kl)) = (&pl.behavior_weight, &pl.behavior_kl) {
@@ -793,19 +793,21 @@ impl Learner {
                     step.behavior_kl += w * kl.double_value(&[]);
                 }
                 let mut actor = pl.loss.shallow_clone();
-                if self.config.entropy_coef != 0.0 {
-                    let ent = algo::agg_loss(&entropy, &mask, self.config.loss_agg)?;
+                if self.config.algorithm.entropy_coef != 0.0 {
+                    let ent = algo::agg_loss(&entropy, &mask, self.config.algorithm.loss_agg)?;
                     step.entropy += w * ent.double_value(&[]);
-                    actor -= ent * self.config.entropy_coef;
+                    actor -= ent * self.config.algorithm.entropy_coef;
                 } else {
                     let ent = tch::no_grad(|| algo::masked_mean(&entropy.detach(), &mask))?;
                     step.entropy += w * ent.double_value(&[]);
                 }
-                if let (Some(kl), Some(reference)) = (self.config.kl, ctx.ref_logprobs) {
+                if let (Some(kl), Some(reference)) =
+                    (self.config.algorithm.kl.active(), ctx.ref_logprobs)
+                {
                     if kl.placement == KlPlacement::Loss {
                         let k =
                             algo::kl_estimate(&logp, &rows_cut(reference, &idx, cols), kl.kind)?;
-                        let k = algo::agg_loss(&k, &mask, self.config.loss_agg)?;
+                        let k = algo::agg_loss(&k, &mask, self.config.algorithm.loss_agg)?;
                         step.kl += w * k.double_value(&[]);
                         actor += k * kl.coef;
                     }
@@ -828,12 +830,12 @@ impl Learner {
                         &rows_cut(returns, &idx, cols),
                         &rows_cut(old_values, &idx, cols),
                         &mask,
-                        self.config.cliprange_value,
-                        self.config.loss_agg,
+                        self.config.algorithm.cliprange_value,
+                        self.config.algorithm.loss_agg,
                     )?;
                     step.value_loss += w * vl.loss.double_value(&[]);
                     step.value_clip += w * vl.clip_frac.double_value(&[]);
-                    let critic = vl.loss * self.config.value_loss_coef;
+                    let critic = vl.loss * self.config.algorithm.value_loss_coef;
                     loss = Some(match loss {
                         Some(l) => l + critic,
                         None => critic,
@@ -919,11 +921,12 @@ impl Learner {
             return Ok(false);
         }
         if ctx.train_policy {
-            self.actor_opt.clip(actor_norm, self.config.grad_clip);
+            self.actor_opt
+                .clip(actor_norm, self.config.algorithm.grad_clip);
             self.actor_opt.step()?;
         }
         if let Some(opt) = self.critic_opt.as_mut() {
-            opt.clip(critic_norm, self.config.grad_clip);
+            opt.clip(critic_norm, self.config.algorithm.grad_clip);
             opt.step()?;
         }
         step.grad_norm = actor_norm;

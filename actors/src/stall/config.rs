@@ -4,22 +4,28 @@ use serde::{Deserialize, Serialize};
 
 /// Deadlines of the stall detector's stages, in seconds: a stage whose work makes no
 /// progress for its deadline is reported as stalled.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct StallConfig {
     /// Fail the run with the stall's diagnosis (exit code 3) instead of only reporting it.
     pub fail_run: bool,
     /// One env call (reset, turn decision, observation, score) still running.
+    #[schemars(extend("exclusiveMinimum" = 0), range(max = 604800.0))]
     pub env_secs: f64,
     /// One tool call still running (beyond any timeout the episode already gave up at).
+    #[schemars(extend("exclusiveMinimum" = 0), range(max = 604800.0))]
     pub tool_secs: f64,
     /// The engine taking no decode step while turns wait.
+    #[schemars(extend("exclusiveMinimum" = 0), range(max = 604800.0))]
     pub engine_secs: f64,
     /// One learner update.
+    #[schemars(extend("exclusiveMinimum" = 0), range(max = 604800.0))]
     pub learner_secs: f64,
     /// The engine taking new weights.
+    #[schemars(extend("exclusiveMinimum" = 0), range(max = 604800.0))]
     pub publish_secs: f64,
     /// Writing one checkpoint.
+    #[schemars(extend("exclusiveMinimum" = 0), range(max = 604800.0))]
     pub checkpoint_secs: f64,
 }
 
@@ -49,13 +55,6 @@ impl StallConfig {
             ("stall.checkpoint_secs", self.checkpoint_secs),
         ]
     }
-
-    /// The first deadline that is not a number of seconds in (0, 1 week]: its key, the value
-    /// and what is allowed.
-    pub fn invalid(&self) -> Option<(&'static str, f64, &'static str)> {
-        self.deadlines()
-            .into_iter()
-            .find(|(_, v)| !(v.is_finite() && *v > 0.0 && *v <= 604_800.0))
-            .map(|(key, v)| (key, v, "seconds in (0, 604800]"))
-    }
 }
+
+impl agent_r1_envs::config::Section for StallConfig {}

@@ -96,6 +96,17 @@ impl DatasetFormat {
     }
 }
 
+impl schemars::JsonSchema for DatasetFormat {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "DatasetFormat".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let names = DatasetFormat::ALL.map(DatasetFormat::as_str);
+        schemars::json_schema!({ "type": "string", "enum": names })
+    }
+}
+
 impl fmt::Display for DatasetFormat {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

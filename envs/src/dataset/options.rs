@@ -5,7 +5,9 @@ use serde::{Deserialize, Serialize};
 use super::format::DatasetFormat;
 
 /// What to do with a row that does not fit the format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum OnBadRow {
     /// Stop with [`crate::Error::BadRow`] (file and line): no silent data loss.
@@ -16,7 +18,7 @@ pub enum OnBadRow {
 }
 
 /// Options of [`super::load_tasks`].
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct LoadOptions {
     /// The format; `None` detects it from the extension and the first row.

@@ -100,7 +100,7 @@ pub struct World {
 impl World {
     /// Generates the entities, facts and documents for `config`.
     pub fn generate(config: &SyntheticConfig) -> Result<World> {
-        config.validate()?;
+        crate::config::Section::validate(config).map_err(|e| e.under("synthetic"))?;
         let mut rng = WorldRng::new(config.seed, 0);
         let mut names = NameGen::default();
         let mut entities = Vec::new();

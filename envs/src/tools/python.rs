@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+use crate::config::Section;
 use crate::error::{Error, Result};
 use crate::kinds::KindOptions;
 use crate::tool::{Tool, ToolOutput};
@@ -33,16 +34,19 @@ use crate::tool::{Tool, ToolOutput};
 pub use sandbox::{isolation, net_isolation, Isolation, NetIsolation};
 
 /// Settings of the python tool (`[tools.python]`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct PythonConfig {
     /// The interpreter.
     pub python: PathBuf,
     /// Wall-clock limit of a run, seconds (the process group is killed past it).
+    #[schemars(extend("exclusiveMinimum" = 0), range(max = 86400.0))]
     pub timeout_secs: f64,
     /// CPU-time limit, seconds (`RLIMIT_CPU`).
+    #[schemars(range(min = 1))]
     pub cpu_secs: u64,
     /// Address-space limit, MiB (`RLIMIT_AS`).
+    #[schemars(range(min = 1))]
     pub memory_mib: u64,
     /// Largest file the snippet may write, MiB (`RLIMIT_FSIZE`).
     pub file_size_mib: u64,
@@ -55,12 +59,15 @@ pub struct PythonConfig {
     pub require_sandbox: bool,
     /// Most processes (and threads) a snippet may have at once (`RLIMIT_NPROC` in the
     /// sandbox; without the sandbox it is not set, as it would count the user's processes).
+    #[schemars(range(min = 1))]
     pub max_processes: u64,
     /// Size of the sandbox's private /tmp, MiB.
+    #[schemars(range(min = 1))]
     pub tmp_mib: u64,
     /// The host uid the sandbox runs as when agent-r1 runs as root (default `nobody`).
     pub sandbox_uid: u32,
     /// Calls that may run at once.
+    #[schemars(range(min = 1))]
     pub max_concurrency: usize,
 }
 
@@ -83,32 +90,15 @@ impl Default for PythonConfig {
     }
 }
 
+impl Section for PythonConfig {}
+
 impl KindOptions for PythonConfig {
     fn validate(&self) -> Result<()> {
-        if !(self.timeout_secs > 0.0 && self.timeout_secs <= 86_400.0) {
-            return Err(Error::Config {
-                key: "tools.python.timeout_secs".into(),
-                message: format!(
-                    "must be a number of seconds in (0, 86400] (a day), got {}",
-                    self.timeout_secs
-                ),
-            });
-        }
-        for (key, value) in [
-            ("max_processes", self.max_processes),
-            ("tmp_mib", self.tmp_mib),
-            ("memory_mib", self.memory_mib),
-            ("cpu_secs", self.cpu_secs),
-            ("max_concurrency", self.max_concurrency as u64),
-        ] {
-            if value == 0 {
-                return Err(Error::Config {
-                    key: format!("tools.python.{key}"),
-                    message: "must be at least 1, got 0".into(),
-                });
-            }
-        }
-        Ok(())
+        Section::validate(self).map_err(|e| e.under("tools.python").into())
+    }
+
+    fn keys() -> Vec<crate::config::KeyDoc> {
+        crate::config::key_docs::<Self>()
     }
 }
 
@@ -138,7 +128,7 @@ pub struct RunResult {
 impl PythonTool {
     /// A tool with `config`.
     pub fn new(config: PythonConfig) -> Result<Self> {
-        config.validate()?;
+        KindOptions::validate(&config)?;
         // Probed here, at construction, so that no call pays for it on the async runtime.
         let isolation = isolation();
         if config.require_sandbox && !matches!(isolation, Isolation::Bubblewrap(_)) {

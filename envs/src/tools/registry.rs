@@ -98,6 +98,11 @@ impl ToolRegistry {
         self.kinds.check("tool", name, options)
     }
 
+    /// The option keys the kind `name` describes, for `check-config --explain`.
+    pub fn option_keys(&self, name: &str) -> Vec<crate::config::KeyDoc> {
+        self.kinds.keys(name)
+    }
+
     /// Builds every tool the kind `name` makes from `options`.
     pub fn create_all(&self, name: &str, options: &Value) -> Result<Vec<Arc<dyn Tool>>> {
         self.kinds.create("tool", name, options)
@@ -124,23 +129,34 @@ impl ToolRegistry {
 }
 
 /// `[tools.search]` options.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct SearchOptions {
-    /// A path (read as `format`), or a table `{ jsonl = path }` / `{ hotpotqa = [paths] }`.
+    /// A path (read as `format`), or a table `{ jsonl = path }` / `{ hotpotqa = [paths] }`
+    /// (required; the synthetic env's world supplies its own).
     corpus: Option<Value>,
     /// `jsonl` (default) or `hotpotqa`, for a `corpus` given as a path.
     format: Option<String>,
+    /// Where the BM25 index lives (default: `<first corpus file>.index/`, or a cache
+    /// directory when that cannot be created).
     index_dir: Option<PathBuf>,
+    /// Results per query (default 5, as Agent-R1).
     top_k: Option<usize>,
+    /// Longest text shown per result, in characters (default 600).
     max_doc_chars: Option<usize>,
+    /// Searches that may run at once (default 8).
     max_concurrency: Option<usize>,
+    /// Indexing threads (default 0: tantivy's choice, at most 4).
     index_threads: Option<usize>,
 }
 
 impl KindOptions for SearchOptions {
     fn validate(&self) -> Result<()> {
         self.clone().into_config().map(|_| ())
+    }
+
+    fn keys() -> Vec<crate::config::KeyDoc> {
+        crate::config::key_docs::<Self>()
     }
 }
 

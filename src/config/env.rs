@@ -1,0 +1,150 @@
+//! `[env]`: which environment, and the tasks it is trained and evaluated on.
+
+use std::path::PathBuf;
+
+use agent_r1_envs::config::Section;
+use agent_r1_envs::dataset::LoadOptions;
+use agent_r1_envs::envs::synthetic_multihop;
+use agent_r1_envs::synthetic::SyntheticConfig;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{relabel, ConfigError, FileCheck};
+use crate::registries::Registries;
+
+/// `[env]`: which environment, and the tasks it is trained and evaluated on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EnvSection {
+    /// Registered env name (`multihop_qa`, `synthetic_multihop`, `math`, `synthetic_math`,
+    /// or one a user's crate registers).
+    pub name: String,
+    /// Dataset files trained on (envs that read files; the synthetic ones make their own).
+    #[serde(default)]
+    pub train_files: Vec<PathBuf>,
+    /// Dataset files evaluated on.
+    #[serde(default)]
+    pub test_files: Vec<PathBuf>,
+    /// How dataset files are read (`[env.dataset]`).
+    #[serde(default)]
+    pub dataset: LoadOptions,
+    /// The generated world of `synthetic_multihop` (`[env.world]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world: Option<SyntheticConfig>,
+    /// Options handed to the env itself (`[env.options]`: reward, system_prompt, tools,
+    /// max_observation_chars, ...); the env rejects keys it does not know.
+    #[serde(default)]
+    #[schemars(with = "serde_json::Map<String, Value>")]
+    pub options: toml::Table,
+    /// Tool calls one turn may make, run concurrently and answered in order. At 1
+    /// (Agent-R1's default) generation stops at the end of the first call; above, a turn
+    /// runs to its end, and calls past the limit are answered with an error, not run.
+    #[serde(default = "one_call_per_turn")]
+    #[schemars(range(min = 1, max = 64))]
+    pub max_tool_calls_per_turn: usize,
+}
+
+fn one_call_per_turn() -> usize {
+    1
+}
+
+impl EnvSection {
+    /// The env's rules: a registered name, files where the env reads them, a world only for
+    /// the synthetic env, and the env's own options (it is built once, cheaply: no model, no
+    /// tools, nothing written).
+    pub(super) fn check(
+        &self,
+        files: FileCheck,
+        registries: &Registries,
+    ) -> Result<(), ConfigError> {
+        let registry = &registries.envs;
+        if !registry.contains(&self.name) {
+            return Err(ConfigError::range(
+                "env.name",
+                format!("{:?}", self.name),
+                &registry.names().join(", "),
+            ));
+        }
+        let generated = registry.generates_tasks(&self.name);
+        for (key, list) in [
+            ("env.train_files", &self.train_files),
+            ("env.test_files", &self.test_files),
+        ] {
+            if generated && !list.is_empty() {
+                return Err(ConfigError::new(
+                    key,
+                    format!(
+                        "{:?} generates its own tasks; remove the files or use an env that reads them",
+                        self.name
+                    ),
+                ));
+            }
+            if let (Some(missing), FileCheck::Require) = (list.iter().find(|p| !p.is_file()), files)
+            {
+                return Err(ConfigError::new(
+                    key,
+                    format!("{}: no such file", missing.display()),
+                ));
+            }
+        }
+        if !generated && self.train_files.is_empty() {
+            return Err(ConfigError::new(
+                "env.train_files",
+                format!(
+                    "{:?} needs at least one dataset file to train on",
+                    self.name
+                ),
+            ));
+        }
+        if let Some(world) = &self.world {
+            if self.name != synthetic_multihop::NAME {
+                return Err(ConfigError::new(
+                    "env.world",
+                    format!(
+                        "only synthetic_multihop has a generated world, not {:?}",
+                        self.name
+                    ),
+                ));
+            }
+            world.validate().map_err(|e| e.under("env.world"))?;
+        }
+        if self.options.contains_key("world") || self.options.contains_key("corpus_path") {
+            return Err(ConfigError::new(
+                "env.options",
+                "`world` and `corpus_path` are set by the trainer: use [env.world] for the world",
+            ));
+        }
+        registry
+            .create(&self.name, &self.options_json())
+            .map(|_| ())
+            .map_err(|err| {
+                relabel(
+                    err,
+                    |k| match k.strip_prefix("env.") {
+                        Some(rest) if rest != "world" && !rest.starts_with("world.") => {
+                            format!("env.options.{rest}")
+                        }
+                        _ if k == "env" => "env.options".into(),
+                        _ => k.to_string(),
+                    },
+                    "env.options",
+                )
+            })
+    }
+
+    /// The env's factory options: `[env.options]` plus `world` for the synthetic env. The
+    /// trainer adds `corpus_path` (inside its run directory) before building the real env.
+    pub fn options_json(&self) -> Value {
+        let mut options = match serde_json::to_value(&self.options) {
+            Ok(Value::Object(map)) => map,
+            _ => Default::default(),
+        };
+        if let Some(world) = &self.world {
+            if let Ok(w) = serde_json::to_value(world) {
+                options.insert("world".into(), w);
+            }
+        }
+        Value::Object(options)
+    }
+}

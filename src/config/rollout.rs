@@ -1,0 +1,97 @@
+//! `[rollout]`: how episodes are sampled.
+
+use agent_r1_envs::config::{ConfigError, Section};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// `[rollout]`: how episodes are sampled. Lengths are in tokens.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct RolloutSection {
+    /// Tasks (prompts) per update; each is sampled `group_size` times.
+    #[schemars(range(min = 1))]
+    pub batch_size: usize,
+    /// Episodes per task (GRPO's group, Agent-R1's `n`).
+    #[schemars(range(min = 1))]
+    pub group_size: usize,
+    /// Model turns per episode at most.
+    #[schemars(range(min = 1))]
+    pub max_turns: usize,
+    /// Longest first prompt (system + task + tool specs); longer tasks are skipped.
+    #[schemars(range(min = 1))]
+    pub max_prompt_length: usize,
+    /// Most tokens the model may generate in one turn.
+    #[schemars(range(min = 1))]
+    pub max_response_length: usize,
+    /// Longest whole episode (prompt, all turns, all tool results); also the learner's
+    /// training length. At least `max_prompt_length + max_response_length`.
+    pub max_context_length: usize,
+    /// Sampling temperature (the learner divides logits by the same value; greedy decoding
+    /// is `eval.greedy`).
+    #[schemars(extend("exclusiveMinimum" = 0))]
+    pub temperature: f64,
+    /// Nucleus mass.
+    #[schemars(extend("exclusiveMinimum" = 0), range(max = 1.0))]
+    pub top_p: f64,
+    /// Episodes running at once.
+    #[schemars(range(min = 1))]
+    pub concurrency: usize,
+    /// The engine's pool of KV parked for episodes waiting on tools (MiB); 0 parks nothing
+    /// (every turn then recomputes its episode's context past the shared prompt).
+    pub parked_kv_mib: usize,
+    /// Touch the parked-KV pool when the engine starts (resident from the start, no page
+    /// faults on the engine's critical path); false faults it in as it is first used.
+    pub prefault_parked_kv: bool,
+    /// Longest wait for one generated turn, queueing included, seconds.
+    #[schemars(extend("exclusiveMinimum" = 0), range(max = 604800.0))]
+    pub generate_timeout_secs: f64,
+    /// Longest wait for a tool call beyond the tool's own timeout (its queue), seconds.
+    #[schemars(extend("exclusiveMinimum" = 0), range(max = 604800.0))]
+    pub tool_queue_timeout_secs: f64,
+    /// Longest wait for one env call (reset, turn decision, observation, score), seconds.
+    #[schemars(extend("exclusiveMinimum" = 0), range(max = 604800.0))]
+    pub env_timeout_secs: f64,
+    /// Reproducible sampling: the engine decodes one turn at a time and recomputes each
+    /// context (no KV reuse), so every token's numerics depend on its own context alone, not
+    /// on what else shared a batch. With `mode = "sync"` a run then repeats bit for bit, and
+    /// a resume continues exactly. Much slower; for checks, not for throughput.
+    pub deterministic: bool,
+}
+
+impl Default for RolloutSection {
+    fn default() -> Self {
+        Self {
+            batch_size: 128,
+            group_size: 5,
+            max_turns: 10,
+            max_prompt_length: 1024,
+            max_response_length: 512,
+            max_context_length: 4096,
+            temperature: 1.0,
+            top_p: 1.0,
+            concurrency: 64,
+            parked_kv_mib: 2048,
+            prefault_parked_kv: true,
+            generate_timeout_secs: 1800.0,
+            tool_queue_timeout_secs: 60.0,
+            env_timeout_secs: 60.0,
+            deterministic: false,
+        }
+    }
+}
+
+impl Section for RolloutSection {
+    fn rules(&self) -> Result<(), ConfigError> {
+        let min_context = self.max_prompt_length + self.max_response_length;
+        if self.max_context_length < min_context {
+            return Err(ConfigError::range(
+                "max_context_length",
+                self.max_context_length,
+                format!(
+                    ">= max_prompt_length + max_response_length = {min_context} (room for one turn)"
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
