@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{Error, Result};
@@ -129,7 +129,7 @@ impl ToolRegistry {
 }
 
 /// `[tools.search]` options.
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct SearchOptions {
     /// A path (read as `format`), or a table `{ jsonl = path }` / `{ hotpotqa = [paths] }`
@@ -141,17 +141,22 @@ struct SearchOptions {
     /// directory when that cannot be created).
     index_dir: Option<PathBuf>,
     /// Results per query (default 5, as Agent-R1).
+    #[schemars(range(min = 1))]
     top_k: Option<usize>,
     /// Longest text shown per result, in characters (default 600).
+    #[schemars(range(min = 1))]
     max_doc_chars: Option<usize>,
     /// Searches that may run at once (default 8).
+    #[schemars(range(min = 1))]
     max_concurrency: Option<usize>,
-    /// Indexing threads (default 0: tantivy's choice, at most 4).
+    /// Indexing threads (default: tantivy's choice, at most 4).
+    #[schemars(range(min = 1))]
     index_threads: Option<usize>,
 }
 
 impl KindOptions for SearchOptions {
     fn validate(&self) -> Result<()> {
+        crate::config::check_declared(self).map_err(|e| e.under("tools.search"))?;
         self.clone().into_config().map(|_| ())
     }
 
@@ -193,27 +198,11 @@ impl SearchOptions {
         };
         let mut config = search::SearchConfig::new(source);
         config.index_dir = self.index_dir;
-        let positive = |name: &str, value: Option<usize>| -> Result<Option<usize>> {
-            match value {
-                Some(0) => Err(Error::Config {
-                    key: key(name),
-                    message: "must be a positive integer, got 0".into(),
-                }),
-                v => Ok(v),
-            }
-        };
-        if let Some(k) = positive("top_k", self.top_k)? {
-            config.top_k = k;
-        }
-        if let Some(k) = positive("max_doc_chars", self.max_doc_chars)? {
-            config.max_doc_chars = k;
-        }
-        if let Some(k) = positive("max_concurrency", self.max_concurrency)? {
-            config.max_concurrency = k;
-        }
-        if let Some(k) = positive("index_threads", self.index_threads)? {
-            config.index_threads = k;
-        }
+        // Ranges are checked in `validate`, from the declared ones.
+        config.top_k = self.top_k.unwrap_or(config.top_k);
+        config.max_doc_chars = self.max_doc_chars.unwrap_or(config.max_doc_chars);
+        config.max_concurrency = self.max_concurrency.unwrap_or(config.max_concurrency);
+        config.index_threads = self.index_threads.unwrap_or(config.index_threads);
         Ok(config)
     }
 }
