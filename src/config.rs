@@ -179,10 +179,18 @@ pub struct TrainConfig {
 }
 
 /// Every key of the config with its type, default, allowed values and meaning, sorted
-/// (`check-config --explain`); then the options of each tool kind that describes them, as
-/// `tools.KIND.KEY` (a table named after its kind).
+/// (`check-config --explain`); then the options of each env that describes them, as
+/// `env.options.KEY`, and of each tool kind, as `tools.KIND.KEY` (a table named after its
+/// kind).
 pub fn explain(registries: &Registries) -> Vec<KeyDoc> {
     let mut docs = key_docs::<TrainConfig>();
+    for env in registries.envs.names() {
+        docs.extend(registries.envs.option_keys(env).into_iter().map(|mut doc| {
+            doc.key = format!("env.options.{}", doc.key);
+            doc.meaning = format!("({env} env) {}", doc.meaning);
+            doc
+        }));
+    }
     for kind in registries.tools.names() {
         docs.extend(
             registries

@@ -147,6 +147,16 @@ pub fn shown(v: &toml::Value) -> String {
     }
 }
 
+/// The top-level field names of `T` (flattened fields included), as its config spells them.
+pub fn field_names<T: JsonSchema + ?Sized>() -> Vec<String> {
+    let schema = schemars::schema_for!(T);
+    schema
+        .get("properties")
+        .and_then(serde_json::Value::as_object)
+        .map(|p| p.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
 /// The value at a dotted key, if present (keys under a map's `NAME` are not looked up).
 fn lookup<'a>(tree: &'a toml::Value, key: &str) -> Option<&'a toml::Value> {
     key.split('.').try_fold(tree, |node, part| node.get(part))

@@ -313,7 +313,14 @@ fn toml_literal(v: &Value) -> Option<String> {
 
 /// The first sentence of a doc comment's first paragraph, on one line.
 fn first_sentence(doc: &str) -> String {
-    let paragraph = doc.split("\n\n").next().unwrap_or(doc).replace('\n', " ");
+    // Rustdoc links read as plain code here.
+    let paragraph = doc
+        .split("\n\n")
+        .next()
+        .unwrap_or(doc)
+        .replace('\n', " ")
+        .replace("[`", "`")
+        .replace("`]", "`");
     let bytes = paragraph.as_bytes();
     for (i, _) in paragraph.match_indices(". ") {
         let next = bytes.get(i + 2).copied().unwrap_or(b' ');

@@ -6,8 +6,9 @@ use serde_json::Value;
 
 use super::prompt::{first_messages, MATH_SYSTEM_PROMPT};
 use super::registry::{check_option_keys, parse_options};
+use crate::config::Section;
 use crate::env::{Env, Score};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::message::Message;
 use crate::reward::numeric::score_numeric;
 use crate::task::Task;
@@ -16,7 +17,7 @@ use crate::task::Task;
 pub const NAME: &str = "math";
 
 /// Options of `math` (and of the scoring part of `synthetic_math`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default)]
 pub struct MathOptions {
     /// System prompt for tasks without their own prompt (default: [`MATH_SYSTEM_PROMPT`]).
@@ -24,10 +25,12 @@ pub struct MathOptions {
     /// Use a task's ready-made prompt (Agent-R1 parquet rows) when it has one.
     pub use_task_prompt: bool,
     /// Longest observation shown to the model, in characters.
+    #[schemars(range(min = 1))]
     pub max_observation_chars: usize,
     /// Tools an episode may call.
     pub tools: Vec<String>,
-    /// Relative tolerance of the numeric match (absolute below 1), in [0, 0.1].
+    /// Relative tolerance of the numeric match (absolute below 1).
+    #[schemars(range(min = 0.0, max = 0.1))]
     pub tolerance: f64,
 }
 
@@ -43,31 +46,12 @@ impl Default for MathOptions {
     }
 }
 
-/// Option keys of [`MathOptions`].
-pub const MATH_OPTION_KEYS: [&str; 5] = [
-    "system_prompt",
-    "use_task_prompt",
-    "max_observation_chars",
-    "tools",
-    "tolerance",
-];
+impl Section for MathOptions {}
 
 impl MathOptions {
     /// Checks the ranges; errors name `env.KEY` (reported by `train` as `env.options.KEY`).
     pub fn validate(&self) -> Result<()> {
-        if self.max_observation_chars == 0 {
-            return Err(Error::Config {
-                key: "env.max_observation_chars".into(),
-                message: "got 0; allowed: at least 1".into(),
-            });
-        }
-        if !(0.0..=0.1).contains(&self.tolerance) {
-            return Err(Error::Config {
-                key: "env.tolerance".into(),
-                message: format!("got {}; allowed: [0, 0.1]", self.tolerance),
-            });
-        }
-        Ok(())
+        Section::validate(self).map_err(|e| e.under("env").into())
     }
 }
 
@@ -95,7 +79,7 @@ impl MathEnv {
 
     /// Builds from registry options; unknown keys are errors.
     pub fn from_options(options: &Value) -> Result<Self> {
-        check_option_keys(NAME, options, &MATH_OPTION_KEYS)?;
+        check_option_keys::<MathOptions>(NAME, options)?;
         Self::new(parse_options(NAME, options)?)
     }
 

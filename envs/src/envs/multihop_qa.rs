@@ -7,7 +7,7 @@ use super::corpus::CorpusSpec;
 use super::prompt::{first_messages, QA_SYSTEM_PROMPT};
 use super::registry::{check_option_keys, parse_options};
 use crate::env::{Env, Score};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::message::Message;
 use crate::reward::{score_qa, ProcessRewardConfig, RewardKind};
 use crate::task::Task;
@@ -17,7 +17,7 @@ use crate::tool::CallOutcome;
 pub const NAME: &str = "multihop_qa";
 
 /// Options of `multihop_qa` (and of the QA part of `synthetic_multihop`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default)]
 pub struct QaOptions {
     /// The reward trained on (`agent_r1_qa`, `hotpotqa_em`, `hotpotqa_f1`, `substring_em`).
@@ -27,6 +27,7 @@ pub struct QaOptions {
     /// Use a task's ready-made prompt (Agent-R1 parquet rows) when it has one.
     pub use_task_prompt: bool,
     /// Longest observation shown to the model, in characters.
+    #[schemars(range(min = 1))]
     pub max_observation_chars: usize,
     /// Per-call process rewards (off by default).
     pub process_reward: ProcessRewardConfig,
@@ -47,18 +48,8 @@ impl Default for QaOptions {
     }
 }
 
-/// Option keys of [`QaOptions`].
-pub const QA_OPTION_KEYS: [&str; 6] = [
-    "reward",
-    "system_prompt",
-    "use_task_prompt",
-    "max_observation_chars",
-    "process_reward",
-    "tools",
-];
-
 /// Options of `multihop_qa`: [`QaOptions`] plus the corpus to search.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MultihopQaOptions {
     /// The QA settings.
     #[serde(flatten)]
@@ -84,12 +75,7 @@ impl MultihopQaEnv {
 
     /// The same behaviour under another registry name (used by `synthetic_multihop`).
     pub fn named(name: &str, options: MultihopQaOptions) -> Result<Self> {
-        if options.qa.max_observation_chars == 0 {
-            return Err(Error::Config {
-                key: "env.max_observation_chars".into(),
-                message: "must be at least 1".into(),
-            });
-        }
+        crate::config::check_declared(&options.qa).map_err(|e| e.under("env"))?;
         Ok(Self {
             name: name.to_string(),
             options,
@@ -98,9 +84,7 @@ impl MultihopQaEnv {
 
     /// Builds from registry options; unknown keys are errors.
     pub fn from_options(options: &Value) -> Result<Self> {
-        let mut known = QA_OPTION_KEYS.to_vec();
-        known.push("corpus");
-        check_option_keys(NAME, options, &known)?;
+        check_option_keys::<MultihopQaOptions>(NAME, options)?;
         Self::new(parse_options(NAME, options)?)
     }
 

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::config::{key_docs, KeyDoc};
 use crate::env::Env;
 use crate::error::{Error, Result};
 use crate::generated_env::GeneratedEnv;
@@ -26,6 +27,7 @@ enum Factory {
 #[derive(Clone)]
 pub struct EnvRegistry {
     factories: BTreeMap<String, Factory>,
+    option_keys: BTreeMap<String, fn() -> Vec<KeyDoc>>,
 }
 
 impl std::fmt::Debug for EnvRegistry {
@@ -47,6 +49,7 @@ impl EnvRegistry {
     pub fn empty() -> Self {
         Self {
             factories: BTreeMap::new(),
+            option_keys: BTreeMap::new(),
         }
     }
 
@@ -66,7 +69,37 @@ impl EnvRegistry {
         registry.register_generated(super::synthetic_math::NAME, |o: &Value| {
             Ok(Box::new(super::SyntheticMathEnv::from_options(o)?) as Box<dyn GeneratedEnv>)
         });
+        // `synthetic_multihop`'s world and corpus path are set by the trainer, not in
+        // `[env.options]`: only its QA settings are listed.
         registry
+            .describe(
+                super::multihop_qa::NAME,
+                key_docs::<super::MultihopQaOptions>,
+            )
+            .describe(super::math::NAME, key_docs::<super::MathOptions>)
+            .describe(
+                super::synthetic_multihop::NAME,
+                key_docs::<super::QaOptions>,
+            )
+            .describe(
+                super::synthetic_math::NAME,
+                key_docs::<super::SyntheticMathOptions>,
+            );
+        registry
+    }
+
+    /// Lists the option keys of `name` for `check-config --explain` (e.g.
+    /// `key_docs::<MyOptions>` for options that derive `schemars::JsonSchema`).
+    pub fn describe(&mut self, name: impl Into<String>, keys: fn() -> Vec<KeyDoc>) -> &mut Self {
+        self.option_keys.insert(name.into(), keys);
+        self
+    }
+
+    /// The option keys `name` was described with; none when it was not.
+    pub fn option_keys(&self, name: &str) -> Vec<KeyDoc> {
+        self.option_keys
+            .get(name)
+            .map_or_else(Vec::new, |keys| keys())
     }
 
     /// Registers (or replaces) the factory for `name`: an env over dataset files.
@@ -133,13 +166,16 @@ impl EnvRegistry {
     }
 }
 
-/// Rejects option keys outside `known` (so a typo is an error, not a silent default).
-pub fn check_option_keys(env: &str, options: &Value, known: &[&str]) -> Result<()> {
+/// Rejects option keys that are not fields of `T` (so a typo is an error, not a silent
+/// default). For option types with flattened parts, where serde's `deny_unknown_fields`
+/// cannot be used; the fields are read from `T`'s schema.
+pub fn check_option_keys<T: schemars::JsonSchema>(env: &str, options: &Value) -> Result<()> {
+    let known = crate::config::field_names::<T>();
     match options {
         Value::Null => Ok(()),
         Value::Object(map) => {
             for key in map.keys() {
-                if !known.contains(&key.as_str()) {
+                if !known.contains(key) {
                     return Err(Error::Config {
                         key: format!("env.{key}"),
                         message: format!(

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::math::{MathEnv, MathOptions, MATH_OPTION_KEYS};
+use super::math::{MathEnv, MathOptions};
 use super::registry::{check_option_keys, parse_options};
 use crate::demo::{Demo, DemoConfig};
 use crate::env::{Env, Score};
@@ -17,7 +17,7 @@ use crate::task::{Split, Task};
 pub const NAME: &str = "synthetic_math";
 
 /// Options of `synthetic_math`: the generator (`problems`) and the `math` settings.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SyntheticMathOptions {
     /// The problems to generate (`[env.options.problems]`).
     #[serde(default)]
@@ -45,9 +45,7 @@ impl SyntheticMathEnv {
 
     /// Builds from registry options; unknown keys are errors.
     pub fn from_options(options: &Value) -> Result<Self> {
-        let mut known = MATH_OPTION_KEYS.to_vec();
-        known.push("problems");
-        check_option_keys(NAME, options, &known)?;
+        check_option_keys::<SyntheticMathOptions>(NAME, options)?;
         Self::new(parse_options(NAME, options)?)
     }
 

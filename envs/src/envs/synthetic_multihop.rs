@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::corpus::CorpusSpec;
-use super::multihop_qa::{MultihopQaEnv, MultihopQaOptions, QaOptions, QA_OPTION_KEYS};
+use super::multihop_qa::{MultihopQaEnv, MultihopQaOptions, QaOptions};
 use super::registry::{check_option_keys, parse_options};
 use crate::demo::{Demo, DemoConfig};
 use crate::env::{Env, Score};
@@ -21,7 +21,7 @@ use crate::tool::CallOutcome;
 pub const NAME: &str = "synthetic_multihop";
 
 /// Options of `synthetic_multihop`: the world, where to write its corpus, and the QA settings.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SyntheticMultihopOptions {
     /// The world to generate.
     #[serde(default)]
@@ -60,9 +60,7 @@ impl SyntheticMultihopEnv {
 
     /// Builds from registry options; unknown keys are errors.
     pub fn from_options(options: &Value) -> Result<Self> {
-        let mut known = QA_OPTION_KEYS.to_vec();
-        known.extend(["world", "corpus_path"]);
-        check_option_keys(NAME, options, &known)?;
+        check_option_keys::<SyntheticMultihopOptions>(NAME, options)?;
         Self::new(parse_options(NAME, options)?)
     }
 

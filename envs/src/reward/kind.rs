@@ -53,6 +53,17 @@ impl RewardKind {
     }
 }
 
+impl schemars::JsonSchema for RewardKind {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "RewardKind".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let names = RewardKind::ALL.map(RewardKind::as_str);
+        schemars::json_schema!({ "type": "string", "enum": names })
+    }
+}
+
 impl fmt::Display for RewardKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

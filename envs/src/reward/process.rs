@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::tool::{CallError, CallOutcome};
 
 /// Amounts of the per-call process rewards.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct ProcessRewardConfig {
     /// Added per well-formed call: valid JSON, a known tool, arguments that fit its schema
