@@ -187,6 +187,13 @@ pub struct EngineStats {
     pub abandoned_turns: u64,
     /// Current policy version.
     pub policy_version: u64,
+    /// Prefill forward passes (one per bucket of admitted turns of similar length).
+    #[serde(default)]
+    pub prefill_passes: u64,
+    /// Copies from the model's device to the host made by forward passes: one per pass
+    /// (its sampled tokens and their log-probabilities together).
+    #[serde(default)]
+    pub device_to_host_copies: u64,
 }
 
 impl EngineStats {

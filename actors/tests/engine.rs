@@ -622,3 +622,59 @@ fn turns_whose_caller_stopped_waiting_are_dropped_queued_or_running() {
     });
     engine.shutdown();
 }
+
+/// A forward pass brings its results to the host in one copy: the tokens and
+/// log-probabilities of the whole batch together, whatever mix of sampling settings the
+/// rows have; nothing else is read back per step.
+#[test]
+fn every_forward_pass_copies_to_the_host_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    make_model(tmp.path());
+    let engine = start(
+        tmp.path(),
+        EngineConfig {
+            max_batch_rows: 8,
+            max_context: 256,
+            ..Default::default()
+        },
+    );
+    let settings = |i: u32| SamplingParams {
+        temperature: [0.0, 0.7, 1.0, 1.3][i as usize % 4],
+        top_k: [0, 5, 0, 2][i as usize % 4],
+        top_p: [1.0, 1.0, 0.9, 0.5][i as usize % 4],
+        max_new_tokens: 6 + i as usize % 5,
+        ..Default::default()
+    };
+    let rt = runtime();
+    rt.block_on(async {
+        let turns: Vec<_> = (0..12u32)
+            .map(|i| {
+                let engine = engine.clone();
+                tokio::spawn(async move {
+                    engine
+                        .generate(TurnRequest {
+                            episode: i as u64,
+                            context: prompt(i, 5 + i as usize),
+                            params: settings(i),
+                            stop_strings: vec![],
+                        })
+                        .await
+                        .unwrap()
+                })
+            })
+            .collect();
+        for t in turns {
+            t.await.unwrap();
+        }
+    });
+    let stats = rt.block_on(engine.stats()).unwrap();
+    assert!(
+        stats.decode_steps > 0 && stats.prefill_passes > 0,
+        "{stats:?}"
+    );
+    assert_eq!(
+        stats.device_to_host_copies,
+        stats.decode_steps + stats.prefill_passes,
+        "{stats:?}"
+    );
+}

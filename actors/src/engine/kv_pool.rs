@@ -5,9 +5,9 @@
 //! the faults cost as much as the copies, on the engine's critical path. The pool is one
 //! tensor of the parked budget, touched once when the engine starts (optionally), and
 //! parked KV is a contiguous range of it, handed out by a coalescing range allocator.
-//! Ranges are measured in token slots; a range of n slots is laid out [layers, 2, n,
-//! kv_heads, dim], like a heap-allocated parked tensor, so parking and restoring stay one
-//! copy each. On a GPU the whole pool is reserved when the engine starts.
+//! Ranges are measured in token slots; a range of n slots is laid out [layers, 2, kv_heads,
+//! n, dim], like a heap-allocated parked tensor and a row of the running batch, so parking
+//! and restoring stay one copy each. On a GPU the whole pool is reserved when the engine starts.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -124,7 +124,7 @@ impl KvPool {
         u32::try_from(capacity.max(1)).is_ok_and(|c| min_allocator_size(c) <= self.longest)
     }
 
-    /// A tensor of at least `capacity` token slots ([layers, 2, slots, kv_heads, dim],
+    /// A tensor of at least `capacity` token slots ([layers, 2, kv_heads, slots, dim],
     /// contiguous, contents undefined) and its lease, or `None` when no free range is that
     /// long.
     pub(crate) fn lease(&self, capacity: i64) -> Option<(Tensor, Lease)> {
@@ -141,7 +141,7 @@ impl KvPool {
         let kv = self
             .storage
             .narrow(0, allocation.offset as i64 * token_elems, got * token_elems)
-            .view([layers, two, got, heads, dim]);
+            .view([layers, two, heads, got, dim]);
         Some((
             kv,
             Lease {
@@ -168,7 +168,7 @@ mod tests {
         let (mut a, la) = p.lease(16).unwrap();
         // 16 is a size class of its own.
         let (mut b, lb) = p.lease(16).unwrap();
-        assert_eq!(a.size(), [2, 2, 16, 1, 4]);
+        assert_eq!(a.size(), [2, 2, 1, 16, 4]);
         let _ = a.fill_(1.0);
         let _ = b.fill_(2.0);
         assert_eq!(a.sum(Kind::Float).double_value(&[]), 16.0 * 16.0);
@@ -199,7 +199,7 @@ mod tests {
         let p = pool(100);
         // 17 slots round up to the 18-slot size class.
         let mut leases: Vec<_> = (0..5).map(|_| p.lease(17).unwrap()).collect();
-        assert_eq!(leases[0].0.size()[2], 18);
+        assert_eq!(leases[0].0.size()[3], 18);
         assert_eq!(p.free().0, 10);
         assert!(p.lease(17).is_none(), "only 10 slots left");
         drop(leases.remove(1));

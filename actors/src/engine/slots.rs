@@ -1,13 +1,18 @@
 //! Slot storage for continuous batching.
 //!
 //! Every running sequence owns one row of a preallocated
-//! [layers, 2 (keys, values), rows, capacity + 1, kv_heads, dim] tensor. Running rows are kept
+//! [layers, 2 (keys, values), rows, kv_heads, capacity + 1, dim] tensor. Running rows are kept
 //! packed at the front (a leaving row is replaced by the last one), so a forward pass over the
 //! running batch is a `narrow`, not a gather. Each row has its own length: a chunk writes row
 //! b's new tokens at slots `len_b ..`, and padding tokens of a chunk are written to the row's
 //! spare slot `capacity`, which is never attended. Keeping every layer's keys and values in
 //! one tensor makes parking, restoring and moving a row one copy each instead of one per
 //! layer and kind: those copies run between forward passes, on the engine's critical path.
+//!
+//! Slots come after heads so that attention reads each head's keys and values as one
+//! contiguous `[len, dim]` block: with slots before heads every key is `kv_heads * dim`
+//! elements from the next, and the fused attention kernel ran about 4x slower over such
+//! strided views.
 
 use tch::{Device, Kind, Tensor};
 
@@ -18,7 +23,7 @@ use crate::model::KvStore;
 
 /// Keys and values of one sequence, moved out of the batch while it waits for tools.
 ///
-/// The tensor ([layers, 2, capacity, kv_heads, dim]) may hold more slots than `len`: the
+/// The tensor ([layers, 2, kv_heads, capacity, dim]) may hold more slots than `len`: the
 /// episode's next turn grows its context by a tool observation and a reply, and parking
 /// that turn then copies only the new tokens into the spare slots instead of allocating
 /// and filling a new tensor (see [`SlotCache::park_into`]).
@@ -58,15 +63,18 @@ impl ParkedKv {
 
     /// Slots held, spare ones included.
     pub(crate) fn capacity(&self) -> i64 {
-        self.kv.size()[2]
+        self.kv.size()[SLOT_DIM as usize]
     }
 }
 
+/// The slot dimension of a row's (or a parked tensor's) [layers, 2, kv_heads, slots, dim].
+const SLOT_DIM: i64 = 3;
+
 #[derive(Debug)]
 pub(crate) struct SlotCache {
-    /// [layers, 2, rows, capacity + 1, kv_heads, dim].
+    /// [layers, 2, rows, kv_heads, capacity + 1, dim].
     all: Tensor,
-    /// Per layer, views of `all`'s keys and values ([rows, capacity + 1, kv_heads, dim]).
+    /// Per layer, views of `all`'s keys and values ([rows, kv_heads, capacity + 1, dim]).
     keys: Vec<Tensor>,
     values: Vec<Tensor>,
     lens: Vec<i64>,
@@ -86,7 +94,7 @@ impl SlotCache {
         device: Device,
     ) -> Self {
         let all = Tensor::zeros(
-            [layers as i64, 2, rows, capacity + 1, kv_heads, head_dim],
+            [layers as i64, 2, rows, kv_heads, capacity + 1, head_dim],
             (kind, device),
         );
         let part = |l: usize, which: i64| all.select(0, l as i64).select(0, which);
@@ -113,9 +121,9 @@ impl SlotCache {
         self.all.numel() * self.all.kind().elt_size_in_bytes()
     }
 
-    /// Row `row`'s first `len` slots of every layer: [layers, 2, len, kv_heads, dim].
+    /// Row `row`'s first `len` slots of every layer: [layers, 2, kv_heads, len, dim].
     fn row(&self, row: usize, len: i64) -> Tensor {
-        self.all.select(2, row as i64).narrow(2, 0, len)
+        self.all.select(2, row as i64).narrow(SLOT_DIM, 0, len)
     }
 
     /// Forgets row `row`'s tokens past `len` (they are overwritten by later chunks).
@@ -165,10 +173,12 @@ impl SlotCache {
             return Err(parked);
         }
         if len > from {
-            parked
-                .kv
-                .narrow(2, from, len - from)
-                .copy_(&self.all.select(2, row as i64).narrow(2, from, len - from));
+            parked.kv.narrow(SLOT_DIM, from, len - from).copy_(
+                &self
+                    .all
+                    .select(2, row as i64)
+                    .narrow(SLOT_DIM, from, len - from),
+            );
         }
         parked.len = len;
         Ok(parked)
@@ -178,7 +188,8 @@ impl SlotCache {
     pub(crate) fn restore(&mut self, row: usize, parked: &ParkedKv, len: i64) {
         let len = len.min(parked.len);
         if len > 0 {
-            self.row(row, len).copy_(&parked.kv.narrow(2, 0, len));
+            self.row(row, len)
+                .copy_(&parked.kv.narrow(SLOT_DIM, 0, len));
         }
         self.lens[row] = len;
     }
@@ -211,35 +222,37 @@ impl KvStore for SlotChunk<'_> {
         let rows = self.counts.len();
         let c = &*self.cache;
         let stride = c.capacity + 1;
-        let mut positions = Vec::with_capacity(rows * t as usize);
-        let mut write = Vec::with_capacity(rows * t as usize);
+        let heads = c.kv_heads;
+        let width = t as usize;
+        // Everything the chunk needs from the host goes to the device in one copy:
+        // positions [rows * t], lens [rows], counts [rows], write index [rows * heads * t].
+        let mut host = Vec::with_capacity(rows * width * (1 + heads as usize) + 2 * rows);
         let mut attend = 1;
+        for (b, &count) in self.counts.iter().enumerate() {
+            let len = c.lens[self.first + b];
+            attend = attend.max(len + count);
+            host.extend((0..t).map(|j| if j < count { len + j } else { 0 }));
+        }
+        host.extend((0..rows).map(|b| c.lens[self.first + b]));
+        host.extend_from_slice(&self.counts);
         for (b, &count) in self.counts.iter().enumerate() {
             let row = (self.first + b) as i64;
             let len = c.lens[self.first + b];
-            attend = attend.max(len + count);
-            for j in 0..t {
-                if j < count {
-                    positions.push(len + j);
-                    write.push(row * stride + len + j);
-                } else {
-                    positions.push(0);
-                    write.push(row * stride + c.capacity);
-                }
+            for h in 0..heads {
+                let base = (row * heads + h) * stride;
+                host.extend((0..t).map(|j| {
+                    // Padding tokens go to the row's spare slot, which is never attended.
+                    base + if j < count { len + j } else { c.capacity }
+                }));
             }
         }
         self.attend = attend;
-        self.write_index = Some(Tensor::from_slice(&write).to_device(device));
-        let positions = Tensor::from_slice(&positions)
-            .view([rows as i64, t])
-            .to_device(device);
-        let lens: Vec<i64> = (0..rows).map(|b| c.lens[self.first + b]).collect();
-        let lens = Tensor::from_slice(&lens)
-            .view([rows as i64, 1, 1])
-            .to_device(device);
-        let counts = Tensor::from_slice(&self.counts)
-            .view([rows as i64, 1, 1])
-            .to_device(device);
+        let uploaded = Tensor::from_slice(&host).to_device(device);
+        let (n, r) = (rows as i64 * t, rows as i64);
+        let positions = uploaded.narrow(0, 0, n).view([r, t]);
+        let lens = uploaded.narrow(0, n, r).view([r, 1, 1]);
+        let counts = uploaded.narrow(0, n + r, r).view([r, 1, 1]);
+        self.write_index = Some(uploaded.narrow(0, n + 2 * r, r * heads * t));
         let q = Tensor::arange(t, (Kind::Int64, device)).view([1, t, 1]);
         let s = Tensor::arange(attend, (Kind::Int64, device)).view([1, 1, attend]);
         // A real token sees its row's tokens up to itself; a padding token sees slot 0 only,
@@ -262,23 +275,19 @@ impl KvStore for SlotChunk<'_> {
             .write_index
             .as_ref()
             .expect("begin_chunk before append");
-        let total = c.keys[layer].size()[0] * (c.capacity + 1);
-        let flat_shape = [total, c.kv_heads, c.head_dim];
-        let new_shape = [rows * t, c.kv_heads, c.head_dim];
-        let _ = c.keys[layer].view(flat_shape).index_copy_(
-            0,
-            index,
-            &k.transpose(1, 2).reshape(new_shape),
-        );
-        let _ = c.values[layer].view(flat_shape).index_copy_(
-            0,
-            index,
-            &v.transpose(1, 2).reshape(new_shape),
-        );
+        let total = c.keys[layer].size()[0] * c.kv_heads * (c.capacity + 1);
+        let flat_shape = [total, c.head_dim];
+        // [rows, kv_heads, t, dim] flattens in the write index's (row, head, token) order.
+        let new_shape = [rows * c.kv_heads * t, c.head_dim];
+        let _ = c.keys[layer]
+            .view(flat_shape)
+            .index_copy_(0, index, &k.reshape(new_shape));
+        let _ = c.values[layer]
+            .view(flat_shape)
+            .index_copy_(0, index, &v.reshape(new_shape));
         let view = |x: &Tensor| {
             x.narrow(0, self.first as i64, rows)
-                .narrow(1, 0, self.attend)
-                .transpose(1, 2)
+                .narrow(2, 0, self.attend)
         };
         (view(&c.keys[layer]), view(&c.values[layer]))
     }

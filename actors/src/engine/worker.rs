@@ -13,8 +13,8 @@ use super::parked::{ParkedStore, SpareSlots};
 use super::slots::{ParkedKv, SlotCache};
 use super::{Command, EngineConfig, EngineStats, TurnOutput, TurnRequest};
 use crate::model::generate::FinishReason;
-use crate::model::sampling::{sample_with_draws, token_draw};
-use crate::model::{PolicyModel, SamplingParams};
+use crate::model::sampling::{sample_batch, token_draw, RowSampling};
+use crate::model::PolicyModel;
 use crate::stall::Heartbeat;
 use crate::tokenizer::HfTokenizer;
 use crate::weight_digest::{TensorDigest, WeightDigest};
@@ -570,6 +570,7 @@ impl Worker {
         metrics::counter!("agent_r1_engine_prefill_tokens_total").increment(prefill_tokens as u64);
         metrics::counter!("agent_r1_engine_reused_tokens_total").increment(reused as u64);
         let stop_check = self.sample_into(start, end, &logits)?;
+        self.stats.prefill_passes += 1;
         self.stats.forward_seconds += began.elapsed().as_secs_f64() - stop_check;
         Ok(())
     }
@@ -601,57 +602,39 @@ impl Worker {
         Ok(())
     }
 
-    /// Samples one token for rows `start..end` from `logits` [rows, V], grouping rows with
-    /// the same sampling settings, and marks rows that finished. Returns the seconds spent on
-    /// stop-string checks, which are not model work.
+    /// Samples one token for rows `start..end` from `logits` [rows, V] in one pass over the
+    /// batch, brings tokens and log-probabilities back in one device-to-host copy, and marks
+    /// rows that finished. Returns the seconds spent on stop-string checks, which are not
+    /// model work.
     fn sample_into(&mut self, start: usize, end: usize, logits: &Tensor) -> Result<f64> {
         let rows = end - start;
-        let mut tokens = vec![0u32; rows];
-        let mut logprobs = vec![0f32; rows];
-        let mut done = vec![false; rows];
-        for b in 0..rows {
-            if done[b] {
-                continue;
-            }
-            let params = &self.running[start + b].request.params;
-            let group: Vec<usize> = (b..rows)
-                .filter(|&o| {
-                    !done[o] && same_sampler(&self.running[start + o].request.params, params)
-                })
-                .collect();
-            let index: Vec<i64> = group.iter().map(|&o| o as i64).collect();
-            let draws: Vec<f64> = group
-                .iter()
-                .map(|&o| {
-                    let r = &self.running[start + o];
-                    let position = (r.request.context.len() + r.generated.len()) as u64;
-                    // The policy version is part of the stream: callers that number episodes
-                    // from 0 in every rollout still get fresh draws after each update.
-                    let stream = (self.config.seed as u64) ^ r.version.wrapping_mul(0x9e37_79b9);
-                    token_draw(stream, r.request.episode, position)
-                })
-                .collect();
-            let index = Tensor::from_slice(&index).to_device(logits.device());
-            let (tok, lp) = sample_with_draws(&logits.index_select(0, &index), params, &draws);
-            let tok = Vec::<i64>::try_from(tok.to_device(tch::Device::Cpu))?;
-            let lp = Vec::<f32>::try_from(lp.to_device(tch::Device::Cpu))?;
-            for (k, &o) in group.iter().enumerate() {
-                tokens[o] = tok[k] as u32;
-                logprobs[o] = lp[k];
-                done[o] = true;
-            }
-        }
+        let running = &self.running[start..end];
+        let draws: Vec<RowSampling<'_>> = running
+            .iter()
+            .map(|r| {
+                let position = (r.request.context.len() + r.generated.len()) as u64;
+                // The policy version is part of the stream: callers that number episodes
+                // from 0 in every rollout still get fresh draws after each update.
+                let stream = (self.config.seed as u64) ^ r.version.wrapping_mul(0x9e37_79b9);
+                RowSampling {
+                    params: &r.request.params,
+                    draw: token_draw(stream, r.request.episode, position),
+                }
+            })
+            .collect();
+        let sampled = sample_batch(logits, &draws);
+        let picked = self.to_host(&sampled)?;
         let capacity = self.slots.capacity() as usize;
         let checking = Instant::now();
-        for b in 0..rows {
-            let row = start + b;
-            let r = &mut self.running[row];
-            r.generated.push(tokens[b]);
-            r.logprobs.push(logprobs[b]);
+        for (b, pick) in picked.chunks_exact(2).enumerate() {
+            let (token, logprob) = (pick[0] as u32, pick[1] as f32);
+            let r = &mut self.running[start + b];
+            r.generated.push(token);
+            r.logprobs.push(logprob);
             r.token_versions.push(self.version);
             self.stats.tokens_generated += 1;
             let params = &r.request.params;
-            let stopped = params.stop_token_ids.contains(&tokens[b])
+            let stopped = params.stop_token_ids.contains(&token)
                 || (!r.request.stop_strings.is_empty()
                     && hits_stop_string(self.tokenizer.as_deref(), r));
             if stopped {
@@ -666,6 +649,15 @@ impl Worker {
         self.stats.stop_check_seconds += stop_check;
         metrics::counter!("agent_r1_engine_tokens_generated_total").increment(rows as u64);
         Ok(stop_check)
+    }
+
+    /// The one way a forward pass's results come back to the host (counted, so a test can
+    /// hold the engine to one copy per pass).
+    fn to_host(&mut self, picked: &Tensor) -> Result<Vec<f64>> {
+        self.stats.device_to_host_copies += 1;
+        Ok(Vec::<f64>::try_from(
+            picked.to_device(tch::Device::Cpu).view([-1]),
+        )?)
     }
 
     /// Counts a turn whose caller stopped waiting.
@@ -795,10 +787,6 @@ impl Worker {
             let _ = w.reply.send(Err(Error::EngineStopped(reason.to_string())));
         }
     }
-}
-
-fn same_sampler(a: &SamplingParams, b: &SamplingParams) -> bool {
-    a.temperature == b.temperature && a.top_k == b.top_k && a.top_p == b.top_p
 }
 
 /// Whether a stop string appears in the text of the last few generated tokens.

@@ -128,12 +128,28 @@ fn linear(vs: nn::Path<'_>, inp: usize, out: usize, bias: bool) -> nn::Linear {
 /// Which keys each query attends to.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum AttnMask<'a> {
-    /// A boolean mask `[B, 1, T, S]` (padding anywhere, a cache before the chunk).
-    Explicit(&'a Tensor),
+    /// An additive bias (0 attended, -inf not) in the queries' grouped order, made once per
+    /// forward pass by [`attention_bias`] and shared by every layer.
+    Bias(&'a Tensor),
     /// Causal over the chunk alone: exact for right-padded sequences without a cache (a real
     /// token never sees the padding after it), and no mask tensor exists, so attention
     /// runs in a fused kernel that keeps no `[T x S]` tensor for the backward pass.
     Causal,
+}
+
+/// The additive attention bias for a boolean mask `[B, 1, T, S]` (true = attended), laid out
+/// for grouped-query attention: the `group` query heads that share a KV head attend as one
+/// head with `group * T` query rows (see [`Attention::forward`]), so row `g * T + t` is row
+/// `t`'s mask. Made once per forward pass: the fused kernel takes it as it is, where a
+/// boolean mask would be repeated and converted in every layer.
+pub(crate) fn attention_bias(mask: &Tensor, group: i64, kind: Kind) -> Tensor {
+    let mask = if group > 1 {
+        mask.repeat([1, 1, group, 1])
+    } else {
+        mask.shallow_clone()
+    };
+    Tensor::zeros(mask.size(), (kind, mask.device()))
+        .masked_fill_(&mask.logical_not(), f64::NEG_INFINITY)
 }
 
 /// Grouped-query self-attention.
@@ -213,7 +229,7 @@ impl Attention {
                 None,
                 group > 1,
             ),
-            AttnMask::Explicit(mask) => Self::masked(&q, &k, &v, mask, group),
+            AttnMask::Bias(bias) => Self::biased(&q, &k, &v, bias, group),
         };
         let out = out
             .transpose(1, 2)
@@ -221,18 +237,13 @@ impl Attention {
         self.o_proj.forward(&out)
     }
 
-    /// Attention under an explicit mask: `q` `[B, heads, T, D]`, `k`/`v` `[B, kv_heads, S, D]`.
-    fn masked(q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor, group: i64) -> Tensor {
+    /// Attention under an additive bias from [`attention_bias`]: `q` `[B, heads, T, D]`,
+    /// `k`/`v` `[B, kv_heads, S, D]`.
+    fn biased(q: &Tensor, k: &Tensor, v: &Tensor, bias: &Tensor, group: i64) -> Tensor {
         let (b, heads, t, d) = q.size4().expect("queries are [B, heads, T, D]");
-        let kv_heads = heads / group;
-        if group > 1 {
-            let q = q.reshape([b, kv_heads, group * t, d]);
-            let mask = mask.repeat([1, 1, group, 1]);
-            Tensor::scaled_dot_product_attention(&q, k, v, Some(mask), 0.0, false, None, false)
-                .reshape([b, heads, t, d])
-        } else {
-            Tensor::scaled_dot_product_attention(q, k, v, Some(mask), 0.0, false, None, false)
-        }
+        let grouped = q.reshape([b, heads / group, group * t, d]);
+        Tensor::scaled_dot_product_attention(&grouped, k, v, Some(bias), 0.0, false, None, false)
+            .reshape([b, heads, t, d])
     }
 }
 

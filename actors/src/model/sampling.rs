@@ -89,6 +89,116 @@ pub fn sample_with_draws(
     pick(logits, params, draws)
 }
 
+/// One row of a batch to sample: its settings and its uniform draw in [0, 1) (ignored when
+/// greedy).
+#[derive(Debug, Clone, Copy)]
+pub struct RowSampling<'a> {
+    /// Temperature, top-k and top-p of the row.
+    pub params: &'a SamplingParams,
+    /// The row's draw, e.g. [`token_draw`] of its episode and position.
+    pub draw: f64,
+}
+
+/// Picks one token for every row of `logits` [B, V] in one pass on the logits' device, each
+/// row under its own temperature, top-k, top-p and draw, exactly as [`sample_with_draws`]
+/// picks it for that row alone: a row's result does not depend on the other rows. Returns
+/// [B, 2] float64 (token id, log-probability), so that one device-to-host copy brings the
+/// whole batch back. The settings go to the device in one copy too.
+pub fn sample_batch(logits: &Tensor, rows: &[RowSampling<'_>]) -> Tensor {
+    let n = rows.len();
+    let device = logits.device();
+    let vocab = logits.size()[1];
+    let logits = logits.to_kind(Kind::Float);
+    // [temperature (1 when greedy), top_k (vocab when off), top_p (2 when off), draw (-1
+    // when greedy)] per row.
+    let mut host = Vec::with_capacity(4 * n);
+    host.extend(rows.iter().map(|r| match r.params.greedy() {
+        true => 1.0,
+        false => r.params.temperature,
+    }));
+    host.extend(rows.iter().map(|r| match r.params.top_k {
+        k if k > 0 && (k as i64) < vocab => k as f64,
+        _ => vocab as f64,
+    }));
+    host.extend(rows.iter().map(|r| match r.params.top_p {
+        p if p < 1.0 => p,
+        _ => 2.0,
+    }));
+    host.extend(rows.iter().map(|r| match r.params.greedy() {
+        true => -1.0,
+        false => r.draw,
+    }));
+    let settings = Tensor::from_slice(&host)
+        .view([4, n as i64])
+        .to_device(device);
+    let column = |i: i64| settings.get(i).unsqueeze(-1);
+    let scaled = &logits / column(0).to_kind(Kind::Float);
+    let greedy_rows = rows.iter().filter(|r| r.params.greedy()).count();
+    let tokens = if greedy_rows == n {
+        logits.argmax(-1, false)
+    } else {
+        let truncates = rows.iter().any(|r| {
+            !r.params.greedy()
+                && ((r.params.top_k > 0 && (r.params.top_k as i64) < vocab) || r.params.top_p < 1.0)
+        });
+        let filtered = match truncates {
+            true => truncate_rows(
+                &scaled,
+                &column(1).to_kind(Kind::Int64),
+                &column(2).to_kind(Kind::Float),
+            ),
+            false => scaled.shallow_clone(),
+        };
+        let draws = column(3);
+        let sampled = inverse_cdf(&filtered, &draws);
+        match greedy_rows {
+            0 => sampled,
+            _ => logits
+                .argmax(-1, false)
+                .where_self(&draws.squeeze_dim(-1).lt(0.0), &sampled),
+        }
+    };
+    // The log-probability under the temperature, untruncated (1 when greedy).
+    let logprobs = scaled
+        .log_softmax(-1, Kind::Float)
+        .gather(-1, &tokens.unsqueeze(-1), false)
+        .squeeze_dim(-1);
+    Tensor::stack(
+        &[tokens.to_kind(Kind::Double), logprobs.to_kind(Kind::Double)],
+        1,
+    )
+}
+
+/// The first token of each row whose cumulative probability (float64) exceeds the row's draw
+/// times the row's total; tokens at -inf add nothing, so they are never picked.
+fn inverse_cdf(logits: &Tensor, draws: &Tensor) -> Tensor {
+    let cdf = logits.softmax(-1, Kind::Double).cumsum(-1, Kind::Double);
+    let vocab = cdf.size()[1];
+    let total = cdf.select(1, vocab - 1).unsqueeze(-1);
+    let threshold = draws.to_kind(Kind::Double) * &total;
+    cdf.le_tensor(&threshold)
+        .sum_dim_intlist(-1, false, Kind::Int64)
+        .clamp_max(vocab - 1)
+}
+
+/// [`truncate`] with each row's own `top_k` [B, 1] (vocab = off) and `top_p` [B, 1] (above 1
+/// = off).
+fn truncate_rows(logits: &Tensor, top_k: &Tensor, top_p: &Tensor) -> Tensor {
+    let vocab = logits.size()[1];
+    let (sorted, order) = logits.sort(-1, true);
+    let ranks = Tensor::arange(vocab, (Kind::Int64, logits.device())).unsqueeze(0);
+    let probs = sorted.softmax(-1, Kind::Float);
+    let before = probs.cumsum(-1, Kind::Float) - &probs;
+    let drop = ranks
+        .ge_tensor(top_k)
+        .logical_or(&before.ge_tensor(top_p))
+        .logical_and(&ranks.ge(1));
+    let sorted = sorted.masked_fill(&drop, f64::NEG_INFINITY);
+    logits
+        .full_like(f64::NEG_INFINITY)
+        .scatter(-1, &order, &sorted)
+}
+
 /// The uniform draw in [0, 1) for one token of one episode: a pure function of its inputs
 /// (splitmix64), so no RNG state is shared between rows.
 pub fn token_draw(seed: u64, episode: u64, position: u64) -> f64 {
@@ -241,5 +351,95 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("temperature"));
+    }
+
+    /// Rows with every kind of setting side by side: greedy, plain, hot and cold, top-k,
+    /// top-p, both, and a top-k past the vocabulary (off).
+    fn mixed_rows() -> Vec<SamplingParams> {
+        let p = |temperature: f64, top_k: usize, top_p: f64| SamplingParams {
+            temperature,
+            top_k,
+            top_p,
+            ..Default::default()
+        };
+        vec![
+            p(0.0, 0, 1.0),
+            p(1.0, 0, 1.0),
+            p(0.7, 0, 1.0),
+            p(1.3, 5, 1.0),
+            p(1.0, 0, 0.8),
+            p(0.9, 7, 0.6),
+            p(1.0, 1000, 1.0),
+            p(0.0, 3, 0.5),
+            p(2.0, 1, 1.0),
+            p(1.0, 0, 1e-9),
+        ]
+    }
+
+    fn batch(logits: &Tensor, params: &[SamplingParams], draws: &[f64]) -> Vec<(i64, f64)> {
+        let rows: Vec<RowSampling<'_>> = params
+            .iter()
+            .zip(draws)
+            .map(|(params, &draw)| RowSampling { params, draw })
+            .collect();
+        let picked: Vec<f64> = Vec::try_from(sample_batch(logits, &rows).view([-1])).unwrap();
+        picked.chunks(2).map(|p| (p[0] as i64, p[1])).collect()
+    }
+
+    #[test]
+    fn a_batch_with_mixed_settings_picks_what_each_row_picks_alone() {
+        tch::manual_seed(3);
+        let params = mixed_rows();
+        let n = params.len() as i64;
+        for round in 0..20u64 {
+            let logits = Tensor::randn([n, 50], (Kind::Float, tch::Device::Cpu)) * 3.0;
+            let draws: Vec<f64> = (0..n as u64).map(|i| token_draw(round, i, 7)).collect();
+            let together = batch(&logits, &params, &draws);
+            for (i, p) in params.iter().enumerate() {
+                let row = logits.narrow(0, i as i64, 1);
+                let (tok, lp) = sample_with_draws(&row, p, &draws[i..=i]);
+                assert_eq!(
+                    together[i].0,
+                    tok.int64_value(&[0]),
+                    "round {round} row {i} {p:?}"
+                );
+                assert_eq!(
+                    together[i].1,
+                    lp.double_value(&[0]),
+                    "round {round} row {i} {p:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_row_picks_the_same_whatever_else_is_in_the_batch() {
+        tch::manual_seed(4);
+        let params = mixed_rows();
+        let n = params.len();
+        let logits = Tensor::randn([n as i64, 64], (Kind::Float, tch::Device::Cpu)) * 2.0;
+        let draws: Vec<f64> = (0..n as u64).map(|i| token_draw(9, i, 1)).collect();
+        let whole = batch(&logits, &params, &draws);
+        // Reversed, and every row alone or with one other row of other settings.
+        let order: Vec<usize> = (0..n).rev().collect();
+        let index = Tensor::from_slice(&order.iter().map(|&i| i as i64).collect::<Vec<_>>());
+        let reversed = batch(
+            &logits.index_select(0, &index),
+            &order.iter().map(|&i| params[i].clone()).collect::<Vec<_>>(),
+            &order.iter().map(|&i| draws[i]).collect::<Vec<_>>(),
+        );
+        for (k, &i) in order.iter().enumerate() {
+            assert_eq!(reversed[k], whole[i], "row {i}");
+        }
+        for i in 0..n {
+            let other = (i + 3) % n;
+            let index = Tensor::from_slice(&[i as i64, other as i64]);
+            let pair = batch(
+                &logits.index_select(0, &index),
+                &[params[i].clone(), params[other].clone()],
+                &[draws[i], draws[other]],
+            );
+            assert_eq!(pair[0], whole[i], "row {i} beside row {other}");
+        }
     }
 }
