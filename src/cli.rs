@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 use crate::registries::Registries;
 
 pub(crate) mod bench;
+pub(crate) mod bench_decode;
 pub(crate) mod bench_fuzz;
 pub(crate) mod bench_learner;
 pub(crate) mod bench_train;

@@ -163,6 +163,9 @@ pub struct EngineStats {
     pub slot_bytes: u64,
     /// Seconds inside model forward passes and sampling.
     pub forward_seconds: f64,
+    /// Of those, seconds in decode steps (the rest is prefill).
+    #[serde(default)]
+    pub decode_seconds: f64,
     /// Seconds the engine thread waited with nothing to run (no request queued or running).
     #[serde(default)]
     pub idle_seconds: f64,

@@ -12,6 +12,9 @@ use agent_r1_actors::model::{ModelConfig, Placement, PolicyModel, SamplingParams
 pub(crate) enum BenchCmd {
     /// Generation throughput of the policy model at several batch sizes.
     Generate(GenerateBench),
+    /// The engine's decode throughput at fixed batch sizes, against the floor of the
+    /// device's memory bandwidth.
+    Decode(crate::cli::bench_decode::DecodeBench),
     /// Concurrent multi-turn episodes through the actor runtime.
     Rollout(crate::cli::rollout::BenchRolloutCmd),
     /// Learner update throughput (PPO-GAE, GRPO) on synthetic multi-turn trajectories.
@@ -66,6 +69,7 @@ pub(crate) struct GenerateBench {
 pub(crate) fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     match cmd {
         BenchCmd::Generate(args) => generate(args),
+        BenchCmd::Decode(args) => crate::cli::bench_decode::run(args),
         BenchCmd::Rollout(args) => crate::cli::rollout::run_bench(args),
         BenchCmd::Learner(args) => crate::cli::bench_learner::run(args),
         BenchCmd::Fuzz(args) => crate::cli::bench_fuzz::run(args),

@@ -596,7 +596,9 @@ impl Worker {
         let stop_check = self.sample_into(0, rows, &logits)?;
         self.stats.decode_steps += 1;
         self.stats.decode_rows += rows as u64;
-        self.stats.forward_seconds += began.elapsed().as_secs_f64() - stop_check;
+        let forward = began.elapsed().as_secs_f64() - stop_check;
+        self.stats.forward_seconds += forward;
+        self.stats.decode_seconds += forward;
         metrics::histogram!("agent_r1_engine_batch_size").record(rows as f64);
         metrics::histogram!("agent_r1_engine_step_seconds").record(began.elapsed().as_secs_f64());
         Ok(())

@@ -1,0 +1,263 @@
+//! `agent-r1 bench decode`: the engine's decode throughput at fixed batch sizes, and each
+//! decode step against the floor the device's memory bandwidth sets (every weight and every
+//! attended key and value read once per step).
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use agent_r1_actors::device::parse_placement;
+use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle, TurnRequest};
+use agent_r1_actors::model::{ModelConfig, Placement, SamplingParams};
+use anyhow::Context;
+use tch::{Device, Kind, Tensor};
+
+use crate::cli::bench::{peak_rss_mb, ModelChoice};
+
+/// Flags of `agent-r1 bench decode`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct DecodeBench {
+    /// A model directory; without it, a randomly initialised preset or shape.
+    #[arg(long, conflicts_with = "shape")]
+    model: Option<PathBuf>,
+    /// A real model's shape, randomly initialised (qwen2.5-0.5b, qwen2.5-1.5b, qwen3-1.7b,
+    /// llama3.2-1b).
+    #[arg(long)]
+    shape: Option<String>,
+    /// Preset used when neither --model nor --shape is given.
+    #[arg(long, default_value = "tiny")]
+    preset: String,
+    /// Vocabulary size of the preset model.
+    #[arg(long, default_value_t = 4096)]
+    vocab_size: usize,
+    /// Comma-separated batch sizes (rows decoded together).
+    #[arg(long, default_value = "1,64,256", value_delimiter = ',')]
+    batch_sizes: Vec<usize>,
+    /// Prompt tokens per sequence.
+    #[arg(long, default_value_t = 512)]
+    prompt_len: usize,
+    /// Tokens generated per sequence (no early stop).
+    #[arg(long, default_value_t = 256)]
+    new_tokens: usize,
+    /// Sampling temperature (0 = greedy).
+    #[arg(long, default_value_t = 1.0)]
+    temperature: f64,
+    /// Repetitions per batch size (the best is reported).
+    #[arg(long, default_value_t = 2)]
+    repeats: usize,
+    /// cpu, cuda, cuda:N or auto.
+    #[arg(long, default_value = "auto")]
+    device: String,
+    /// float32, bf16 (CUDA) or auto.
+    #[arg(long, default_value = "auto")]
+    dtype: String,
+}
+
+pub(crate) fn run(args: DecodeBench) -> anyhow::Result<()> {
+    anyhow::ensure!(args.repeats > 0, "--repeats: got 0; allowed: >= 1");
+    anyhow::ensure!(args.prompt_len > 0, "--prompt-len: got 0; allowed: >= 1");
+    anyhow::ensure!(args.new_tokens > 0, "--new-tokens: got 0; allowed: >= 1");
+    anyhow::ensure!(
+        !args.batch_sizes.is_empty() && args.batch_sizes.iter().all(|&b| b > 0),
+        "--batch-sizes: every batch size must be >= 1"
+    );
+    let placement = parse_placement(&args.device, &args.dtype)?;
+    let choice = ModelChoice {
+        dir: args.model.as_deref(),
+        shape: args.shape.as_deref(),
+        preset: &args.preset,
+        vocab_size: args.vocab_size,
+    };
+    let config = choice.config()?;
+    let name = choice.name();
+    let bandwidth = copy_bandwidth(placement.device)?;
+    eprintln!(
+        "model {name}: {} parameters, {:?} {:?}; copy bandwidth {:.1} GB/s",
+        config.num_parameters(),
+        placement.device,
+        placement.kind,
+        bandwidth / 1e9
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    for &batch in &args.batch_sizes {
+        let engine = start_engine(&args, placement, batch)?;
+        let vocab = config.vocab_size as u64;
+        let prompt = |episode: u64| -> Vec<u32> {
+            (0..args.prompt_len as u64)
+                .map(|i| ((episode * 7919 + i * 104_729) % vocab) as u32)
+                .collect()
+        };
+        let params = SamplingParams {
+            temperature: args.temperature,
+            max_new_tokens: args.new_tokens,
+            ..Default::default()
+        };
+        // Warm-up: the first passes pay for allocator growth and kernel selection.
+        runtime.block_on(run_batch(&engine, 1, u64::MAX - 1, &prompt, &params))?;
+        let mut best: Option<Measured> = None;
+        for repeat in 0..args.repeats {
+            let before = runtime.block_on(engine.stats())?;
+            let began = Instant::now();
+            let first = (repeat * batch) as u64;
+            runtime.block_on(run_batch(&engine, batch, first, &prompt, &params))?;
+            let wall = began.elapsed().as_secs_f64();
+            let after = runtime.block_on(engine.stats())?;
+            let m = Measured {
+                wall,
+                steps: after.decode_steps - before.decode_steps,
+                rows: after.decode_rows - before.decode_rows,
+                decode_seconds: after.decode_seconds - before.decode_seconds,
+                tokens: after.tokens_generated - before.tokens_generated,
+            };
+            if best.as_ref().is_none_or(|b| m.wall < b.wall) {
+                best = Some(m);
+            }
+        }
+        engine.shutdown();
+        let m = best.expect("at least one repeat");
+        let step_s = m.decode_seconds / m.steps.max(1) as f64;
+        let floor = Floor::of(&config, placement, batch, &args).seconds(bandwidth);
+        let out = serde_json::json!({
+            "bench": "decode",
+            "model": name,
+            "device": format!("{:?}", placement.device),
+            "dtype": format!("{:?}", placement.kind),
+            "batch": batch,
+            "prompt_len": args.prompt_len,
+            "new_tokens": args.new_tokens,
+            "tokens_generated": m.tokens,
+            "wall_s": m.wall,
+            "tokens_per_s": m.tokens as f64 / m.wall,
+            "decode_tokens_per_s": m.rows as f64 / m.decode_seconds.max(1e-12),
+            "decode_steps": m.steps,
+            "step_ms": step_s * 1e3,
+            "floor_ms": floor * 1e3,
+            "floor_fraction": floor / step_s.max(1e-12),
+            "copy_bandwidth_gb_s": bandwidth / 1e9,
+            "parameters": config.num_parameters(),
+            "peak_rss_mb": peak_rss_mb(),
+        });
+        println!("{out}");
+    }
+    Ok(())
+}
+
+struct Measured {
+    wall: f64,
+    steps: u64,
+    rows: u64,
+    decode_seconds: f64,
+    tokens: u64,
+}
+
+/// Bytes one decode step must read at the least: every weight once, and the keys and values
+/// of every row's context (on average half-way through the generation).
+struct Floor {
+    bytes: f64,
+}
+
+impl Floor {
+    fn of(config: &ModelConfig, placement: Placement, batch: usize, args: &DecodeBench) -> Self {
+        let element = placement.kind.elt_size_in_bytes() as f64;
+        let weights = config.num_parameters() as f64 * element;
+        let context = args.prompt_len as f64 + args.new_tokens as f64 / 2.0;
+        let per_token =
+            (config.num_hidden_layers * 2 * config.num_key_value_heads * config.head_dim) as f64
+                * element;
+        Self {
+            bytes: weights + batch as f64 * context * per_token,
+        }
+    }
+
+    fn seconds(&self, bandwidth: f64) -> f64 {
+        self.bytes / bandwidth
+    }
+}
+
+fn start_engine(
+    args: &DecodeBench,
+    placement: Placement,
+    batch: usize,
+) -> anyhow::Result<EngineHandle> {
+    let (dir, shape, preset, vocab_size) = (
+        args.model.clone(),
+        args.shape.clone(),
+        args.preset.clone(),
+        args.vocab_size,
+    );
+    let context = args.prompt_len + args.new_tokens + 1;
+    let config = EngineConfig {
+        max_batch_rows: batch,
+        max_batch_tokens: batch * context,
+        max_context: context,
+        parked_kv_bytes: 0,
+        kv_reuse: false,
+        prefault_parked_kv: false,
+        ..Default::default()
+    };
+    let (engine, _join) = spawn_engine(
+        move || {
+            ModelChoice {
+                dir: dir.as_deref(),
+                shape: shape.as_deref(),
+                preset: &preset,
+                vocab_size,
+            }
+            .build(placement, false)
+            .map_err(|e| agent_r1_actors::Error::invalid("bench decode model", e.to_string()))
+        },
+        None,
+        config,
+    )
+    .context("starting the engine")?;
+    Ok(engine)
+}
+
+/// `batch` turns at once, episodes `first..`, each generating `params.max_new_tokens`.
+async fn run_batch(
+    engine: &EngineHandle,
+    batch: usize,
+    first: u64,
+    prompt: &dyn Fn(u64) -> Vec<u32>,
+    params: &SamplingParams,
+) -> anyhow::Result<()> {
+    let turns: Vec<_> = (0..batch as u64)
+        .map(|i| {
+            let engine = engine.clone();
+            let request = TurnRequest {
+                episode: first.wrapping_add(i),
+                context: prompt(first.wrapping_add(i)),
+                params: params.clone(),
+                stop_strings: vec![],
+            };
+            tokio::spawn(async move { engine.generate(request).await })
+        })
+        .collect();
+    for turn in turns {
+        turn.await??;
+    }
+    Ok(())
+}
+
+/// Bytes per second of a large device-to-device copy (each byte read once and written once).
+fn copy_bandwidth(device: Device) -> anyhow::Result<f64> {
+    let bytes: i64 = if device.is_cuda() { 1 << 30 } else { 256 << 20 };
+    let src = Tensor::f_ones([bytes / 4], (Kind::Float, device))?;
+    let mut dst = src.f_empty_like()?;
+    let sync = || {
+        if let Device::Cuda(i) = device {
+            tch::Cuda::synchronize(i as i64);
+        }
+    };
+    dst.f_copy_(&src)?;
+    sync();
+    let reps = 5;
+    let began = Instant::now();
+    for _ in 0..reps {
+        dst.f_copy_(&src)?;
+    }
+    sync();
+    Ok(2.0 * bytes as f64 * reps as f64 / began.elapsed().as_secs_f64())
+}
