@@ -193,6 +193,10 @@ pub struct EngineStats {
     /// Prefill forward passes (one per bucket of admitted turns of similar length).
     #[serde(default)]
     pub prefill_passes: u64,
+    /// Padding tokens run through prefill passes (a bucket's rows are padded to its
+    /// longest): work done for no token.
+    #[serde(default)]
+    pub prefill_padding_tokens: u64,
     /// Copies from the model's device to the host made by forward passes: one per pass
     /// (its sampled tokens and their log-probabilities together).
     #[serde(default)]

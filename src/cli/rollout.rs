@@ -310,6 +310,8 @@ pub(crate) fn run_bench(cmd: BenchRolloutCmd) -> anyhow::Result<()> {
         "peak_rss_mb": peak_rss_mb(),
         "overhead_fraction": (1.0 - e.forward_seconds / wall).max(0.0),
         "forward_s": e.forward_seconds,
+        "decode_s": e.decode_seconds,
+        "prefill_padding_tokens": e.prefill_padding_tokens,
         "engine_idle_s": e.idle_seconds,
         "engine_admit_s": e.admit_seconds,
         "engine_finish_s": e.finish_seconds,

@@ -564,6 +564,7 @@ impl Worker {
             self.model.logits(&picked)
         });
         let prefill_tokens: usize = self.running[start..end].iter().map(|r| r.prefill).sum();
+        self.stats.prefill_padding_tokens += (rows * t - prefill_tokens) as u64;
         let reused: usize = self.running[start..end].iter().map(|r| r.reused).sum();
         self.stats.prefill_tokens += prefill_tokens as u64;
         self.stats.reused_tokens += reused as u64;
