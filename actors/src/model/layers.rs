@@ -3,7 +3,7 @@
 //! scalings, Qwen3's per-head query/key norms, SwiGLU), which is what makes logits agree to
 //! 1e-4.
 
-use tch::nn::{self, Module};
+use tch::nn;
 use tch::{Kind, Tensor};
 
 use super::config::{ModelConfig, RopeScaling};
@@ -113,6 +113,11 @@ fn apply_rotary(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
     x * cos + rotate_half(x) * sin
 }
 
+/// `x W^T + b` as one operation (`Module::forward` for `nn::Linear` adds the bias apart).
+fn project(layer: &nn::Linear, x: &Tensor) -> Tensor {
+    x.linear(&layer.ws, layer.bs.as_ref())
+}
+
 fn linear(vs: nn::Path<'_>, inp: usize, out: usize, bias: bool) -> nn::Linear {
     let config = nn::LinearConfig {
         ws_init: nn::Init::Randn {
@@ -199,8 +204,8 @@ impl Attention {
         let (b, t, _) = x.size3().expect("hidden states are [B, T, H]");
         let heads = |y: Tensor, n: i64| y.view([b, t, n, self.head_dim]);
         let (q, k) = (
-            heads(self.q_proj.forward(x), self.heads),
-            heads(self.k_proj.forward(x), self.kv_heads),
+            heads(project(&self.q_proj, x), self.heads),
+            heads(project(&self.k_proj, x), self.kv_heads),
         );
         let (q, k) = match &self.qk_norm {
             Some((q_norm, k_norm)) => (q_norm.forward(&q), k_norm.forward(&k)),
@@ -208,7 +213,7 @@ impl Attention {
         };
         let q = apply_rotary(&q.transpose(1, 2), cos, sin);
         let k = apply_rotary(&k.transpose(1, 2), cos, sin);
-        let v = heads(self.v_proj.forward(x), self.kv_heads).transpose(1, 2);
+        let v = heads(project(&self.v_proj, x), self.kv_heads).transpose(1, 2);
         let (k, v) = match cache {
             Some((cache, layer)) => cache.append(layer, &k, &v),
             None => (k, v),
@@ -234,7 +239,7 @@ impl Attention {
         let out = out
             .transpose(1, 2)
             .reshape([b, t, self.heads * self.head_dim]);
-        self.o_proj.forward(&out)
+        project(&self.o_proj, &out)
     }
 
     /// Attention under an additive bias from [`attention_bias`]: `q` `[B, heads, T, D]`,
@@ -280,8 +285,8 @@ impl Mlp {
     }
 
     pub(crate) fn forward(&self, x: &Tensor) -> Tensor {
-        let gate = self.gate_proj.forward(x).silu();
-        self.down_proj.forward(&(gate * self.up_proj.forward(x)))
+        let gate = project(&self.gate_proj, x).silu();
+        project(&self.down_proj, &(gate * project(&self.up_proj, x)))
     }
 }
 

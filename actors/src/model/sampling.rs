@@ -176,8 +176,11 @@ fn inverse_cdf(logits: &Tensor, draws: &Tensor) -> Tensor {
     let vocab = cdf.size()[1];
     let total = cdf.select(1, vocab - 1).unsqueeze(-1);
     let threshold = draws.to_kind(Kind::Double) * &total;
-    cdf.le_tensor(&threshold)
-        .sum_dim_intlist(-1, false, Kind::Int64)
+    // The cumulative sum never decreases, so the count of entries at or below the threshold
+    // is where a binary search puts it: O(log V) per row instead of a pass over V.
+    threshold
+        .searchsorted(&cdf, false, true, "right", None::<Tensor>)
+        .squeeze_dim(-1)
         .clamp_max(vocab - 1)
 }
 
