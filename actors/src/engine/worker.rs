@@ -626,7 +626,7 @@ impl Worker {
             })
             .collect();
         let sampled = sample_batch(logits, &draws);
-        let picked = self.to_host(&sampled)?;
+        let picked = self.copy_to_host(&sampled)?;
         let capacity = self.slots.capacity() as usize;
         let checking = Instant::now();
         for (b, pick) in picked.chunks_exact(2).enumerate() {
@@ -656,7 +656,7 @@ impl Worker {
 
     /// The one way a forward pass's results come back to the host (counted, so a test can
     /// hold the engine to one copy per pass).
-    fn to_host(&mut self, picked: &Tensor) -> Result<Vec<f64>> {
+    fn copy_to_host(&mut self, picked: &Tensor) -> Result<Vec<f64>> {
         self.stats.device_to_host_copies += 1;
         Ok(Vec::<f64>::try_from(
             picked.to_device(tch::Device::Cpu).view([-1]),
