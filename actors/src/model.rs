@@ -27,7 +27,7 @@ pub use recompute::LayerCheckpoints;
 pub use sampling::SamplingParams;
 
 use crate::{Error, Result};
-use layers::{attention_bias, Attending, AttnMask, DecoderLayer, RmsNorm, Rotary, RowBias};
+use layers::{attention_bias, AttnMask, DecoderLayer, RmsNorm, Rotary};
 
 /// Name prefix of the value head's weights (`value_head.weight`, `value_head.bias`).
 pub const VALUE_HEAD: &str = "value_head";
@@ -276,20 +276,11 @@ impl PolicyModel {
         };
         let (cos, sin) = self.rotary.cos_sin(&positions, self.placement.kind);
         let group = (self.config.num_attention_heads / self.config.num_key_value_heads) as i64;
-        let (kind, device) = (self.placement.kind, self.placement.device);
-        let attending = match cache.as_ref().and_then(|c| c.row_spans()) {
-            Some(spans) => Attending::Rows(
-                spans
-                    .into_iter()
-                    .map(|(t, s)| RowBias::causal(t, s, group, kind, device))
-                    .collect(),
-            ),
-            None => Attending::Bias(attention_bias(&mask, group, kind)),
-        };
+        let bias = attention_bias(&mask, group, self.placement.kind);
         let mut x = self.embed_tokens.forward(ids);
         for (i, layer) in self.layers.iter().enumerate() {
             let layer_cache = cache.as_mut().map(|c| (&mut **c as &mut dyn KvStore, i));
-            x = layer.forward(&x, &cos, &sin, attending.mask(), layer_cache);
+            x = layer.forward(&x, &cos, &sin, AttnMask::Bias(&bias), layer_cache);
         }
         if let Some(cache) = cache {
             cache.end_chunk(t);

@@ -202,7 +202,6 @@ impl SlotCache {
             counts,
             write_index: None,
             attend: 0,
-            spans: None,
         }
     }
 }
@@ -214,8 +213,6 @@ pub(crate) struct SlotChunk<'a> {
     counts: Vec<i64>,
     write_index: Option<Tensor>,
     attend: i64,
-    /// Per row `(tokens, keys attended)` when attention runs row by row (see `begin_chunk`).
-    spans: Option<Vec<(i64, i64)>>,
 }
 
 impl KvStore for SlotChunk<'_> {
@@ -250,17 +247,6 @@ impl KvStore for SlotChunk<'_> {
             }
         }
         self.attend = attend;
-        // A prefill chunk on the CPU attends row by row: there attention's cost is its work,
-        // and over the padded batch each row would attend every row's longest context with
-        // the longest chunk's queries. A decode step (one token a row) stays one pass; so
-        // does a GPU, where each call is a kernel launch.
-        self.spans = (t > 1 && device == tch::Device::Cpu).then(|| {
-            self.counts
-                .iter()
-                .enumerate()
-                .map(|(b, &count)| (count, c.lens[self.first + b] + count))
-                .collect()
-        });
         let uploaded = Tensor::from_slice(&host).to_device(device);
         let (n, r) = (rows as i64 * t, rows as i64);
         let positions = uploaded.narrow(0, 0, n).view([r, t]);
@@ -304,10 +290,6 @@ impl KvStore for SlotChunk<'_> {
                 .narrow(2, 0, self.attend)
         };
         (view(&c.keys[layer]), view(&c.values[layer]))
-    }
-
-    fn row_spans(&self) -> Option<Vec<(i64, i64)>> {
-        self.spans.clone()
     }
 
     fn end_chunk(&mut self, _t: i64) {

@@ -22,12 +22,6 @@ pub trait KvStore {
     fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> (Tensor, Tensor);
     /// Commits the chunk after every layer appended.
     fn end_chunk(&mut self, t: i64);
-    /// Per row of the chunk begun last, `(real tokens, keys attended)`, when attention is to
-    /// run row by row over exactly those keys (each row's tokens at the end of its keys,
-    /// causal) instead of over the padded batch under the mask. `None` by default.
-    fn row_spans(&self) -> Option<Vec<(i64, i64)>> {
-        None
-    }
 }
 
 /// Per-layer keys and values of a batch, plus which slots hold real tokens.

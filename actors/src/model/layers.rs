@@ -136,53 +136,10 @@ pub(crate) enum AttnMask<'a> {
     /// An additive bias (0 attended, -inf not) in the queries' grouped order, made once per
     /// forward pass by [`attention_bias`] and shared by every layer.
     Bias(&'a Tensor),
-    /// Row by row: row `b`'s first `t` queries attend its first `s` keys, causally with the
-    /// queries last, under `RowBias::bias`; no work on padding of other rows.
-    Rows(&'a [RowBias]),
     /// Causal over the chunk alone: exact for right-padded sequences without a cache (a real
     /// token never sees the padding after it), and no mask tensor exists, so attention
     /// runs in a fused kernel that keeps no `[T x S]` tensor for the backward pass.
     Causal,
-}
-
-/// What a forward pass's layers attend under, made once per pass.
-#[derive(Debug)]
-pub(crate) enum Attending {
-    /// See [`AttnMask::Bias`].
-    Bias(Tensor),
-    /// See [`AttnMask::Rows`].
-    Rows(Vec<RowBias>),
-}
-
-impl Attending {
-    pub(crate) fn mask(&self) -> AttnMask<'_> {
-        match self {
-            Attending::Bias(bias) => AttnMask::Bias(bias),
-            Attending::Rows(rows) => AttnMask::Rows(rows),
-        }
-    }
-}
-
-/// One row's span for [`AttnMask::Rows`], with its bias made once per forward pass.
-#[derive(Debug)]
-pub(crate) struct RowBias {
-    t: i64,
-    s: i64,
-    bias: Tensor,
-}
-
-impl RowBias {
-    /// `t` queries that are the last `t` of `s` keys, each attending the keys up to itself.
-    pub(crate) fn causal(t: i64, s: i64, group: i64, kind: Kind, device: tch::Device) -> Self {
-        let mask = Tensor::ones([t, s], (Kind::Bool, device))
-            .tril(s - t)
-            .view([1, 1, t, s]);
-        Self {
-            t,
-            s,
-            bias: attention_bias(&mask, group, kind),
-        }
-    }
 }
 
 /// The additive attention bias for a boolean mask `[B, 1, T, S]` (true = attended), laid out
@@ -278,22 +235,6 @@ impl Attention {
                 group > 1,
             ),
             AttnMask::Bias(bias) => Self::biased(&q, &k, &v, bias, group),
-            AttnMask::Rows(rows) => {
-                let out = q.zeros_like();
-                for (b, row) in rows.iter().enumerate() {
-                    let b = b as i64;
-                    let span = |x: &Tensor, n: i64| x.narrow(0, b, 1).narrow(2, 0, n);
-                    let attended = Self::biased(
-                        &span(&q, row.t),
-                        &span(&k, row.s),
-                        &span(&v, row.s),
-                        &row.bias,
-                        group,
-                    );
-                    span(&out, row.t).copy_(&attended);
-                }
-                out
-            }
         };
         let out = out
             .transpose(1, 2)
