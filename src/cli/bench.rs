@@ -30,19 +30,8 @@ pub(crate) enum BenchCmd {
 /// Flags of `agent-r1 bench generate`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct GenerateBench {
-    /// A model directory; without it, a randomly initialised preset or shape.
-    #[arg(long, conflicts_with = "shape")]
-    model: Option<PathBuf>,
-    /// A real model's shape, randomly initialised (qwen2.5-0.5b, qwen2.5-1.5b, qwen3-1.7b,
-    /// llama3.2-1b).
-    #[arg(long)]
-    shape: Option<String>,
-    /// Preset used when neither --model nor --shape is given.
-    #[arg(long, default_value = "tiny")]
-    preset: String,
-    /// Vocabulary size of the preset model.
-    #[arg(long, default_value_t = 4096)]
-    vocab_size: usize,
+    #[command(flatten)]
+    model: ModelFlags,
     /// Comma-separated batch sizes.
     #[arg(long, default_value = "1,64", value_delimiter = ',')]
     batch_sizes: Vec<usize>,
@@ -86,13 +75,7 @@ fn generate(args: GenerateBench) -> anyhow::Result<()> {
     );
     let placement = parse_placement(&args.device, &args.dtype)?;
     tch::manual_seed(0);
-    let model = ModelChoice {
-        dir: args.model.as_deref(),
-        shape: args.shape.as_deref(),
-        preset: &args.preset,
-        vocab_size: args.vocab_size,
-    }
-    .build(placement, false)?;
+    let model = args.model.choice().build(placement, false)?;
     let vocab = model.config().vocab_size as u64;
     let params = SamplingParams {
         temperature: args.temperature,
@@ -147,6 +130,36 @@ fn generate(args: GenerateBench) -> anyhow::Result<()> {
         println!("{out}");
     }
     Ok(())
+}
+
+/// The flags that choose a benchmark's model, shared by the bench commands.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct ModelFlags {
+    /// A model directory; without it, a randomly initialised preset or shape.
+    #[arg(long, conflicts_with = "shape")]
+    model: Option<PathBuf>,
+    /// A real model's shape, randomly initialised (qwen2.5-0.5b, qwen2.5-1.5b, qwen3-1.7b,
+    /// llama3.2-1b).
+    #[arg(long)]
+    shape: Option<String>,
+    /// Preset used when neither --model nor --shape is given.
+    #[arg(long, default_value = "tiny")]
+    preset: String,
+    /// Vocabulary size of the preset model.
+    #[arg(long, default_value_t = 4096)]
+    vocab_size: usize,
+}
+
+impl ModelFlags {
+    /// The model these flags name.
+    pub(crate) fn choice(&self) -> ModelChoice<'_> {
+        ModelChoice {
+            dir: self.model.as_deref(),
+            shape: self.shape.as_deref(),
+            preset: &self.preset,
+            vocab_size: self.vocab_size,
+        }
+    }
 }
 
 /// Which model a benchmark runs: a directory, a real shape or a preset (randomly

@@ -2,7 +2,6 @@
 //! decode step against the floor the device's memory bandwidth sets (every weight and every
 //! attended key and value read once per step).
 
-use std::path::PathBuf;
 use std::time::Instant;
 
 use agent_r1_actors::device::parse_placement;
@@ -11,24 +10,13 @@ use agent_r1_actors::model::{ModelConfig, Placement, SamplingParams};
 use anyhow::Context;
 use tch::{Device, Kind, Tensor};
 
-use crate::cli::bench::{peak_rss_mb, ModelChoice};
+use crate::cli::bench::{peak_rss_mb, ModelFlags};
 
 /// Flags of `agent-r1 bench decode`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct DecodeBench {
-    /// A model directory; without it, a randomly initialised preset or shape.
-    #[arg(long, conflicts_with = "shape")]
-    model: Option<PathBuf>,
-    /// A real model's shape, randomly initialised (qwen2.5-0.5b, qwen2.5-1.5b, qwen3-1.7b,
-    /// llama3.2-1b).
-    #[arg(long)]
-    shape: Option<String>,
-    /// Preset used when neither --model nor --shape is given.
-    #[arg(long, default_value = "tiny")]
-    preset: String,
-    /// Vocabulary size of the preset model.
-    #[arg(long, default_value_t = 4096)]
-    vocab_size: usize,
+    #[command(flatten)]
+    model: ModelFlags,
     /// Comma-separated batch sizes (rows decoded together).
     #[arg(long, default_value = "1,64,256", value_delimiter = ',')]
     batch_sizes: Vec<usize>,
@@ -61,12 +49,7 @@ pub(crate) fn run(args: DecodeBench) -> anyhow::Result<()> {
         "--batch-sizes: every batch size must be >= 1"
     );
     let placement = parse_placement(&args.device, &args.dtype)?;
-    let choice = ModelChoice {
-        dir: args.model.as_deref(),
-        shape: args.shape.as_deref(),
-        preset: &args.preset,
-        vocab_size: args.vocab_size,
-    };
+    let choice = args.model.choice();
     let config = choice.config()?;
     let name = choice.name();
     let bandwidth = copy_bandwidth(placement.device)?;
@@ -181,12 +164,7 @@ fn start_engine(
     placement: Placement,
     batch: usize,
 ) -> anyhow::Result<EngineHandle> {
-    let (dir, shape, preset, vocab_size) = (
-        args.model.clone(),
-        args.shape.clone(),
-        args.preset.clone(),
-        args.vocab_size,
-    );
+    let model = args.model.clone();
     let context = args.prompt_len + args.new_tokens + 1;
     let config = EngineConfig {
         max_batch_rows: batch,
@@ -199,14 +177,10 @@ fn start_engine(
     };
     let (engine, _join) = spawn_engine(
         move || {
-            ModelChoice {
-                dir: dir.as_deref(),
-                shape: shape.as_deref(),
-                preset: &preset,
-                vocab_size,
-            }
-            .build(placement, false)
-            .map_err(|e| agent_r1_actors::Error::invalid("bench decode model", e.to_string()))
+            model
+                .choice()
+                .build(placement, false)
+                .map_err(|e| agent_r1_actors::Error::invalid("bench decode model", e.to_string()))
         },
         None,
         config,

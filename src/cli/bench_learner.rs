@@ -7,8 +7,6 @@
 //! initialised preset or real shape, or a model directory: throughput does not depend on
 //! what the weights are.
 
-use std::path::PathBuf;
-
 use agent_r1_actors::device::parse_placement;
 use agent_r1_actors::learner::{
     AlgorithmConfig, Estimator, KlConfig, Learner, LearnerConfig, LearnerModels, MemoryConfig,
@@ -19,25 +17,13 @@ use agent_r1_actors::trajectory::{EpisodeEnd, Step, Trajectory};
 use agent_r1_envs::task::Task;
 use serde_json::json;
 
-use super::bench::{peak_rss_mb, reset_peak_rss, ModelChoice};
+use super::bench::{peak_rss_mb, reset_peak_rss, ModelFlags};
 
 /// Flags of `agent-r1 bench learner`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct LearnerBench {
-    /// A model directory (its weights are trained on); without it, a randomly initialised
-    /// shape or preset.
-    #[arg(long, conflicts_with = "shape")]
-    model: Option<PathBuf>,
-    /// A real model's shape, randomly initialised (qwen2.5-0.5b, qwen2.5-1.5b, qwen3-1.7b,
-    /// llama3.2-1b).
-    #[arg(long)]
-    shape: Option<String>,
-    /// Preset model (randomly initialised) when neither --model nor --shape is given.
-    #[arg(long, default_value = "tiny")]
-    preset: String,
-    /// Vocabulary size of the preset model.
-    #[arg(long, default_value_t = 4096)]
-    vocab_size: usize,
+    #[command(flatten)]
+    model: ModelFlags,
     /// Comma-separated estimators: `gae` (PPO, value head sharing the policy's trunk) and
     /// the critic-free ones (`grpo`, `rloo`, `reinforce_pp`, ...).
     #[arg(long, default_value = "gae,grpo", value_delimiter = ',')]
@@ -113,12 +99,7 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let placement = parse_placement(&args.device, &args.dtype)?;
-    let choice = ModelChoice {
-        dir: args.model.as_deref(),
-        shape: args.shape.as_deref(),
-        preset: &args.preset,
-        vocab_size: args.vocab_size,
-    };
+    let choice = args.model.choice();
     let model_config = choice.config()?;
     let vocab = model_config.vocab_size as u64;
     let batch = synthetic_batch(&args, vocab);
