@@ -377,6 +377,23 @@ impl TrainConfig {
         self.model.placement()
     }
 
+    /// Where the engines run, labelled by device: `rollout.devices`, or the one engine on
+    /// `model.device`; checked against this machine like [`Self::placement`].
+    pub fn engine_placements(&self) -> Result<Vec<(String, Placement)>, ConfigError> {
+        if self.rollout.devices.is_empty() {
+            return Ok(vec![(self.model.device.clone(), self.placement()?)]);
+        }
+        self.rollout
+            .devices
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                let key = format!("rollout.devices[{i}]");
+                Ok((d.clone(), self.model.placement_on(d, &key)?))
+            })
+            .collect()
+    }
+
     /// The resolved config as TOML (every default filled in), for logs and `check-config`.
     pub fn to_toml_string(&self) -> String {
         toml::to_string_pretty(self).unwrap_or_else(|e| format!("# cannot render: {e}\n"))

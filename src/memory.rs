@@ -53,13 +53,24 @@ pub fn plan(
         _ => Some(model.clone()),
     };
     let r = &cfg.rollout;
+    // The engines that share the learner's device (`rollout.devices` may put them all
+    // elsewhere); an engine on another device is that device's whole load.
+    let engines = match r.devices.is_empty() {
+        true => 1,
+        false => cfg
+            .engine_placements()?
+            .iter()
+            .filter(|(_, p)| p.device == placement.device)
+            .count(),
+    };
     Ok(MemoryPlan::predict(&PlanInput {
         device: placement.device,
         model: &model,
         kind: placement.kind,
         learner: &learner,
         separate_critic: critic.as_ref(),
-        engine: Some(EnginePlan {
+        engine: (engines > 0).then_some(EnginePlan {
+            engines,
             rows: r.concurrency.max(1),
             max_context: r.max_context_length,
             parked_kv_bytes: r.parked_kv_mib.saturating_mul(1 << 20),

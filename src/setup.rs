@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use agent_r1_actors::chat_template::{ChatTemplate, TemplateVars, QWEN2_5_CHAT_TEMPLATE};
 use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle};
+use agent_r1_actors::engine_set::EngineSet;
 use agent_r1_actors::model::presets::{preset, shape, PRESETS};
 use agent_r1_actors::model::{Placement, PolicyModel, SamplingParams};
 use agent_r1_actors::runtime::{ArgValidator, EpisodeConfig, RolloutSetup, TurnRenderer};
@@ -166,7 +167,7 @@ pub struct RolloutKnobs {
 
 /// A rollout setup over `env` and `tools` with the model's chat template.
 pub fn rollout_setup(
-    engine: EngineHandle,
+    engine: impl Into<EngineSet>,
     tokenizer: Arc<HfTokenizer>,
     env: Arc<dyn Env>,
     tools: Vec<Arc<dyn Tool>>,
@@ -183,7 +184,7 @@ pub fn rollout_setup(
         agent_r1_envs::schema::validate_arguments(&tool.parameters(), args)
     });
     Ok(RolloutSetup {
-        engine,
+        engine: engine.into(),
         env: env.into(),
         tools,
         renderer,

@@ -49,7 +49,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agent_r1_actors::engine::{EngineConfig, EngineHandle};
+use agent_r1_actors::engine::{EngineConfig, EngineStats};
+use agent_r1_actors::engine_set::EngineSet;
 use agent_r1_actors::learner::{
     BeforeUpdate, LearnerModels, LearnerRef, LearnerStart, UpdateStats, CRITIC_DIR,
 };
@@ -315,7 +316,7 @@ struct Run {
     /// outlives the checkpoints that retention deletes.
     tokenizer_dir: PathBuf,
     tokenizer: Arc<HfTokenizer>,
-    engine: EngineHandle,
+    engine: EngineSet,
     learner: LearnerRef,
     live: LiveBoard,
     eval_setup: RolloutSetup,
@@ -630,7 +631,7 @@ struct UpdateTimes {
 /// detector's publication stage until it completes.
 async fn publish(
     learner: LearnerRef,
-    engine: EngineHandle,
+    engine: EngineSet,
     stage: Operations,
     what: String,
 ) -> anyhow::Result<u64> {
@@ -694,7 +695,7 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
         HfTokenizer::from_dir(&start.policy_dir)?
             .with_template_kwargs(cfg.model.chat_template_kwargs.clone())?,
     );
-    let engine = start_engine(&cfg, &start.policy_dir, placement)?;
+    let engine = start_engines(&cfg, &start.policy_dir)?;
     stall.engine(engine.stall_probe());
     let learner = rt.block_on(start_learner(
         &cfg,
@@ -740,7 +741,33 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
     let sampled = rt.block_on(run.sampler.finish());
     run.learner.shutdown();
     let interrupted = outcome?;
-    summarize(&run, interrupted, &sampled?.summary, base.warm)
+    let engines = engine_summary(&run.engine, rt.block_on(run.engine.stats_each()).ok());
+    let mut summary = summarize(&run, interrupted, &sampled?.summary, base.warm)?;
+    summary["engines"] = engines;
+    Ok(summary)
+}
+
+/// Per engine: its device, the episodes routed to it, its turns and prefill figures.
+fn engine_summary(engines: &EngineSet, stats: Option<Vec<EngineStats>>) -> Value {
+    let routed = engines.episodes_routed();
+    let stats = stats.unwrap_or_default();
+    let rows: Vec<Value> = engines
+        .labels()
+        .iter()
+        .enumerate()
+        .map(|(i, label)| {
+            let s = stats.get(i);
+            json!({
+                "device": label,
+                "episodes": routed.get(i),
+                "turns": s.map(|s| s.turns),
+                "prefill_tokens": s.map(|s| s.prefill_tokens),
+                "reused_tokens": s.map(|s| s.reused_tokens),
+                "mean_batch": s.map(|s| s.mean_batch_size()),
+            })
+        })
+        .collect();
+    Value::Array(rows)
 }
 
 /// Refuses to start when the planned memory does not fit the device (unless
@@ -1090,31 +1117,38 @@ impl StartPoint {
     }
 }
 
-/// The engine over the start policy, sized from `[rollout]`.
-fn start_engine(
-    cfg: &TrainConfig,
-    policy_dir: &Path,
-    placement: Placement,
-) -> anyhow::Result<EngineHandle> {
+/// The engines over the start policy (one per `rollout.devices` entry, else one on
+/// `model.device`), each sized from `[rollout]`.
+fn start_engines(cfg: &TrainConfig, policy_dir: &Path) -> anyhow::Result<EngineSet> {
     let r = &cfg.rollout;
     // Deterministic: one row, no reuse, so no token's arithmetic depends on another's.
     let (rows, kv_reuse) = match r.deterministic {
         true => (1, false),
         false => (r.concurrency.max(1), true),
     };
-    setup::engine(
-        policy_dir,
-        placement,
-        EngineConfig {
-            max_batch_rows: rows,
-            max_context: r.max_context_length,
-            parked_kv_bytes: r.parked_kv_mib.saturating_mul(1 << 20),
-            prefault_parked_kv: r.prefault_parked_kv,
-            seed: cfg.training.seed as i64,
-            kv_reuse,
-            ..Default::default()
-        },
-    )
+    // One seed for all: a token is drawn from (seed, episode, position), so what an episode
+    // samples does not depend on which engine it was routed to.
+    let config = EngineConfig {
+        max_batch_rows: rows,
+        max_context: r.max_context_length,
+        parked_kv_bytes: r.parked_kv_mib.saturating_mul(1 << 20),
+        prefault_parked_kv: r.prefault_parked_kv,
+        seed: cfg.training.seed as i64,
+        kv_reuse,
+        ..Default::default()
+    };
+    let placements = cfg.engine_placements()?;
+    let many = placements.len() > 1;
+    let mut engines = Vec::new();
+    for (i, (label, placement)) in placements.into_iter().enumerate() {
+        let engine = setup::engine(policy_dir, placement, config.clone())
+            .with_context(|| format!("engine {i} on {label}"))?;
+        if many {
+            eprintln!("engine {i} on {label}");
+        }
+        engines.push((format!("{label} (engine {i})"), engine));
+    }
+    Ok(EngineSet::new(engines)?)
 }
 
 /// The supervised learner over the start policy (a critic and a KL reference when the
@@ -1201,7 +1235,7 @@ async fn start_learner(
 /// `eval.greedy`), with `[rollout]`'s waits.
 fn rollout_setups(
     cfg: &TrainConfig,
-    engine: &EngineHandle,
+    engine: &EngineSet,
     tokenizer: &Arc<HfTokenizer>,
     scenario: &Scenario,
     live: &LiveBoard,

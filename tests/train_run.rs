@@ -445,3 +445,31 @@ fn a_failed_checkpoint_write_is_retried_then_skipped_keeping_the_older_ones() {
     assert!(checkpoints.join("step-3").is_dir());
     assert_eq!(manifest(&run, 3)["state"]["step"], 3);
 }
+
+#[test]
+fn two_engines_on_the_cpu_train_end_to_end_and_both_sample() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), 2, 2, 4, 2);
+    let text = std::fs::read_to_string(&cfg).unwrap().replace(
+        "concurrency = 4",
+        "concurrency = 4\ndevices = [\"cpu\", \"cpu\"]",
+    );
+    std::fs::write(&cfg, text).unwrap();
+    let run = tmp.path().join("run");
+    let (code, out, err) = Trainer::start(&cfg, &run, false).finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("engine 0 on cpu") && err.contains("engine 1 on cpu"),
+        "{err}"
+    );
+    let summary = last_json(&out);
+    assert_eq!(summary["updates"], 2);
+    let engines = summary["engines"].as_array().unwrap();
+    assert_eq!(engines.len(), 2, "{summary}");
+    for e in engines {
+        assert!(e["episodes"].as_u64().unwrap() > 0, "{summary}");
+        assert!(e["turns"].as_u64().unwrap() > 0, "{summary}");
+    }
+    let rows = jsonl(&run.join("metrics.jsonl"));
+    assert_eq!(steps(&rows), vec![1, 2]);
+}

@@ -8,6 +8,7 @@ pub mod algo;
 pub mod chat_template;
 pub mod device;
 pub mod engine;
+pub mod engine_set;
 pub mod error;
 pub mod learner;
 pub mod memory_plan;

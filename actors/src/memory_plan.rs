@@ -32,6 +32,8 @@ fn runtime_overhead(device: Device) -> u64 {
 /// The engine's share of a training run's device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EnginePlan {
+    /// Engines of this shape on the device (`rollout.devices` may list one device twice).
+    pub engines: usize,
     /// Rows decoded together (the slots' rows).
     pub rows: usize,
     /// Longest context a row holds.
@@ -54,7 +56,7 @@ pub struct PlanInput<'a> {
     /// A separate critic's architecture; `None` for no critic or a value head on the
     /// policy's trunk.
     pub separate_critic: Option<&'a ModelConfig>,
-    /// The engine when it shares the device (as in `train`).
+    /// The engines that share the device (as in `train`).
     pub engine: Option<EnginePlan>,
     /// Sampled tokens in the largest micro-batch when known (a benchmark's fixed shape);
     /// `None` plans for the worst case, every token sampled.
@@ -183,22 +185,23 @@ impl MemoryPlan {
             "algorithm.kl.placement = \"off\"",
         );
         if let Some(e) = input.engine {
-            term("engine weights", params * s, "");
+            let n = e.engines as u64;
+            term("engine weights", n * params * s, "rollout.devices");
             let kv_per_token = m.kv_bytes_per_token(s as usize) as u64;
             term(
                 "engine slots (KV)",
-                e.rows as u64 * (e.max_context as u64 + 1) * kv_per_token,
+                n * e.rows as u64 * (e.max_context as u64 + 1) * kv_per_token,
                 "rollout.concurrency, rollout.max_context_length",
             );
             term(
                 "parked-KV pool",
-                e.parked_kv_bytes as u64,
+                n * e.parked_kv_bytes as u64,
                 "rollout.parked_kv_mib",
             );
             // Logits of the rows' last positions and the sampler's float64 working copies.
             term(
                 "engine step (logits, sampling)",
-                e.rows as u64 * m.vocab_size as u64 * (4 + 3 * 8),
+                n * e.rows as u64 * m.vocab_size as u64 * (4 + 3 * 8),
                 "rollout.concurrency",
             );
         }
@@ -370,11 +373,31 @@ mod tests {
     fn the_engine_terms_follow_its_allocation() {
         let l = LearnerConfig::default();
         let engine = EnginePlan {
+            engines: 1,
             rows: 128,
             max_context: 8192,
             parked_kv_bytes: 16 << 30,
         };
         let p = plan(&l, Kind::BFloat16, Some(engine));
+        // Two engines on the device (`rollout.devices = ["cuda:0", "cuda:0"]`): every
+        // engine term twice, the learner's terms once.
+        let two = plan(
+            &l,
+            Kind::BFloat16,
+            Some(EnginePlan {
+                engines: 2,
+                ..engine
+            }),
+        );
+        for name in [
+            "engine weights",
+            "engine slots (KV)",
+            "parked-KV pool",
+            "engine step (logits, sampling)",
+        ] {
+            assert_eq!(bytes(&two, name), 2 * bytes(&p, name), "{name}");
+        }
+        assert_eq!(bytes(&two, "policy weights"), bytes(&p, "policy weights"));
         // 28 layers x 2 x 2 KV heads x 128 dims x 2 bytes = 28 KiB per token.
         assert_eq!(bytes(&p, "engine slots (KV)"), 128 * 8193 * 28 * 1024);
         assert_eq!(bytes(&p, "parked-KV pool"), 16 << 30);

@@ -1,4 +1,5 @@
-//! The supervised actor runtime: many concurrent multi-turn episodes over one engine.
+//! The supervised actor runtime: many concurrent multi-turn episodes over one engine, or one
+//! engine per device with each episode kept on one.
 //!
 //! ```text
 //! RolloutService (one per run; tasks stream in, trajectories stream out)
@@ -6,7 +7,8 @@
 //!  └─ RolloutSupervisor ◄── feeder (one credit per episode slot)
 //!       └─ Episode x concurrency                            (re-queued once on failure)
 //!            ├─ EnvActor: this episode's env, calls on the blocking pool
-//!            └─ EngineHandle ── crossbeam ──> engine thread (owns the model; batching)
+//!            └─ EngineSet ── route ──> EngineHandle ── crossbeam ──> engine thread
+//!                (sticky per episode)                    (owns the model; batching)
 //! ```
 //! Backpressure: at most `concurrency` episodes exist; the engine admits a bounded number of
 //! pending turns; each tool queue is bounded and sheds calls past it; the task stream and
@@ -44,7 +46,7 @@ pub use service::{RolloutService, TaskSender};
 pub use supervisor::{EpisodeRequest, RolloutSummary, RETRY_BIT};
 pub use tool_pool::{RestartPolicy, ToolPool, ToolPoolMsg, ToolPoolStats};
 
-use crate::engine::EngineHandle;
+use crate::engine_set::EngineSet;
 use crate::model::SamplingParams;
 use crate::stall::StallWatch;
 use crate::trajectory::Trajectory;
@@ -100,8 +102,8 @@ impl Default for EpisodeConfig {
 /// Everything a rollout needs besides its tasks.
 #[derive(Clone)]
 pub struct RolloutSetup {
-    /// The running engine.
-    pub engine: EngineHandle,
+    /// The running engines (one, or one per device); an episode's turns all go to one.
+    pub engine: EngineSet,
     /// Where each episode's env comes from.
     pub env: EnvSource,
     /// Tools by name (the env's `tool_names` must all be here).

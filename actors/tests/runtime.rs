@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle};
+use agent_r1_actors::engine_set::EngineSet;
 use agent_r1_actors::learner::{
     AlgorithmConfig, BeforeUpdate, Estimator, KlConfig, LearnerConfig, LearnerModels, LearnerRef,
     LearnerStart,
@@ -165,10 +166,9 @@ fn fixture() -> Fixture {
     fixture_with_rows(16)
 }
 
-fn fixture_with_rows(max_batch_rows: usize) -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    tiny_model(dir.path());
-    let path = dir.path().to_path_buf();
+/// An engine on the CPU over the model in `dir`.
+fn tiny_engine(dir: &Path, max_batch_rows: usize) -> EngineHandle {
+    let path = dir.to_path_buf();
     let (engine, _) = spawn_engine(
         move || PolicyModel::load(&path, Placement::default(), false),
         None,
@@ -179,6 +179,13 @@ fn fixture_with_rows(max_batch_rows: usize) -> Fixture {
         },
     )
     .unwrap();
+    engine
+}
+
+fn fixture_with_rows(max_batch_rows: usize) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    tiny_model(dir.path());
+    let engine = tiny_engine(dir.path(), max_batch_rows);
     let tokenizer = Arc::new(HfTokenizer::from_dir(dir.path()).unwrap());
     let model = PolicyModel::load(dir.path(), Placement::default(), false).unwrap();
     Fixture {
@@ -199,7 +206,7 @@ fn setup(
     let renderer = Arc::new(TurnRenderer::new(f.tokenizer.clone(), specs, None).unwrap());
     let end = renderer.end_of_turn_id();
     RolloutSetup {
-        engine: f.engine.clone(),
+        engine: f.engine.clone().into(),
         env,
         tools,
         renderer,
@@ -1126,4 +1133,98 @@ fn a_turn_with_three_calls_runs_them_together_and_answers_in_order_past_the_limi
         expected += s.action_ids.len() + s.observation_ids.len();
     }
     assert_eq!(t.token_stream().len(), expected);
+}
+
+#[test]
+fn two_engines_share_the_episodes_and_each_episode_keeps_its_engine_and_its_kv() {
+    const EPISODES: usize = 64;
+    let f = fixture();
+    let second = tiny_engine(f._dir.path(), 16);
+    let engines = EngineSet::new(vec![
+        ("cpu (engine 0)".into(), f.engine.clone()),
+        ("cpu (engine 1)".into(), second),
+    ])
+    .unwrap();
+    let env = Arc::new(ScriptedEnv {
+        calls: 2,
+        turns: Default::default(),
+        resets: Default::default(),
+    });
+    let mut two = setup(&f, EnvSource::Shared(env), vec![Arc::new(Echo)], 16);
+    two.engine = engines.clone();
+    let (report, all) = run_setup(two, tasks("two", EPISODES));
+    assert_eq!(report.summary.completed, EPISODES as u64, "{report:?}");
+    assert_eq!(all.len(), EPISODES);
+
+    let each = runtime().block_on(engines.stats_each()).unwrap();
+    let routed = engines.episodes_routed();
+    eprintln!("episodes routed per engine: {routed:?}");
+    for (i, s) in each.iter().enumerate() {
+        eprintln!(
+            "engine {i}: {} turns, {} prefill tokens, {} reused, mean batch {:.1}",
+            s.turns,
+            s.prefill_tokens,
+            s.reused_tokens,
+            s.mean_batch_size()
+        );
+    }
+    assert_eq!(routed.iter().sum::<u64>(), EPISODES as u64);
+    assert!(
+        routed.iter().all(|&n| n > 0),
+        "both engines sampled: {routed:?}"
+    );
+    assert!(
+        each.iter().all(|s| s.turns > 0 && s.evictions == 0),
+        "{each:?}"
+    );
+    let steps: usize = all.iter().map(|t| t.steps.len()).sum();
+    assert_eq!(each.iter().map(|s| s.turns).sum::<u64>(), steps as u64);
+    assert_eq!(
+        engines.episodes_held(),
+        vec![0, 0],
+        "every episode released its route"
+    );
+    // Sticky: a later turn finds its episode's KV parked on the engine it goes to, so it
+    // prefills only what was added since its previous turn (the observation, and the last
+    // sampled token, which was never fed), as with one engine; on the other engine it would
+    // prefill the whole context past the shared prompt prefix.
+    let later_turns_prefill_only_what_is_new = |all: &[Trajectory]| -> (usize, usize) {
+        for t in all {
+            assert!(t.steps[0].prefill_tokens <= t.prompt_ids.len());
+            for (k, pair) in t.steps.windows(2).enumerate() {
+                assert_eq!(
+                    pair[1].prefill_tokens,
+                    pair[0].observation_ids.len() + 1,
+                    "episode {} step {}: {:?}",
+                    t.episode_id,
+                    k + 1,
+                    pair[1]
+                );
+            }
+        }
+        let first = all.iter().map(|t| t.steps[0].prefill_tokens).sum();
+        let later = all
+            .iter()
+            .flat_map(|t| t.steps.iter().skip(1))
+            .map(|s| s.prefill_tokens)
+            .sum();
+        (first, later)
+    };
+    let (first, later) = later_turns_prefill_only_what_is_new(&all);
+
+    // The same tasks on one fresh engine.
+    let env = Arc::new(ScriptedEnv {
+        calls: 2,
+        turns: Default::default(),
+        resets: Default::default(),
+    });
+    let mut one = setup(&f, EnvSource::Shared(env), vec![Arc::new(Echo)], 16);
+    one.engine = tiny_engine(f._dir.path(), 16).into();
+    let (report, alone) = run_setup(one, tasks("two", EPISODES));
+    assert_eq!(report.summary.completed, EPISODES as u64, "{report:?}");
+    let (first_alone, later_alone) = later_turns_prefill_only_what_is_new(&alone);
+    eprintln!(
+        "prefill tokens, first turns / later turns: two engines {first} / {later}, one engine \
+         {first_alone} / {later_alone}"
+    );
 }

@@ -230,7 +230,7 @@ fn run_family(style: TokenizerStyle, family: &str, format: ToolCallFormat, calls
     )
     .unwrap();
     let setup = RolloutSetup {
-        engine,
+        engine: engine.into(),
         env: agent_r1_actors::runtime::EnvSource::Shared(Arc::new(EchoEnv)),
         tools: vec![echo.clone() as Arc<dyn Tool>],
         renderer: renderer.clone(),

@@ -36,6 +36,17 @@ pub struct ModelSection {
     pub chat_template_kwargs: serde_json::Map<String, serde_json::Value>,
 }
 
+/// The device spellings `model.device` and `rollout.devices` accept.
+pub(super) const DEVICE_SPELLINGS: &str = "cpu, cuda, cuda:N, auto";
+
+/// Whether `device` is one of [`DEVICE_SPELLINGS`] (not whether this machine has it).
+pub(super) fn device_spelling_ok(device: &str) -> bool {
+    matches!(device, "cpu" | "cuda" | "auto")
+        || device
+            .strip_prefix("cuda:")
+            .is_some_and(|n| n.parse::<usize>().is_ok())
+}
+
 fn default_auto() -> String {
     "auto".into()
 }
@@ -58,16 +69,11 @@ impl Section for ModelSection {
             }
             (Some(_), None) => {}
         }
-        let device_ok = matches!(self.device.as_str(), "cpu" | "cuda" | "auto")
-            || self
-                .device
-                .strip_prefix("cuda:")
-                .is_some_and(|n| n.parse::<usize>().is_ok());
-        if !device_ok {
+        if !device_spelling_ok(&self.device) {
             return Err(E::range(
                 "device",
                 format!("{:?}", self.device),
-                "cpu, cuda, cuda:N, auto",
+                DEVICE_SPELLINGS,
             ));
         }
         if !matches!(
@@ -103,12 +109,25 @@ impl ModelSection {
     /// Device and dtype, checked against this machine (CUDA visible, device index in range);
     /// errors name `model.device` / `model.dtype`.
     pub fn placement(&self) -> Result<Placement, ConfigError> {
-        agent_r1_actors::device::parse_placement(&self.device, &self.dtype).map_err(|e| {
+        self.placement_on(&self.device, "model.device")
+    }
+
+    /// [`Self::placement`] on another device with this model's dtype; a device error names
+    /// `key`.
+    pub(super) fn placement_on(&self, device: &str, key: &str) -> Result<Placement, ConfigError> {
+        if device == "cpu" && matches!(self.dtype.as_str(), "bf16" | "bfloat16") {
+            return Err(ConfigError::range(
+                key,
+                "\"cpu\" with model.dtype = \"bf16\"",
+                "a CUDA device, or model.dtype = \"float32\"",
+            ));
+        }
+        agent_r1_actors::device::parse_placement(device, &self.dtype).map_err(|e| {
             let e = e.to_string();
             let key = if e.contains("--dtype") {
                 "model.dtype"
             } else {
-                "model.device"
+                key
             };
             ConfigError::new(
                 key,

@@ -33,9 +33,15 @@ pub struct RolloutSection {
     /// Nucleus mass.
     #[schemars(extend("exclusiveMinimum" = 0), range(max = 1.0))]
     pub top_p: f64,
-    /// Episodes running at once.
+    /// Episodes running at once (over all engines).
     #[schemars(range(min = 1))]
     pub concurrency: usize,
+    /// One engine per device listed (`["cuda:1", "cuda:2"]`; `["cpu", "cpu"]` runs two on
+    /// the CPU). An episode's first turn goes to the engine holding the fewest episodes and
+    /// its later turns to the same one (its KV is parked there). Each engine is sized as the
+    /// one engine would be (`concurrency` rows, `parked_kv_mib`). Empty: one engine on
+    /// `model.device`. The learner stays on `model.device` either way.
+    pub devices: Vec<String>,
     /// The engine's pool of KV parked for episodes waiting on tools (MiB); 0 parks nothing
     /// (every turn then recomputes its episode's context past the shared prompt).
     pub parked_kv_mib: usize,
@@ -70,6 +76,7 @@ impl Default for RolloutSection {
             temperature: 1.0,
             top_p: 1.0,
             concurrency: 64,
+            devices: Vec::new(),
             parked_kv_mib: 2048,
             prefault_parked_kv: true,
             generate_timeout_secs: 1800.0,
@@ -82,6 +89,18 @@ impl Default for RolloutSection {
 
 impl Section for RolloutSection {
     fn rules(&self) -> Result<(), ConfigError> {
+        if let Some((i, d)) = self
+            .devices
+            .iter()
+            .enumerate()
+            .find(|(_, d)| !super::model::device_spelling_ok(d))
+        {
+            return Err(ConfigError::range(
+                format!("devices[{i}]"),
+                format!("{d:?}"),
+                super::model::DEVICE_SPELLINGS,
+            ));
+        }
         let min_context = self.max_prompt_length + self.max_response_length;
         if self.max_context_length < min_context {
             return Err(ConfigError::range(

@@ -328,6 +328,49 @@ fn model_section_rules() {
 }
 
 #[test]
+fn rollout_devices_give_one_engine_each_and_a_bad_one_is_named() {
+    let engines = |c: &TrainConfig| -> Vec<(String, tch::Device)> {
+        c.engine_placements()
+            .unwrap()
+            .into_iter()
+            .map(|(label, p)| (label, p.device))
+            .collect()
+    };
+    // Empty: the one engine on model.device.
+    assert_eq!(
+        engines(&parse("").unwrap()),
+        vec![("cpu".to_string(), tch::Device::Cpu)]
+    );
+    let two = parse("[rollout]\ndevices = [\"cpu\", \"cpu\"]\n").unwrap();
+    two.validate(FileCheck::Skip, &Registries::builtins())
+        .unwrap();
+    assert_eq!(engines(&two).len(), 2);
+    let e = invalid("[rollout]\ndevices = [\"cpu\", \"tpu\"]\n");
+    assert_eq!(e.key, "rollout.devices[1]", "{e}");
+    assert!(
+        e.message.contains("cuda:N") && e.message.contains("tpu"),
+        "{e}"
+    );
+    // Spelled right, but not on this machine (or not with this dtype): named at start.
+    let bf16 = TrainConfig::from_toml_str(
+        "[model]\npreset = \"tiny\"\ndevice = \"cuda\"\ndtype = \"bf16\"\n[env]\nname = \"synthetic_multihop\"\n[rollout]\ndevices = [\"cuda:0\", \"cpu\"]\n",
+    )
+    .unwrap();
+    let e = bf16.engine_placements().unwrap_err();
+    assert!(
+        e.key.starts_with("rollout.devices[") || e.key == "model.dtype",
+        "{e}"
+    );
+    if !tch::Cuda::is_available() {
+        let e = parse("[rollout]\ndevices = [\"cpu\", \"cuda:3\"]\n")
+            .unwrap()
+            .engine_placements()
+            .unwrap_err();
+        assert_eq!(e.key, "rollout.devices[1]", "{e}");
+    }
+}
+
+#[test]
 fn warm_start_rules() {
     let c = parse("").unwrap();
     assert_eq!(c.warm_start.steps, 0, "no warm start unless asked");

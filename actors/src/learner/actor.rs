@@ -22,7 +22,7 @@ use super::config::LearnerConfig;
 use super::handle::{spawn_learner_with, BeforeUpdate, LearnerHandle};
 use super::stats::UpdateStats;
 use super::trainer::LearnerModels;
-use crate::engine::EngineHandle;
+use crate::engine_set::EngineSet;
 use crate::trajectory::Trajectory;
 use crate::{Error, Result};
 
@@ -58,7 +58,7 @@ pub enum LearnerMsg {
     /// Train on one batch.
     Update(Vec<Trajectory>, RpcReplyPort<Result<UpdateStats>>),
     /// Send the current policy to the engine; the reply is the version published.
-    Publish(EngineHandle, RpcReplyPort<Result<u64>>),
+    Publish(EngineSet, RpcReplyPort<Result<u64>>),
     /// The current policy version.
     Version(RpcReplyPort<Result<u64>>),
     /// Save the policy (and a separate critic) as Hugging Face directories under `dir`,
@@ -263,10 +263,10 @@ impl LearnerRef {
             .await
     }
 
-    /// Sends the current policy to the engine, so its next tokens sample from it; returns the
-    /// version published.
-    pub async fn publish(&self, engine: &EngineHandle) -> Result<u64> {
-        let engine = engine.clone();
+    /// Sends the current policy to the engine (every engine of a set), so its next tokens
+    /// sample from it; returns the version published.
+    pub async fn publish(&self, engine: impl Into<EngineSet>) -> Result<u64> {
+        let engine = engine.into();
         self.call("a weight publication", |r| LearnerMsg::Publish(engine, r))
             .await
     }

@@ -17,7 +17,7 @@ use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 use super::config::LearnerConfig;
 use super::stats::UpdateStats;
 use super::trainer::{Learner, LearnerModels};
-use crate::engine::EngineHandle;
+use crate::engine_set::EngineSet;
 use crate::error::panic_message;
 use crate::trajectory::Trajectory;
 use crate::weight_digest::WeightDigest;
@@ -229,10 +229,11 @@ impl LearnerHandle {
         self.wait(rx, "the learner's weights").await?
     }
 
-    /// Sends the current policy to the engine, verified against the learner's checksums
-    /// ([`EngineHandle::update_weights_verified`]), so the next turns sample from it; returns
-    /// the version published.
-    pub async fn publish(&self, engine: &EngineHandle) -> Result<u64> {
+    /// Sends the current policy to the engine (every engine of a set), verified against the
+    /// learner's checksums ([`EngineSet::update_weights_verified`]), so the next turns sample
+    /// from it; returns the version published.
+    pub async fn publish(&self, engine: impl Into<EngineSet>) -> Result<u64> {
+        let engine = engine.into();
         let weights = self.state_dict().await?;
         engine
             .update_weights_verified(weights.version, weights.tensors, weights.digest)

@@ -27,7 +27,8 @@ use super::live::{LiveBoard, LiveEntry, Stage};
 use super::render::TurnRenderer;
 use super::tool_pool::ToolPoolMsg;
 use super::EpisodeConfig;
-use crate::engine::{EngineHandle, TurnRequest};
+use crate::engine::TurnRequest;
+use crate::engine_set::EngineSet;
 use crate::stall::StallWatch;
 use crate::trajectory::{EpisodeEnd, Step, Trajectory};
 
@@ -37,7 +38,7 @@ pub(crate) const COMPLETED: &str = "completed";
 /// What every episode of a run shares.
 pub(crate) struct Shared {
     pub(crate) env: EnvSource,
-    pub(crate) engine: EngineHandle,
+    pub(crate) engine: EngineSet,
     pub(crate) tools: HashMap<String, (ActorRef<ToolPoolMsg>, Duration)>,
     pub(crate) renderer: Arc<TurnRenderer>,
     pub(crate) config: EpisodeConfig,
