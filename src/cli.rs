@@ -14,6 +14,7 @@ pub(crate) mod bench_decode;
 pub(crate) mod bench_fuzz;
 pub(crate) mod bench_learner;
 pub(crate) mod bench_train;
+pub(crate) mod bench_weights;
 pub(crate) mod check_config;
 pub(crate) mod eval;
 pub(crate) mod eval_answers;

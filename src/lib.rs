@@ -15,3 +15,4 @@ pub mod registries;
 pub mod setup;
 pub mod train;
 pub mod view;
+pub mod weight_plane;

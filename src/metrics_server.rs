@@ -490,6 +490,20 @@ fn describe_series() {
         "Periodic checkpoints skipped because every write attempt failed (older ones are kept)."
     );
     describe_counter!(
+        "agent_r1_cluster_weight_fetch_bytes_total",
+        Unit::Bytes,
+        "Bytes of weights received from the trainer's weight server (re-downloads included)."
+    );
+    describe_counter!(
+        "agent_r1_cluster_weight_fetch_retries_total",
+        "Weight file downloads retried, by reason (transfer: resumed after it broke off; digest: SHA-256 did not match the manifest)."
+    );
+    describe_histogram!(
+        "agent_r1_cluster_weight_fetch_seconds",
+        Unit::Seconds,
+        "Seconds to fetch and verify one weights version."
+    );
+    describe_counter!(
         "agent_r1_tool_calls_abandoned_total",
         "Queued tool calls dropped unrun because their episode had stopped waiting, by tool."
     );

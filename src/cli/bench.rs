@@ -25,6 +25,9 @@ pub(crate) enum BenchCmd {
     /// Random inputs against the tool-call parser, the rendering of tool results and the
     /// config parser, counting panics.
     Fuzz(crate::cli::bench_fuzz::FuzzBench),
+    /// One weights version through the data plane over loopback: published, served,
+    /// fetched, verified by SHA-256 and loaded.
+    Weights(crate::cli::bench_weights::WeightsBench),
 }
 
 /// Flags of `agent-r1 bench generate`.
@@ -63,6 +66,7 @@ pub(crate) fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Learner(args) => crate::cli::bench_learner::run(args),
         BenchCmd::Fuzz(args) => crate::cli::bench_fuzz::run(args),
         BenchCmd::Train(args) => crate::cli::bench_train::run(args),
+        BenchCmd::Weights(args) => crate::cli::bench_weights::run(args),
     }
 }
 

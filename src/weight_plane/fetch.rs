@@ -1,0 +1,259 @@
+//! Fetching a version from a [`super::WeightServer`]: file by file into a staging directory,
+//! resuming an interrupted transfer with a range request, checking each file's SHA-256
+//! against the manifest and downloading it again when it does not match. A version's
+//! directory appears only once every file verified.
+//!
+//! Blocking (it reads sockets and hashes files): async callers run it on the blocking pool.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::manifest::{hash_file, version_dir, Manifest, MANIFEST_FILE};
+use super::{io_error, WeightPlaneError};
+
+/// Limits of a [`Fetcher`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct FetcherConfig {
+    /// Downloads of one file before it is given up (a broken transfer resumes, a digest
+    /// mismatch starts over; both count).
+    pub attempts: u32,
+    /// To connect, and then to receive a response's headers.
+    pub connect_timeout: Duration,
+    /// To receive one response's body (a whole file).
+    pub transfer_timeout: Duration,
+}
+
+impl Default for FetcherConfig {
+    fn default() -> Self {
+        Self {
+            attempts: 4,
+            connect_timeout: Duration::from_secs(10),
+            transfer_timeout: Duration::from_secs(1800),
+        }
+    }
+}
+
+/// Where to fetch from and to.
+pub struct Fetcher {
+    base: String,
+    dest: PathBuf,
+    config: FetcherConfig,
+    agent: ureq::Agent,
+}
+
+/// A version fetched and verified.
+#[derive(Debug, Clone)]
+pub struct Fetched {
+    /// Its manifest.
+    pub manifest: Manifest,
+    /// Its directory under the fetcher's destination.
+    pub dir: PathBuf,
+    /// Bytes received (more than the version's size when a file was downloaded again).
+    pub bytes_received: u64,
+    /// Seconds from the manifest request to the last file verified.
+    pub seconds: f64,
+    /// Files downloaded again because their digest did not match.
+    pub digest_retries: u32,
+    /// Transfers resumed after they broke off.
+    pub resumed: u32,
+}
+
+impl Fetcher {
+    /// Fetches from `base` (`http://HOST:PORT`) into `dest`.
+    pub fn new(base: &str, dest: &Path, config: FetcherConfig) -> Self {
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_connect(Some(config.connect_timeout))
+            .timeout_recv_response(Some(config.connect_timeout))
+            .timeout_recv_body(Some(config.transfer_timeout))
+            .build()
+            .into();
+        Self {
+            base: base.trim_end_matches('/').to_string(),
+            dest: dest.to_path_buf(),
+            config,
+            agent,
+        }
+    }
+
+    /// The newest version's manifest on the server.
+    pub fn latest(&self) -> Result<Manifest, WeightPlaneError> {
+        self.manifest("latest")
+    }
+
+    fn manifest(&self, which: &str) -> Result<Manifest, WeightPlaneError> {
+        let url = match which {
+            "latest" => format!("{}/weights/latest", self.base),
+            v => format!("{}/weights/{v}/{MANIFEST_FILE}", self.base),
+        };
+        let http = |message: String| WeightPlaneError::Http {
+            url: url.clone(),
+            message,
+        };
+        let response = self
+            .agent
+            .get(&url)
+            .call()
+            .map_err(|e| http(e.to_string()))?;
+        let status = response.status().as_u16();
+        let body = response
+            .into_body()
+            .with_config()
+            .limit(1 << 20)
+            .read_to_vec()
+            .map_err(|e| http(e.to_string()))?;
+        if status != 200 {
+            return Err(http(format!(
+                "status {status}: {}",
+                String::from_utf8_lossy(&body).trim()
+            )));
+        }
+        Manifest::parse(&body, &url)
+    }
+
+    /// Fetches `version` (`None`: the newest), unless it is already here; verified file by
+    /// file.
+    pub fn fetch(&self, version: Option<u64>) -> Result<Fetched, WeightPlaneError> {
+        let began = Instant::now();
+        let manifest = match version {
+            None => self.latest()?,
+            Some(v) => self.manifest(&format!("v{v}"))?,
+        };
+        let dir = version_dir(&self.dest, manifest.version);
+        let mut fetched = Fetched {
+            manifest: manifest.clone(),
+            dir: dir.clone(),
+            bytes_received: 0,
+            seconds: 0.0,
+            digest_retries: 0,
+            resumed: 0,
+        };
+        if dir.join(MANIFEST_FILE).is_file() {
+            fetched.seconds = began.elapsed().as_secs_f64();
+            return Ok(fetched);
+        }
+        let staging = self.dest.join(format!(".v{:08}.partial", manifest.version));
+        std::fs::create_dir_all(&staging).map_err(io_error(&staging))?;
+        for entry in &manifest.files {
+            self.fetch_file(&manifest, entry, &staging, &mut fetched)?;
+        }
+        let text = serde_json::to_vec_pretty(&manifest).expect("a manifest serializes");
+        let path = staging.join(MANIFEST_FILE);
+        std::fs::write(&path, text).map_err(io_error(&path))?;
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::rename(&staging, &dir).map_err(io_error(&dir))?;
+        fetched.seconds = began.elapsed().as_secs_f64();
+        metrics::histogram!("agent_r1_cluster_weight_fetch_seconds").record(fetched.seconds);
+        tracing::info!(
+            version = manifest.version,
+            bytes = fetched.bytes_received,
+            seconds = fetched.seconds,
+            "weights fetched and verified"
+        );
+        Ok(fetched)
+    }
+
+    fn fetch_file(
+        &self,
+        manifest: &Manifest,
+        entry: &super::FileEntry,
+        staging: &Path,
+        fetched: &mut Fetched,
+    ) -> Result<(), WeightPlaneError> {
+        let path = staging.join(&entry.name);
+        let url = format!("{}/weights/v{}/{}", self.base, manifest.version, entry.name);
+        let mut last_error = None;
+        for _ in 0..self.config.attempts.max(1) {
+            let have = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+            if have > entry.bytes {
+                std::fs::remove_file(&path).map_err(io_error(&path))?;
+                continue;
+            }
+            if have < entry.bytes {
+                if have > 0 {
+                    fetched.resumed += 1;
+                }
+                match self.download(&url, &path, have) {
+                    Ok(n) => fetched.bytes_received += n,
+                    Err((n, e)) => {
+                        fetched.bytes_received += n;
+                        metrics::counter!("agent_r1_cluster_weight_fetch_retries_total", "reason" => "transfer")
+                            .increment(1);
+                        tracing::warn!("{e}; resuming");
+                        last_error = Some(e);
+                        continue;
+                    }
+                }
+            }
+            let (bytes, sha256) = hash_file(&path)?;
+            if bytes == entry.bytes && sha256 == entry.sha256 {
+                return Ok(());
+            }
+            fetched.digest_retries += 1;
+            metrics::counter!("agent_r1_cluster_weight_fetch_retries_total", "reason" => "digest")
+                .increment(1);
+            tracing::warn!(
+                file = entry.name,
+                version = manifest.version,
+                "SHA-256 {sha256} does not match the manifest's {}; downloading it again",
+                entry.sha256
+            );
+            std::fs::remove_file(&path).map_err(io_error(&path))?;
+            last_error = Some(WeightPlaneError::Digest {
+                version: manifest.version,
+                file: entry.name.clone(),
+                expected: entry.sha256.clone(),
+                got: sha256,
+                attempts: self.config.attempts.max(1),
+            });
+        }
+        let _ = std::fs::remove_file(&path);
+        Err(last_error.unwrap_or_else(|| WeightPlaneError::Http {
+            url,
+            message: "no attempt was made".into(),
+        }))
+    }
+
+    /// Appends the file's bytes from `from` on to `path`; returns the bytes received, also
+    /// on failure (what arrived stays, for the next attempt to resume from).
+    fn download(&self, url: &str, path: &Path, from: u64) -> Result<u64, (u64, WeightPlaneError)> {
+        let http = |message: String| WeightPlaneError::Http {
+            url: url.to_string(),
+            message,
+        };
+        let mut request = self.agent.get(url);
+        if from > 0 {
+            request = request.header("Range", format!("bytes={from}-"));
+        }
+        let response = request.call().map_err(|e| (0, http(e.to_string())))?;
+        let status = response.status().as_u16();
+        let append = match (status, from) {
+            (206, f) if f > 0 => true,
+            (200, _) => false,
+            (s, _) => return Err((0, http(format!("status {s}")))),
+        };
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .append(append)
+            .truncate(!append)
+            .open(path)
+            .map_err(|e| (0, io_error(path)(e)))?;
+        let mut reader = response.into_body().into_reader();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut received = 0u64;
+        loop {
+            let n = match reader.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) => return Err((received, http(format!("after {received} bytes: {e}")))),
+            };
+            file.write_all(&buf[..n])
+                .map_err(|e| (received, io_error(path)(e)))?;
+            received += n as u64;
+            metrics::counter!("agent_r1_cluster_weight_fetch_bytes_total").increment(n as u64);
+        }
+        Ok(received)
+    }
+}

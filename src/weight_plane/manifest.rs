@@ -1,0 +1,175 @@
+//! A published version on disk: its files and the manifest that names their digests.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tch::Tensor;
+
+use super::{io_error, WeightPlaneError};
+
+/// The one weights file of a version.
+pub const WEIGHTS_FILE: &str = "model.safetensors";
+/// The manifest beside it.
+pub const MANIFEST_FILE: &str = "manifest.json";
+
+/// What a version holds, as the trainer wrote it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// The policy version.
+    pub version: u64,
+    /// Its files, with sizes and digests.
+    pub files: Vec<FileEntry>,
+}
+
+/// One file of a version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileEntry {
+    /// Its name inside the version's directory (no path separators).
+    pub name: String,
+    /// Its size.
+    pub bytes: u64,
+    /// Its SHA-256, lowercase hex.
+    pub sha256: String,
+}
+
+impl Manifest {
+    /// Bytes of all files.
+    pub fn bytes(&self) -> u64 {
+        self.files.iter().map(|f| f.bytes).sum()
+    }
+
+    /// The entry named `name`, if the version has it.
+    pub fn file(&self, name: &str) -> Option<&FileEntry> {
+        self.files.iter().find(|f| f.name == name)
+    }
+
+    /// Parses a manifest read from `at` (a path or URL, for the error), checking that its
+    /// file names are plain names.
+    pub fn parse(text: &[u8], at: &str) -> Result<Self, WeightPlaneError> {
+        let bad = |message: String| WeightPlaneError::Manifest {
+            at: at.to_string(),
+            message,
+        };
+        let m: Manifest = serde_json::from_slice(text).map_err(|e| bad(e.to_string()))?;
+        for f in &m.files {
+            if !plain_name(&f.name) {
+                return Err(bad(format!("file name {:?} is not a plain name", f.name)));
+            }
+            if f.sha256.len() != 64 || !f.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(bad(format!(
+                    "{}: sha256 {:?} is not 64 hex digits",
+                    f.name, f.sha256
+                )));
+            }
+        }
+        Ok(m)
+    }
+}
+
+/// Whether `name` names a file inside a version directory and nothing else.
+pub(super) fn plain_name(name: &str) -> bool {
+    !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\\', '\0'])
+}
+
+/// The directory of `version` under `root`.
+pub(super) fn version_dir(root: &Path, version: u64) -> PathBuf {
+    root.join(format!("v{version:08}"))
+}
+
+/// The versions complete under `root`, oldest first (a version's directory appears whole:
+/// it is written under another name and renamed).
+pub(super) fn versions(root: &Path) -> Vec<u64> {
+    let mut v: Vec<u64> = std::fs::read_dir(root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let n = name.strip_prefix('v')?;
+            (n.len() == 8).then(|| n.parse().ok()).flatten()
+        })
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// A version written by [`publish`].
+#[derive(Debug, Clone)]
+pub struct PublishedVersion {
+    /// Its directory.
+    pub dir: PathBuf,
+    /// Its manifest.
+    pub manifest: Manifest,
+}
+
+/// Writes `tensors` as version `version` under `root` (the file, its digest, the manifest;
+/// the directory appears only once complete) and removes all but the newest `keep`
+/// versions.
+pub fn publish(
+    root: &Path,
+    version: u64,
+    tensors: &[(String, Tensor)],
+    keep: usize,
+) -> Result<PublishedVersion, WeightPlaneError> {
+    std::fs::create_dir_all(root).map_err(io_error(root))?;
+    let dir = version_dir(root, version);
+    let staging = root.join(format!(".v{version:08}.partial"));
+    let _ = std::fs::remove_dir_all(&staging);
+    std::fs::create_dir_all(&staging).map_err(io_error(&staging))?;
+    let file = staging.join(WEIGHTS_FILE);
+    Tensor::write_safetensors(tensors, &file).map_err(|e| WeightPlaneError::Tensors {
+        path: file.clone(),
+        message: e.to_string(),
+    })?;
+    let (bytes, sha256) = hash_file(&file)?;
+    let manifest = Manifest {
+        version,
+        files: vec![FileEntry {
+            name: WEIGHTS_FILE.into(),
+            bytes,
+            sha256,
+        }],
+    };
+    let text = serde_json::to_vec_pretty(&manifest).expect("a manifest serializes");
+    let manifest_path = staging.join(MANIFEST_FILE);
+    std::fs::write(&manifest_path, text).map_err(io_error(&manifest_path))?;
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::rename(&staging, &dir).map_err(io_error(&dir))?;
+    let all = versions(root);
+    for old in &all[..all.len().saturating_sub(keep.max(1))] {
+        let _ = std::fs::remove_dir_all(version_dir(root, *old));
+    }
+    Ok(PublishedVersion { dir, manifest })
+}
+
+/// Reads a version's tensors back (names as published).
+pub fn load_tensors(dir: &Path) -> Result<Vec<(String, Tensor)>, WeightPlaneError> {
+    let file = dir.join(WEIGHTS_FILE);
+    Tensor::read_safetensors(&file).map_err(|e| WeightPlaneError::Tensors {
+        path: file,
+        message: e.to_string(),
+    })
+}
+
+/// Size and SHA-256 (hex) of a file.
+pub(super) fn hash_file(path: &Path) -> Result<(u64, String), WeightPlaneError> {
+    let mut file = std::fs::File::open(path).map_err(io_error(path))?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut bytes = 0u64;
+    loop {
+        let n = file.read(&mut buf).map_err(io_error(path))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        bytes += n as u64;
+    }
+    Ok((bytes, hex(&hasher.finalize())))
+}
+
+pub(super) fn hex(digest: &[u8]) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
