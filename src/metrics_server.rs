@@ -503,6 +503,10 @@ fn describe_series() {
         Unit::Seconds,
         "Seconds to fetch and verify one weights version."
     );
+    describe_gauge!(
+        "agent_r1_tool_calls_overdue",
+        "Tool calls answered with a timeout whose code is still running on the tool runtime (a tool that blocks its thread cannot be aborted)."
+    );
     describe_counter!(
         "agent_r1_tool_calls_abandoned_total",
         "Queued tool calls dropped unrun because their episode had stopped waiting, by tool."

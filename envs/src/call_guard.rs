@@ -7,7 +7,8 @@
 //! runs one through [`execute`].
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -39,19 +40,35 @@ pub async fn run_guarded(tool: Arc<dyn Tool>, arguments: Value) -> Result<ToolOu
 /// [`run_guarded`], with `held` kept by the call's own task until that task ends: past the
 /// timeout when the tool's code does not yield (a tool that blocks its thread cannot be
 /// aborted), so a stall detector's record of the call outlives the answer to the caller.
+///
+/// The call's task runs on the tool runtime ([`tool_runtime`]), not the caller's: a tool
+/// that blocks its thread pins a tool-runtime thread, the caller's timeout still fires, and
+/// the caller's runtime goes on. Such a call is counted in `agent_r1_tool_calls_overdue`
+/// until its code returns.
 pub async fn run_guarded_holding<H: Send + 'static>(
     tool: Arc<dyn Tool>,
     arguments: Value,
     held: H,
 ) -> Result<ToolOutput, CallError> {
     let limit = tool.timeout();
-    let mut task = tokio::spawn(async move {
+    let state = Arc::new(AtomicU8::new(RUNNING));
+    let ended = EndOfCall(state.clone());
+    let mut task = tool_runtime().spawn(async move {
         let _held = held;
+        let _ended = ended;
         tool.call(arguments).await
     });
     match tokio::time::timeout(limit, &mut task).await {
         Err(_) => {
             task.abort();
+            // Overdue until the task ends: at once for a tool that yields (the abort drops
+            // it at its next await), when its code returns for one that blocks.
+            if state
+                .compare_exchange(RUNNING, OVERDUE, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                metrics::gauge!("agent_r1_tool_calls_overdue").increment(1.0);
+            }
             Err(CallError::Timeout(limit))
         }
         Ok(Ok(Ok(output))) => Ok(output),
@@ -67,6 +84,40 @@ pub async fn run_guarded_holding<H: Send + 'static>(
         }
         Ok(Err(join)) => Err(CallError::Failed(format!("the tool was cancelled: {join}"))),
     }
+}
+
+const RUNNING: u8 = 0;
+const OVERDUE: u8 = 1;
+const ENDED: u8 = 2;
+
+/// Dropped with the call's task (finished, or dropped after an abort).
+struct EndOfCall(Arc<AtomicU8>);
+
+impl Drop for EndOfCall {
+    fn drop(&mut self) {
+        if self.0.swap(ENDED, Ordering::AcqRel) == OVERDUE {
+            metrics::gauge!("agent_r1_tool_calls_overdue").decrement(1.0);
+        }
+    }
+}
+
+/// The runtime every guarded tool call runs on: its own threads (named `agent-r1-tool`,
+/// twice the cores and at least 8), so that tools that block their thread take threads
+/// from here and never from the actor runtime that waits on them. It lives as long as the
+/// process.
+pub fn tool_runtime() -> &'static tokio::runtime::Handle {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads((2 * cores).max(8))
+                .thread_name("agent-r1-tool")
+                .enable_all()
+                .build()
+                .expect("the tool runtime starts (threads and an I/O driver)")
+        })
+        .handle()
 }
 
 /// Validates and runs one call of `tool` (no queue, no concurrency limit).
@@ -139,9 +190,20 @@ mod tests {
             if args.get("hang") == Some(&json!(true)) {
                 std::future::pending::<()>().await;
             }
+            if args.get("block") == Some(&json!(true)) {
+                // Blocks its thread (no await) until the test opens the gate.
+                let (lock, opened) = &*GATE;
+                let open = lock.lock().unwrap();
+                let _open = opened
+                    .wait_timeout_while(open, Duration::from_secs(120), |o| !*o)
+                    .unwrap();
+            }
             Ok(ToolOutput::text(format!("n = {}", args["n"])))
         }
     }
+
+    static GATE: std::sync::LazyLock<(std::sync::Mutex<bool>, std::sync::Condvar)> =
+        std::sync::LazyLock::new(Default::default);
 
     fn tools() -> HashMap<String, Arc<dyn Tool>> {
         HashMap::from([("probe".to_string(), Arc::new(Probe) as Arc<dyn Tool>)])
@@ -200,5 +262,24 @@ mod tests {
         let again = execute(tools["probe"].clone(), json!({"n": 2})).await;
         assert_eq!(again.name.as_deref(), Some("probe"));
         assert_eq!(again.observation(100), "n = 2");
+    }
+
+    /// One runtime thread, as `#[tokio::test]` has: a tool that blocks the thread it is
+    /// polled on would hold the caller's only thread, and its timeout could never fire.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_tool_that_blocks_its_thread_is_timed_out_and_the_caller_goes_on() {
+        let tools = tools();
+        let blocked = execute_call(&tools, call(json!({"n": 1, "block": true}))).await;
+        assert_eq!(
+            blocked.result,
+            Err(CallError::Timeout(Duration::from_millis(200)))
+        );
+        // The caller's runtime is free: another call is answered while the first still
+        // blocks a tool-runtime thread.
+        let next = execute_call(&tools, call(json!({"n": 3}))).await;
+        assert_eq!(next.observation(100), "n = 3");
+        let (lock, opened) = &*GATE;
+        *lock.lock().unwrap() = true;
+        opened.notify_all();
     }
 }
