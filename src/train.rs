@@ -55,6 +55,7 @@ use agent_r1_actors::learner::{
     BeforeUpdate, LearnerModels, LearnerRef, LearnerStart, UpdateStats, CRITIC_DIR,
 };
 use agent_r1_actors::model::{Placement, PolicyModel};
+use agent_r1_actors::runtime::fault::FaultyTool;
 use agent_r1_actors::runtime::{run_rollout, LiveBoard, RolloutSetup, RolloutSummary};
 use agent_r1_actors::sft::SftConfig;
 use agent_r1_actors::stall::{Operations, StallWatch, Watchdog};
@@ -833,6 +834,25 @@ fn start_watchdog(stall: &StallWatch) -> anyhow::Result<Watchdog> {
 
 /// Applies the env and tool faults a test asked for (see [`faults`]).
 fn inject_scenario_faults(scenario: &mut Scenario, faults: &Faults) -> anyhow::Result<()> {
+    if let Some(rate) = faults.tool_fault_rate {
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&rate),
+            "--inject-tool-faults {rate}: allowed 0 to 1"
+        );
+        for (i, tool) in scenario.tools.iter_mut().enumerate() {
+            *tool = Arc::new(FaultyTool::new(
+                tool.clone(),
+                rate,
+                Duration::ZERO,
+                i as u64,
+            ));
+        }
+    }
+    // With tool faults, every turn that made no call calls the first tool (an untrained
+    // model rarely calls one by itself), so the faults are met.
+    let faulted_tool = faults
+        .tool_fault_rate
+        .and(scenario.tools.first().map(|t| t.name().to_string()));
     let force_call = if faults.hangs(HangStage::Tool) {
         let first = scenario
             .tools
@@ -842,7 +862,7 @@ fn inject_scenario_faults(scenario: &mut Scenario, faults: &Faults) -> anyhow::R
         *first = Arc::new(BlockingTool(first.clone()));
         Some(name)
     } else {
-        None
+        faulted_tool
     };
     let hang_score = faults.hangs(HangStage::Env);
     if hang_score || force_call.is_some() {

@@ -37,6 +37,10 @@ pub(crate) struct TrainCmdArgs {
     /// engine, learner, publication, checkpoint).
     #[arg(long, hide = true)]
     inject_hang: Option<HangStage>,
+    /// Fault injection for the soak (`scripts/soak.sh`): this fraction of every tool's calls
+    /// panics, overruns its timeout or fails (a third each).
+    #[arg(long, hide = true)]
+    inject_tool_faults: Option<f64>,
 }
 
 pub(crate) fn run(args: TrainCmdArgs, registries: Registries) -> anyhow::Result<()> {
@@ -54,6 +58,7 @@ pub(crate) fn run(args: TrainCmdArgs, registries: Registries) -> anyhow::Result<
             learner_delay: args.learner_delay_ms.map(Duration::from_millis),
             checkpoint_delay: args.checkpoint_delay_ms.map(Duration::from_millis),
             hang: args.inject_hang,
+            tool_fault_rate: args.inject_tool_faults,
         },
     })?;
     println!("{}", train::summary_table(&summary));

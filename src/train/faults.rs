@@ -68,6 +68,8 @@ pub struct Faults {
     pub checkpoint_delay: Option<Duration>,
     /// One stage hangs for good.
     pub hang: Option<HangStage>,
+    /// This fraction of every tool's calls panics, overruns its timeout or fails.
+    pub tool_fault_rate: Option<f64>,
 }
 
 impl Faults {
@@ -86,8 +88,8 @@ pub(crate) fn hang_forever(what: &str) -> ! {
 }
 
 /// An env with faults around `inner`: its scorer never returns (`hang_score`), and/or it
-/// calls `force_call` on every turn that made no call, whatever the model wrote (an
-/// untrained model rarely calls a tool by itself).
+/// calls `force_call` on every turn that made no call, with the turn's text as its `query`,
+/// whatever the model wrote (an untrained model rarely calls a tool by itself).
 pub(crate) struct FaultyEnv {
     pub(crate) inner: Arc<dyn Env>,
     pub(crate) hang_score: bool,
@@ -113,7 +115,7 @@ impl Env for FaultyEnv {
         match &self.force_call {
             Some(tool) if calls.is_empty() => TurnOutcome::Calls(vec![Ok(ToolCall {
                 name: tool.clone(),
-                arguments: json!({}),
+                arguments: json!({ "query": text }),
             })]),
             _ => self.inner.on_turn(task, text, calls),
         }
