@@ -329,8 +329,18 @@ fn every_episode_ends_under_tool_faults_and_actions_match_their_contexts() {
             && counts.hangs.load(Ordering::Relaxed) > 0
             && counts.errors.load(Ordering::Relaxed) > 0
     );
+    // Every call answered as panicked restarted its worker once. (A panic that outlasted
+    // the call's timeout would be answered as a timeout, so the tool's own count is only a
+    // bound.)
+    let panicked = trajectories
+        .iter()
+        .flat_map(|t| &t.steps)
+        .flat_map(|s| &s.tool_calls)
+        .filter(|c| matches!(c.result, Err(CallError::Panicked(_))))
+        .count() as u64;
+    assert!(panicked > 0 && panicked <= panics, "{panicked} of {panics}");
     assert_eq!(
-        report.tool_restarts["echo"], panics,
+        report.tool_restarts["echo"], panicked,
         "each panicked worker restarted once"
     );
 

@@ -162,8 +162,11 @@ mod tests {
     use async_trait::async_trait;
     use serde_json::json;
 
-    /// Panics on `"panic": true`, fails on `"fail": true`, never answers on `"hang": true`.
-    struct Probe;
+    /// Panics on `"panic": true`, fails on `"fail": true`, never answers on `"hang": true`;
+    /// times out after `timeout`.
+    struct Probe {
+        timeout: Duration,
+    }
 
     #[async_trait]
     impl Tool for Probe {
@@ -178,7 +181,7 @@ mod tests {
                    "required": ["n"]})
         }
         fn timeout(&self) -> Duration {
-            Duration::from_millis(200)
+            self.timeout
         }
         async fn call(&self, args: Value) -> crate::Result<ToolOutput> {
             if args.get("panic") == Some(&json!(true)) {
@@ -205,8 +208,23 @@ mod tests {
     static GATE: std::sync::LazyLock<(std::sync::Mutex<bool>, std::sync::Condvar)> =
         std::sync::LazyLock::new(Default::default);
 
+    /// A probe that times out after 200 ms, for calls that are meant to time out.
     fn tools() -> HashMap<String, Arc<dyn Tool>> {
-        HashMap::from([("probe".to_string(), Arc::new(Probe) as Arc<dyn Tool>)])
+        probe(Duration::from_millis(200))
+    }
+
+    /// A probe with time to spare, for calls that are meant to end by themselves: a panic
+    /// with RUST_BACKTRACE set takes a while to capture its backtrace, and the call's timeout
+    /// runs on another thread meanwhile.
+    fn patient_tools() -> HashMap<String, Arc<dyn Tool>> {
+        probe(Duration::from_secs(120))
+    }
+
+    fn probe(timeout: Duration) -> HashMap<String, Arc<dyn Tool>> {
+        HashMap::from([(
+            "probe".to_string(),
+            Arc::new(Probe { timeout }) as Arc<dyn Tool>,
+        )])
     }
 
     fn call(args: Value) -> Result<ToolCall, CallError> {
@@ -247,6 +265,7 @@ mod tests {
             hung.result,
             Err(CallError::Timeout(Duration::from_millis(200)))
         );
+        let tools = patient_tools();
         let panicked = execute_call(&tools, call(json!({"n": 1, "panic": true}))).await;
         assert_eq!(
             panicked.result,
@@ -276,7 +295,7 @@ mod tests {
         );
         // The caller's runtime is free: another call is answered while the first still
         // blocks a tool-runtime thread.
-        let next = execute_call(&tools, call(json!({"n": 3}))).await;
+        let next = execute_call(&patient_tools(), call(json!({"n": 3}))).await;
         assert_eq!(next.observation(100), "n = 3");
         let (lock, opened) = &*GATE;
         *lock.lock().unwrap() = true;

@@ -9,7 +9,9 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::manifest::{hash_file, version_dir, Manifest, MANIFEST_FILE};
+use sha2::{Digest, Sha256};
+
+use super::manifest::{hex, version_dir, Manifest, MANIFEST_FILE};
 use super::{io_error, WeightPlaneError};
 
 /// Limits of a [`Fetcher`].
@@ -164,29 +166,44 @@ impl Fetcher {
         let path = staging.join(&entry.name);
         let url = format!("{}/weights/v{}/{}", self.base, manifest.version, entry.name);
         let mut last_error = None;
+        // The digest of what is on disk, kept up to date as bytes arrive, so a verified file
+        // is read once; `hashed` is how many bytes it covers.
+        let mut hasher = Sha256::new();
+        let mut hashed = 0u64;
         for _ in 0..self.config.attempts.max(1) {
             let have = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
             if have > entry.bytes {
                 std::fs::remove_file(&path).map_err(io_error(&path))?;
+                (hasher, hashed) = (Sha256::new(), 0);
                 continue;
+            }
+            if have != hashed {
+                // Left by an earlier process: hash what is there before appending to it.
+                (hasher, hashed) = hash_prefix(&path)?;
             }
             if have < entry.bytes {
                 if have > 0 {
                     fetched.resumed += 1;
                 }
-                match self.download(&url, &path, have) {
-                    Ok(n) => fetched.bytes_received += n,
-                    Err((n, e)) => {
-                        fetched.bytes_received += n;
-                        metrics::counter!("agent_r1_cluster_weight_fetch_retries_total", "reason" => "transfer")
-                            .increment(1);
-                        tracing::warn!("{e}; resuming");
-                        last_error = Some(e);
-                        continue;
-                    }
+                let result = self.download(&url, &path, have, &mut hasher);
+                let n = match &result {
+                    Ok(n) | Err((n, _)) => *n,
+                };
+                fetched.bytes_received += n;
+                // Appended to what was there, or (a server ignoring the range) the whole
+                // file again: either way the digest covers exactly the file's bytes.
+                hashed = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+                if let Err((_, e)) = result {
+                    metrics::counter!("agent_r1_cluster_weight_fetch_retries_total", "reason" => "transfer")
+                        .increment(1);
+                    tracing::warn!("{e}; resuming");
+                    last_error = Some(e);
+                    continue;
                 }
             }
-            let (bytes, sha256) = hash_file(&path)?;
+            let bytes = hashed;
+            let sha256 = hex(&std::mem::take(&mut hasher).finalize());
+            hashed = 0;
             if bytes == entry.bytes && sha256 == entry.sha256 {
                 return Ok(());
             }
@@ -217,7 +234,13 @@ impl Fetcher {
 
     /// Appends the file's bytes from `from` on to `path`; returns the bytes received, also
     /// on failure (what arrived stays, for the next attempt to resume from).
-    fn download(&self, url: &str, path: &Path, from: u64) -> Result<u64, (u64, WeightPlaneError)> {
+    fn download(
+        &self,
+        url: &str,
+        path: &Path,
+        from: u64,
+        hasher: &mut Sha256,
+    ) -> Result<u64, (u64, WeightPlaneError)> {
         let http = |message: String| WeightPlaneError::Http {
             url: url.to_string(),
             message,
@@ -233,6 +256,10 @@ impl Fetcher {
             (200, _) => false,
             (s, _) => return Err((0, http(format!("status {s}")))),
         };
+        if !append && from > 0 {
+            // The server sent the whole file instead of the range: start the digest over.
+            *hasher = Sha256::new();
+        }
         let mut file = std::fs::OpenOptions::new()
             .create(true)
             .write(true)
@@ -251,9 +278,30 @@ impl Fetcher {
             };
             file.write_all(&buf[..n])
                 .map_err(|e| (received, io_error(path)(e)))?;
+            hasher.update(&buf[..n]);
             received += n as u64;
             metrics::counter!("agent_r1_cluster_weight_fetch_bytes_total").increment(n as u64);
         }
         Ok(received)
+    }
+}
+
+/// The digest of a file's bytes so far, and how many.
+fn hash_prefix(path: &Path) -> Result<(Sha256, u64), WeightPlaneError> {
+    let mut hasher = Sha256::new();
+    let mut bytes = 0u64;
+    let mut file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((hasher, 0)),
+        Err(e) => return Err(io_error(path)(e)),
+    };
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buf).map_err(io_error(path))?;
+        if n == 0 {
+            return Ok((hasher, bytes));
+        }
+        hasher.update(&buf[..n]);
+        bytes += n as u64;
     }
 }
