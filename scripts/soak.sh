@@ -92,7 +92,7 @@ cut = len(t) // 5
 x, y = t[cut:], rss[cut:]
 mx, my = sum(x) / len(x), sum(y) / len(y)
 slope = sum((a - mx) * (b - my) for a, b in zip(x, y)) / max(1e-9, sum((a - mx) ** 2 for a in x))
-metrics = open(f"{out}/metrics.txt").read() if open(f"{out}/metrics.txt").read() else ""
+metrics = open(f"{out}/metrics.txt").read()
 def series(name):
     return {m.group(1) or "": float(m.group(2)) for m in re.finditer(rf'^{name}(?:{{[^}}]*status="(\w+)"[^}}]*}})?\s+(\S+)$', metrics, re.M)}
 ends = series("agent_r1_episodes_total")

@@ -21,11 +21,10 @@
 //! as `pending_trajectories.jsonl` ([`PENDING_TRAJECTORIES`]), so a resume loses no samples.
 
 use std::fs::{self, File};
-use std::io::{self, BufWriter, Read, Write};
+use std::io::{self, BufWriter, Write};
 use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 /// The manifest's file name inside a checkpoint.
 pub const MANIFEST: &str = "manifest.json";
@@ -533,24 +532,7 @@ fn collect_files(base: &Path, dir: &Path, out: &mut Vec<String>) -> Result<()> {
 
 /// Size and SHA-256 (hex) of a file, streamed.
 fn hash_file(path: &Path) -> Result<(u64, String)> {
-    let mut f = File::open(path).map_err(io_err(path))?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut size = 0u64;
-    loop {
-        let n = f.read(&mut buf).map_err(io_err(path))?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-        size += n as u64;
-    }
-    let hex = hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    Ok((size, hex))
+    crate::file_digest::sha256_file(path).map_err(io_err(path))
 }
 
 fn sync_dir(dir: &Path) -> Result<()> {

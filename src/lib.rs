@@ -9,6 +9,7 @@
 pub mod checkpoint;
 pub mod cli;
 pub mod config;
+pub mod file_digest;
 pub mod memory;
 pub mod metrics_server;
 pub mod registries;

@@ -190,16 +190,20 @@ fn spawn(
     routes: Routes,
     limits: Limits,
 ) -> Result<HttpServer, MetricsError> {
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let thread = std::thread::Builder::new()
-        .name("metrics-http".into())
-        .spawn(move || serve(listener, routes, rx, limits))
-        .map_err(|e| MetricsError::Setup(format!("cannot start the server thread: {e}")))?;
-    Ok(HttpServer {
-        addr,
-        shutdown: Some(tx),
-        thread: Some(thread),
-    })
+    let spec = ServerSpec {
+        name: "metrics server",
+        count_refused: || {
+            metrics::counter!("agent_r1_metrics_connections_refused_total").increment(1)
+        },
+        limits,
+    };
+    let upkeep = routes
+        .metrics
+        .clone()
+        .map(|handle| Box::new(move || handle.run_upkeep()) as Box<dyn Fn() + Send>);
+    let handler = move |req| respond(req, routes.clone());
+    spawn_http(spec, listener, addr, handler, upkeep)
+        .map_err(|e| MetricsError::Setup(format!("cannot start the server thread: {e}")))
 }
 
 /// Serves the web UI of `site` (and `/healthz`) at `addr`, with the default connection
@@ -253,13 +257,13 @@ pub fn start(
 
 /// What one client may hold of the server.
 #[derive(Debug, Clone, Copy)]
-struct Limits {
+pub(crate) struct Limits {
     /// To send the request headers.
-    header: Duration,
+    pub(crate) header: Duration,
     /// A connection's whole life.
-    connection: Duration,
+    pub(crate) connection: Duration,
     /// Connections at once.
-    connections: usize,
+    pub(crate) connections: usize,
 }
 
 impl Limits {
@@ -272,22 +276,67 @@ impl Limits {
     }
 }
 
-/// The server thread: accepts until shut down, runs the recorder's upkeep. Idle or slow
-/// clients cannot pile up: headers must arrive within `limits.header`, a connection closes
-/// after `limits.connection`, and past `limits.connections` new ones are closed at once.
-fn serve(
+/// What a server is called in logs, the counter of connections it refused, and its limits.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ServerSpec {
+    /// The name in its log lines ("metrics server").
+    pub(crate) name: &'static str,
+    /// Counts a connection refused past `limits.connections` (in its own metric).
+    pub(crate) count_refused: fn(),
+    /// What one client may hold of it.
+    pub(crate) limits: Limits,
+}
+
+/// Serves `handler` on `listener` from a thread of its own (a current-thread runtime), with
+/// `upkeep` run every few seconds, until the returned server is dropped. Idle or slow clients
+/// cannot pile up: headers must arrive within `limits.header`, a connection closes after
+/// `limits.connection`, and past `limits.connections` new ones are closed at once.
+pub(crate) fn spawn_http<H, F, B>(
+    spec: ServerSpec,
     listener: TcpListener,
-    routes: Routes,
+    addr: SocketAddr,
+    handler: H,
+    upkeep: Option<Box<dyn Fn() + Send>>,
+) -> std::io::Result<HttpServer>
+where
+    H: Fn(Request<Incoming>) -> F + Clone + Send + 'static,
+    F: std::future::Future<Output = Response<B>> + Send + 'static,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let thread = std::thread::Builder::new()
+        .name(spec.name.replace(' ', "-"))
+        .spawn(move || serve(spec, listener, handler, upkeep, rx))?;
+    Ok(HttpServer {
+        addr,
+        shutdown: Some(tx),
+        thread: Some(thread),
+    })
+}
+
+fn serve<H, F, B>(
+    spec: ServerSpec,
+    listener: TcpListener,
+    handler: H,
+    upkeep: Option<Box<dyn Fn() + Send>>,
     mut shutdown: tokio::sync::oneshot::Receiver<()>,
-    limits: Limits,
-) {
+) where
+    H: Fn(Request<Incoming>) -> F + Clone + Send + 'static,
+    F: std::future::Future<Output = Response<B>> + Send + 'static,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let (name, limits) = (spec.name, spec.limits);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
         Ok(rt) => rt,
         Err(e) => {
-            tracing::error!("metrics server: cannot build its runtime: {e}");
+            tracing::error!("{name}: cannot build its runtime: {e}");
             return;
         }
     };
@@ -295,47 +344,47 @@ fn serve(
         let listener = match tokio::net::TcpListener::from_std(listener) {
             Ok(l) => l,
             Err(e) => {
-                tracing::error!("metrics server: {e}");
+                tracing::error!("{name}: {e}");
                 return;
             }
         };
-        let mut upkeep = tokio::time::interval(UPKEEP_EVERY);
+        let mut ticks = tokio::time::interval(UPKEEP_EVERY);
         let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(limits.connections));
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
-                _ = upkeep.tick() => {
-                    if let Some(handle) = &routes.metrics {
-                        handle.run_upkeep();
+                _ = ticks.tick() => {
+                    if let Some(upkeep) = &upkeep {
+                        upkeep();
                     }
                 }
                 accepted = listener.accept() => {
                     let stream = match accepted {
                         Ok((stream, _)) => stream,
                         Err(e) => {
-                            tracing::warn!("metrics server: accept failed: {e}");
+                            tracing::warn!("{name}: accept failed: {e}");
                             continue;
                         }
                     };
                     let Ok(slot) = slots.clone().try_acquire_owned() else {
-                        metrics::counter!("agent_r1_metrics_connections_refused_total").increment(1);
+                        (spec.count_refused)();
                         drop(stream);
                         continue;
                     };
-                    let routes = routes.clone();
+                    let handler = handler.clone();
                     tokio::spawn(async move {
                         let _slot = slot;
                         let service = hyper::service::service_fn(move |req| {
-                            let routes = routes.clone();
-                            async move { Ok::<_, std::convert::Infallible>(respond(req, routes).await) }
+                            let reply = handler(req);
+                            async move { Ok::<_, std::convert::Infallible>(reply.await) }
                         });
                         let connection = hyper::server::conn::http1::Builder::new()
                             .timer(TokioTimer::new())
                             .header_read_timeout(limits.header)
                             .serve_connection(TokioIo::new(stream), service);
                         match tokio::time::timeout(limits.connection, connection).await {
-                            Ok(Err(e)) => tracing::debug!("metrics server: connection: {e}"),
-                            Err(_) => tracing::debug!("metrics server: connection closed after {:?}", limits.connection),
+                            Ok(Err(e)) => tracing::debug!("{name}: connection: {e}"),
+                            Err(_) => tracing::debug!("{name}: connection closed after {:?}", limits.connection),
                             Ok(Ok(())) => {}
                         }
                     });
@@ -493,6 +542,10 @@ fn describe_series() {
         "agent_r1_cluster_weight_fetch_bytes_total",
         Unit::Bytes,
         "Bytes of weights received from the trainer's weight server (re-downloads included)."
+    );
+    describe_counter!(
+        "agent_r1_cluster_weight_connections_refused_total",
+        "Connections to the weight server closed on arrival because 64 were open."
     );
     describe_counter!(
         "agent_r1_cluster_weight_fetch_retries_total",

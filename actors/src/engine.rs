@@ -388,7 +388,7 @@ impl EngineHandle {
         self.swap_weights(version, tensors, Some(digest)).await
     }
 
-    async fn swap_weights(
+    pub(crate) async fn swap_weights(
         &self,
         version: u64,
         tensors: Vec<(String, Tensor)>,

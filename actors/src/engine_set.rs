@@ -139,15 +139,6 @@ impl EngineSet {
         self.inner.engines.iter().map(|m| m.label.clone()).collect()
     }
 
-    /// The engines, in order.
-    pub fn handles(&self) -> Vec<EngineHandle> {
-        self.inner
-            .engines
-            .iter()
-            .map(|m| m.handle.clone())
-            .collect()
-    }
-
     /// Episodes routed to each engine and not yet released, in order.
     pub fn episodes_held(&self) -> Vec<usize> {
         self.lock_routes().episodes.clone()
@@ -227,11 +218,6 @@ impl EngineSet {
         }
     }
 
-    /// Turns accepted and not yet answered, over all engines.
-    pub fn pending(&self) -> usize {
-        self.inner.engines.iter().map(|m| m.handle.pending()).sum()
-    }
-
     /// Swaps every engine's weights ([`EngineHandle::update_weights_verified`]), all at
     /// once; the first engine that fails is named in the error.
     pub async fn update_weights_verified(
@@ -239,6 +225,20 @@ impl EngineSet {
         version: u64,
         tensors: Vec<(String, Tensor)>,
         digest: WeightDigest,
+    ) -> Result<()> {
+        self.swap_all(version, tensors, Some(digest)).await
+    }
+
+    /// Swaps every engine's weights, unverified ([`EngineHandle::update_weights`]).
+    pub async fn update_weights(&self, version: u64, tensors: Vec<(String, Tensor)>) -> Result<()> {
+        self.swap_all(version, tensors, None).await
+    }
+
+    async fn swap_all(
+        &self,
+        version: u64,
+        tensors: Vec<(String, Tensor)>,
+        digest: Option<WeightDigest>,
     ) -> Result<()> {
         let updates = self.inner.engines.iter().map(|m| {
             // Each engine copies the tensors onto its own device; they share the sender's
@@ -250,25 +250,7 @@ impl EngineSet {
             let digest = digest.clone();
             async move {
                 m.handle
-                    .update_weights_verified(version, copy, digest)
-                    .await
-                    .map_err(|e| self.on_engine(&m.label, e))
-            }
-        });
-        futures::future::try_join_all(updates).await?;
-        Ok(())
-    }
-
-    /// Swaps every engine's weights, unverified ([`EngineHandle::update_weights`]).
-    pub async fn update_weights(&self, version: u64, tensors: Vec<(String, Tensor)>) -> Result<()> {
-        let updates = self.inner.engines.iter().map(|m| {
-            let copy = tensors
-                .iter()
-                .map(|(name, t)| (name.clone(), t.shallow_clone()))
-                .collect();
-            async move {
-                m.handle
-                    .update_weights(version, copy)
+                    .swap_weights(version, copy, digest)
                     .await
                     .map_err(|e| self.on_engine(&m.label, e))
             }

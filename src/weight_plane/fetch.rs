@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
-use super::manifest::{hex, version_dir, Manifest, MANIFEST_FILE};
+use super::manifest::{version_dir, Manifest, MANIFEST_FILE};
 use super::{io_error, WeightPlaneError};
+use crate::file_digest::{hex, sha256_state};
 
 /// Limits of a [`Fetcher`].
 #[derive(Debug, Clone, PartialEq)]
@@ -179,7 +180,7 @@ impl Fetcher {
             }
             if have != hashed {
                 // Left by an earlier process: hash what is there before appending to it.
-                (hasher, hashed) = hash_prefix(&path)?;
+                (hasher, hashed) = sha256_state(&path).map_err(io_error(&path))?;
             }
             if have < entry.bytes {
                 if have > 0 {
@@ -283,25 +284,5 @@ impl Fetcher {
             metrics::counter!("agent_r1_cluster_weight_fetch_bytes_total").increment(n as u64);
         }
         Ok(received)
-    }
-}
-
-/// The digest of a file's bytes so far, and how many.
-fn hash_prefix(path: &Path) -> Result<(Sha256, u64), WeightPlaneError> {
-    let mut hasher = Sha256::new();
-    let mut bytes = 0u64;
-    let mut file = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((hasher, 0)),
-        Err(e) => return Err(io_error(path)(e)),
-    };
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = file.read(&mut buf).map_err(io_error(path))?;
-        if n == 0 {
-            return Ok((hasher, bytes));
-        }
-        hasher.update(&buf[..n]);
-        bytes += n as u64;
     }
 }

@@ -1,13 +1,12 @@
 //! A published version on disk: its files and the manifest that names their digests.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use tch::Tensor;
 
 use super::{io_error, WeightPlaneError};
+use crate::file_digest::sha256_file;
 
 /// The one weights file of a version.
 pub const WEIGHTS_FILE: &str = "model.safetensors";
@@ -123,7 +122,7 @@ pub fn publish(
         path: file.clone(),
         message: e.to_string(),
     })?;
-    let (bytes, sha256) = hash_file(&file)?;
+    let (bytes, sha256) = sha256_file(&file).map_err(io_error(&file))?;
     let manifest = Manifest {
         version,
         files: vec![FileEntry {
@@ -151,25 +150,4 @@ pub fn load_tensors(dir: &Path) -> Result<Vec<(String, Tensor)>, WeightPlaneErro
         path: file,
         message: e.to_string(),
     })
-}
-
-/// Size and SHA-256 (hex) of a file.
-pub(super) fn hash_file(path: &Path) -> Result<(u64, String), WeightPlaneError> {
-    let mut file = std::fs::File::open(path).map_err(io_error(path))?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut bytes = 0u64;
-    loop {
-        let n = file.read(&mut buf).map_err(io_error(path))?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-        bytes += n as u64;
-    }
-    Ok((bytes, hex(&hasher.finalize())))
-}
-
-pub(super) fn hex(digest: &[u8]) -> String {
-    digest.iter().map(|b| format!("{b:02x}")).collect()
 }

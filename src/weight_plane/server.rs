@@ -2,7 +2,7 @@
 //! and files, with single byte-range requests so an interrupted download resumes.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,43 +13,32 @@ use hyper::header::{
     HeaderValue, ACCEPT_RANGES, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, RANGE,
 };
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
 use super::manifest::{plain_name, version_dir, versions, MANIFEST_FILE};
 use super::WeightPlaneError;
+use crate::metrics_server::{spawn_http, HttpServer, Limits, ServerSpec};
 
 type Body = BoxBody<Bytes, std::io::Error>;
 
-/// Clients at once; more are closed on arrival.
-const MAX_CONNECTIONS: usize = 64;
-/// To send the request headers.
-const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// What one client may hold: headers within 10 s, a connection for an hour (a whole file on
+/// a slow link), 64 connections at once.
+const SPEC: ServerSpec = ServerSpec {
+    name: "weight server",
+    count_refused: || {
+        metrics::counter!("agent_r1_cluster_weight_connections_refused_total").increment(1)
+    },
+    limits: Limits {
+        header: Duration::from_secs(10),
+        connection: Duration::from_secs(3600),
+        connections: 64,
+    },
+};
 
 /// The running server; dropping it stops it.
+#[derive(Debug)]
 pub struct WeightServer {
-    addr: SocketAddr,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl std::fmt::Debug for WeightServer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WeightServer")
-            .field("addr", &self.addr)
-            .finish()
-    }
-}
-
-impl Drop for WeightServer {
-    fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
+    http: HttpServer,
 }
 
 impl WeightServer {
@@ -62,82 +51,25 @@ impl WeightServer {
             .set_nonblocking(true)
             .map_err(|e| fail(e.to_string()))?;
         let root = Arc::new(root.to_path_buf());
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let thread = std::thread::Builder::new()
-            .name("weight-server".into())
-            .spawn(move || serve(listener, root, rx))
-            .map_err(|e| fail(e.to_string()))?;
+        let handler = move |req| {
+            let root = root.clone();
+            async move { respond(req, &root).await }
+        };
+        let http =
+            spawn_http(SPEC, listener, local, handler, None).map_err(|e| fail(e.to_string()))?;
         tracing::info!(addr = %local, "serving weights");
-        Ok(Self {
-            addr: local,
-            shutdown: Some(tx),
-            thread: Some(thread),
-        })
+        Ok(Self { http })
     }
 
     /// Where it listens.
     pub fn local_addr(&self) -> SocketAddr {
-        self.addr
+        self.http.local_addr()
     }
 
     /// The base URL fetchers use (`http://ADDR`).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("http://{}", self.local_addr())
     }
-}
-
-fn serve(
-    listener: std::net::TcpListener,
-    root: Arc<PathBuf>,
-    mut shutdown: tokio::sync::oneshot::Receiver<()>,
-) {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            tracing::error!("weight server: cannot build its runtime: {e}");
-            return;
-        }
-    };
-    runtime.block_on(async move {
-        let listener = match tokio::net::TcpListener::from_std(listener) {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::error!("weight server: {e}");
-                return;
-            }
-        };
-        let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
-        loop {
-            tokio::select! {
-                _ = &mut shutdown => break,
-                accepted = listener.accept() => {
-                    let Ok((stream, _)) = accepted else { continue };
-                    let Ok(slot) = slots.clone().try_acquire_owned() else {
-                        drop(stream);
-                        continue;
-                    };
-                    let root = root.clone();
-                    tokio::spawn(async move {
-                        let _slot = slot;
-                        let service = hyper::service::service_fn(move |req| {
-                            let root = root.clone();
-                            async move { Ok::<_, std::convert::Infallible>(respond(req, &root).await) }
-                        });
-                        let connection = hyper::server::conn::http1::Builder::new()
-                            .timer(TokioTimer::new())
-                            .header_read_timeout(HEADER_TIMEOUT)
-                            .serve_connection(TokioIo::new(stream), service);
-                        if let Err(e) = connection.await {
-                            tracing::debug!("weight server: connection: {e}");
-                        }
-                    });
-                }
-            }
-        }
-    });
 }
 
 fn text(status: StatusCode, body: String) -> Response<Body> {
