@@ -24,6 +24,7 @@ pub(crate) mod rollout;
 pub(crate) mod tool;
 pub(crate) mod train;
 pub(crate) mod view;
+pub(crate) mod worker;
 
 /// End-to-end reinforcement learning of tool-using LLM agents.
 #[derive(Debug, Parser)]
@@ -74,6 +75,9 @@ enum Command {
     /// Train a policy with RL as a config file describes (checkpoints, resume, evaluation,
     /// metrics, curves).
     Train(train::TrainCmdArgs),
+    /// Join a running `train` as a remote rollout worker (its `[cluster] listen` address):
+    /// engines, episodes and tools here, weights fetched from the trainer.
+    Worker(worker::WorkerCmdArgs),
     /// Serve a run directory's web UI (run, episodes, episode and live pages) read-only.
     View(view::ViewArgs),
     /// Benchmarks that print figures.
@@ -92,7 +96,7 @@ pub fn main(registries: Registries) -> ! {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("AGENT_R1_LOG")
-                .unwrap_or_else(|_| "warn".into()),
+                .unwrap_or_else(|_| "warn,ractor_cluster=error".into()),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -107,6 +111,7 @@ pub fn main(registries: Registries) -> ! {
         Command::Tool(cmd) => tool::run_cmd(cmd, &registries),
         Command::Train(args) => train::run(args, registries),
         Command::View(args) => view::run(args),
+        Command::Worker(args) => worker::run(args, registries),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

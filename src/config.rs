@@ -14,6 +14,7 @@
 //! the range checks and `check-config --explain` ([`explain`]) read them from the schema.
 //! Relative paths are relative to the working directory, as for tools.
 
+mod cluster;
 mod env;
 mod metrics;
 mod model;
@@ -36,6 +37,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use cluster::ClusterSection;
 pub use env::EnvSection;
 pub use metrics::MetricsSection;
 pub use model::ModelSection;
@@ -176,6 +178,9 @@ pub struct TrainConfig {
     /// The stall detector's deadline per stage.
     #[serde(default)]
     pub stall: StallConfig,
+    /// Remote rollout workers and the weight server.
+    #[serde(default)]
+    pub cluster: ClusterSection,
 }
 
 /// Every key of the config with its type, default, allowed values and meaning, sorted
@@ -309,6 +314,15 @@ impl TrainConfig {
         }
         self.training.rules().map_err(placed("training"))?;
         self.metrics.rules().map_err(placed("metrics"))?;
+        self.cluster.rules().map_err(placed("cluster"))?;
+        if let (Some(path), FileCheck::Require) = (&self.cluster.cookie_file, files) {
+            if !path.is_file() {
+                return Err(ConfigError::new(
+                    "cluster.cookie_file",
+                    format!("{}: no such file", path.display()),
+                ));
+            }
+        }
         self.check_warm_start(registries)
     }
 

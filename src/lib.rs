@@ -8,6 +8,7 @@
 
 pub mod checkpoint;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod file_digest;
 pub mod memory;

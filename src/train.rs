@@ -40,6 +40,7 @@ pub mod faults;
 pub mod plot;
 pub mod records;
 mod sampler;
+pub(crate) use sampler::RemoteTasks;
 mod skip;
 pub mod tasks;
 
@@ -75,6 +76,7 @@ use sampler::Sampler;
 use serde_json::{json, Value};
 
 use crate::checkpoint::{self, TrainingState, PENDING_TRAJECTORIES};
+use crate::cluster::trainer::TrainerCluster;
 use crate::config::{FileCheck, TrainConfig, TrainMode};
 use crate::registries::Registries;
 use crate::setup::{self, RolloutKnobs};
@@ -334,6 +336,8 @@ struct Run {
     started: Instant,
     stall: StallWatch,
     faults: Faults,
+    /// Remote workers, when `[cluster] listen` is set.
+    cluster: Option<TrainerCluster>,
 }
 
 impl Run {
@@ -598,6 +602,10 @@ impl Run {
             format!("the weights of update {step}"),
         );
         self.version = self.sampler.while_sampling(publish).await??;
+        if let Some(cluster) = &self.cluster {
+            let remote = cluster.publish(&self.learner, self.version);
+            self.sampler.while_sampling(remote).await??;
+        }
         self.step += 1;
         self.sampler.set_step(self.step);
         write_trajectories(
@@ -717,7 +725,24 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
     ))?;
     sampler.restore(start.pending);
     sampler.set_step(start.state.step);
+    let cluster = match cfg.cluster.enabled() {
+        false => None,
+        true => {
+            let (mut cluster, remote) = rt.block_on(TrainerCluster::start(
+                &cfg,
+                &run_dir,
+                &learner,
+                &base.dir,
+                start.state.policy_version,
+                sampler.sink(),
+            ))?;
+            sampler.set_remote(remote);
+            rt.block_on(cluster.wait_for_workers())?;
+            Some(cluster)
+        }
+    };
     let mut run = Run {
+        cluster,
         sampler,
         requeue: start.state.requeue_positions.clone(),
         fed_ahead: false,
@@ -739,12 +764,22 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
         faults: args.faults.clone(),
     };
     let outcome = rt.block_on(train_loop(&mut run, start.resumed_step.is_some()));
+    let cluster = run.cluster.take().map(|c| {
+        rt.block_on(async {
+            let summary = c.summary().await;
+            c.stop().await;
+            summary
+        })
+    });
     let sampled = rt.block_on(run.sampler.finish());
     run.learner.shutdown();
     let interrupted = outcome?;
     let engines = engine_summary(&run.engine, rt.block_on(run.engine.stats_each()).ok());
     let mut summary = summarize(&run, interrupted, &sampled?.summary, base.warm)?;
     summary["engines"] = engines;
+    if let Some(cluster) = cluster {
+        summary["cluster"] = json!(cluster);
+    }
     Ok(summary)
 }
 
@@ -1139,7 +1174,7 @@ impl StartPoint {
 
 /// The engines over the start policy (one per `rollout.devices` entry, else one on
 /// `model.device`), each sized from `[rollout]`.
-fn start_engines(cfg: &TrainConfig, policy_dir: &Path) -> anyhow::Result<EngineSet> {
+pub(crate) fn start_engines(cfg: &TrainConfig, policy_dir: &Path) -> anyhow::Result<EngineSet> {
     let r = &cfg.rollout;
     // Deterministic: one row, no reuse, so no token's arithmetic depends on another's.
     let (rows, kv_reuse) = match r.deterministic {
@@ -1253,7 +1288,7 @@ async fn start_learner(
 
 /// The rollout setups of training (sampled) and of the held-out evaluation (greedy when
 /// `eval.greedy`), with `[rollout]`'s waits.
-fn rollout_setups(
+pub(crate) fn rollout_setups(
     cfg: &TrainConfig,
     engine: &EngineSet,
     tokenizer: &Arc<HfTokenizer>,

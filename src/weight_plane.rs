@@ -14,7 +14,9 @@ mod manifest;
 mod server;
 
 pub use fetch::{Fetched, Fetcher, FetcherConfig};
-pub use manifest::{load_tensors, publish, FileEntry, Manifest, PublishedVersion};
+pub use manifest::{
+    load_policy, load_tensors, publish, publish_dir, FileEntry, Manifest, PublishedVersion,
+};
 pub use server::WeightServer;
 
 /// What can go wrong on the data plane; every variant names what and where.

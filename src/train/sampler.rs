@@ -55,6 +55,10 @@ pub(crate) struct SamplerSnapshot {
 /// The run's sampling stage.
 pub(crate) struct Sampler {
     service: Option<RolloutService>,
+    /// The service's sink, for other producers (remote workers).
+    sink: mpsc::Sender<Trajectory>,
+    /// Where tasks go besides (or instead of) the local service.
+    remote: Option<RemoteTasks>,
     trajectories: mpsc::Receiver<Trajectory>,
     closed: bool,
     batcher: GroupBatcher,
@@ -86,11 +90,13 @@ impl Sampler {
         let group_size = group_size.max(1);
         // About one line per `concurrency` episodes.
         let progress_every = (setup.concurrency / group_size).max(1);
-        let service = RolloutService::start(setup, tx)
+        let service = RolloutService::start(setup, tx.clone())
             .await
             .context("starting the rollout service")?;
         Ok(Self {
             service: Some(service),
+            sink: tx,
+            remote: None,
             trajectories,
             closed: false,
             batcher: GroupBatcher::new(group_size, groups_per_batch),
@@ -107,6 +113,16 @@ impl Sampler {
             groups_per_batch: groups_per_batch.max(1) as u64,
             progress_every,
         })
+    }
+
+    /// Where other producers (remote workers) put finished trajectories: the same batcher.
+    pub(crate) fn sink(&self) -> mpsc::Sender<Trajectory> {
+        self.sink.clone()
+    }
+
+    /// Sends tasks to `remote` too (or only there); set before [`Sampler::feed`].
+    pub(crate) fn set_remote(&mut self, remote: RemoteTasks) {
+        self.remote = Some(remote);
     }
 
     /// Tells the feeder how many updates the learner has done (see [`Sampler::feed`]).
@@ -161,6 +177,7 @@ impl Sampler {
         }
         let job = Feeder {
             sender: self.service().tasks(),
+            remote: self.remote.clone(),
             stream: self.stream.clone(),
             feed: self.feed.clone(),
             restored: self.restored.clone(),
@@ -307,9 +324,18 @@ impl Sampler {
     }
 }
 
-/// Submits whole groups to the service in stream order.
+/// Tasks for remote workers: a channel the cluster's task pump reads while workers have
+/// room, and whether the local service samples too.
+#[derive(Clone, Debug)]
+pub(crate) struct RemoteTasks {
+    pub(crate) tasks: mpsc::Sender<EpisodeRequest>,
+    pub(crate) local_too: bool,
+}
+
+/// Submits whole groups to the service (and remote workers) in stream order.
 struct Feeder {
     sender: TaskSender,
+    remote: Option<RemoteTasks>,
     stream: Arc<Mutex<TaskStream>>,
     feed: Arc<Mutex<Feed>>,
     restored: Arc<BTreeMap<u64, BTreeSet<u64>>>,
@@ -361,6 +387,29 @@ impl Feeder {
         }
     }
 
+    /// To whichever has room first: the local service or the remote workers.
+    async fn route(&self, request: EpisodeRequest) -> anyhow::Result<()> {
+        let gone = || anyhow::anyhow!("the cluster's task pump has stopped");
+        match &self.remote {
+            None => Ok(self.sender.submit(request).await?),
+            Some(remote) if !remote.local_too => {
+                remote.tasks.send(request).await.map_err(|_| gone())
+            }
+            Some(remote) => {
+                tokio::select! {
+                    local = self.sender.reserve() => {
+                        local?.send(request);
+                        Ok(())
+                    }
+                    far = remote.tasks.reserve() => {
+                        far.map_err(|_| gone())?.send(request);
+                        Ok(())
+                    }
+                }
+            }
+        }
+    }
+
     async fn submit(&self, position: u64) -> anyhow::Result<()> {
         let task = self
             .stream
@@ -380,7 +429,7 @@ impl Feeder {
                 group_id: position,
                 episode_id,
             };
-            self.sender.submit(request).await?;
+            self.route(request).await?;
         }
         Ok(())
     }

@@ -112,30 +112,76 @@ pub fn publish(
     tensors: &[(String, Tensor)],
     keep: usize,
 ) -> Result<PublishedVersion, WeightPlaneError> {
-    std::fs::create_dir_all(root).map_err(io_error(root))?;
-    let dir = version_dir(root, version);
-    let staging = root.join(format!(".v{version:08}.partial"));
-    let _ = std::fs::remove_dir_all(&staging);
-    std::fs::create_dir_all(&staging).map_err(io_error(&staging))?;
+    let staging = staging_dir(root, version)?;
     let file = staging.join(WEIGHTS_FILE);
     Tensor::write_safetensors(tensors, &file).map_err(|e| WeightPlaneError::Tensors {
         path: file.clone(),
         message: e.to_string(),
     })?;
-    let (bytes, sha256) = sha256_file(&file).map_err(io_error(&file))?;
-    let manifest = Manifest {
-        version,
-        files: vec![FileEntry {
-            name: WEIGHTS_FILE.into(),
+    finish(root, version, &staging, keep)
+}
+
+/// Publishes a saved policy directory (a Hugging Face directory: config, tokenizer,
+/// safetensors shards) as version `version`: its plain files are moved in, so a worker that
+/// fetches it has everything to start an engine from. `src` is consumed.
+pub fn publish_dir(
+    root: &Path,
+    version: u64,
+    src: &Path,
+    keep: usize,
+) -> Result<PublishedVersion, WeightPlaneError> {
+    let staging = staging_dir(root, version)?;
+    for entry in std::fs::read_dir(src).map_err(io_error(src))? {
+        let entry = entry.map_err(io_error(src))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if entry.path().is_file() && plain_name(&name) && name != MANIFEST_FILE {
+            let to = staging.join(&name);
+            std::fs::rename(entry.path(), &to).map_err(io_error(&to))?;
+        }
+    }
+    let _ = std::fs::remove_dir_all(src);
+    finish(root, version, &staging, keep)
+}
+
+fn staging_dir(root: &Path, version: u64) -> Result<PathBuf, WeightPlaneError> {
+    std::fs::create_dir_all(root).map_err(io_error(root))?;
+    let staging = root.join(format!(".v{version:08}.partial"));
+    let _ = std::fs::remove_dir_all(&staging);
+    std::fs::create_dir_all(&staging).map_err(io_error(&staging))?;
+    Ok(staging)
+}
+
+/// Digests the staged files, writes the manifest, renames the directory into place and
+/// prunes old versions.
+fn finish(
+    root: &Path,
+    version: u64,
+    staging: &Path,
+    keep: usize,
+) -> Result<PublishedVersion, WeightPlaneError> {
+    let mut names: Vec<String> = std::fs::read_dir(staging)
+        .map_err(io_error(staging))?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    let mut files = Vec::new();
+    for name in names {
+        let file = staging.join(&name);
+        let (bytes, sha256) = sha256_file(&file).map_err(io_error(&file))?;
+        files.push(FileEntry {
+            name,
             bytes,
             sha256,
-        }],
-    };
+        });
+    }
+    let manifest = Manifest { version, files };
     let text = serde_json::to_vec_pretty(&manifest).expect("a manifest serializes");
     let manifest_path = staging.join(MANIFEST_FILE);
     std::fs::write(&manifest_path, text).map_err(io_error(&manifest_path))?;
+    let dir = version_dir(root, version);
     let _ = std::fs::remove_dir_all(&dir);
-    std::fs::rename(&staging, &dir).map_err(io_error(&dir))?;
+    std::fs::rename(staging, &dir).map_err(io_error(&dir))?;
     let all = versions(root);
     for old in &all[..all.len().saturating_sub(keep.max(1))] {
         let _ = std::fs::remove_dir_all(version_dir(root, *old));
@@ -150,4 +196,29 @@ pub fn load_tensors(dir: &Path) -> Result<Vec<(String, Tensor)>, WeightPlaneErro
         path: file,
         message: e.to_string(),
     })
+}
+
+/// Reads the policy tensors of a version published by [`publish_dir`] (every safetensors
+/// file, names sorted, a value head left out): what an engine's weight update takes.
+pub fn load_policy(dir: &Path) -> Result<Vec<(String, Tensor)>, WeightPlaneError> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(io_error(dir))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+        .collect();
+    files.sort();
+    let mut tensors = Vec::new();
+    for file in files {
+        let read = Tensor::read_safetensors(&file).map_err(|e| WeightPlaneError::Tensors {
+            path: file.clone(),
+            message: e.to_string(),
+        })?;
+        tensors.extend(
+            read.into_iter()
+                .filter(|(name, _)| !name.starts_with(agent_r1_actors::model::VALUE_HEAD)),
+        );
+    }
+    tensors.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(tensors)
 }

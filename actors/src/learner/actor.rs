@@ -77,6 +77,9 @@ pub enum LearnerMsg {
     LoadOptimizer(PathBuf, RpcReplyPort<Result<()>>),
 }
 
+// Local only: never sent to another node.
+impl ractor::Message for LearnerMsg {}
+
 /// The learner actor (see the module docs).
 pub struct LearnerActor;
 

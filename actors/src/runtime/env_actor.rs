@@ -40,6 +40,9 @@ pub(crate) enum EnvMsg {
     Score(Arc<Task>, Vec<Message>, EnvReply<Score>),
 }
 
+// Local only: never sent to another node.
+impl ractor::Message for EnvMsg {}
+
 /// The env actor.
 pub(crate) struct EnvActor;
 

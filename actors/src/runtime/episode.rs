@@ -65,6 +65,9 @@ pub(crate) enum EpisodeMsg {
     Turn,
 }
 
+// Local only: never sent to another node.
+impl ractor::Message for EpisodeMsg {}
+
 /// The episode actor.
 pub(crate) struct Episode;
 

@@ -33,6 +33,15 @@ impl TaskSender {
             .await
             .map_err(|_| Error::Other("the rollout service has stopped taking tasks".into()))
     }
+
+    /// Waits for room for one episode; the permit submits it (for a caller choosing
+    /// between this service and another taker).
+    pub async fn reserve(&self) -> Result<mpsc::Permit<'_, EpisodeRequest>> {
+        self.0
+            .reserve()
+            .await
+            .map_err(|_| Error::Other("the rollout service has stopped taking tasks".into()))
+    }
 }
 
 /// A running rollout service.

@@ -55,6 +55,9 @@ pub(crate) enum SupervisorMsg {
     CheckStopped(ActorId),
 }
 
+// Local only: never sent to another node.
+impl ractor::Message for SupervisorMsg {}
+
 /// What happened to the tasks of a run.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RolloutSummary {

@@ -53,6 +53,9 @@ pub enum ToolPoolMsg {
     Stats(RpcReplyPort<ToolPoolStats>),
 }
 
+// Local only: never sent to another node.
+impl ractor::Message for ToolPoolMsg {}
+
 /// Counters of a pool.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ToolPoolStats {
@@ -332,6 +335,9 @@ pub(crate) enum WorkerMsg {
     /// The call, where to answer, and when it was queued.
     Run(ToolCall, RpcReplyPort<CallOutcome>, Instant),
 }
+
+// Local only: never sent to another node.
+impl ractor::Message for WorkerMsg {}
 
 /// Runs one call at a time.
 pub(crate) struct ToolWorker;

@@ -1,0 +1,331 @@
+//! The trainer's side of the cluster: one actor that takes tasks from the feeder while
+//! workers have room, leases them out, renews and expires leases, accepts each episode's
+//! trajectory once into the run's batcher, and tells workers about new weights.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use serde::Serialize;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use agent_r1_actors::runtime::EpisodeRequest;
+use agent_r1_actors::trajectory::Trajectory;
+
+use super::leases::{Completion, LeaseTable, WorkerStats};
+use super::wire::{worker_group, ClusterMsg, Wire, COORDINATOR_GROUP};
+use super::{remote_member, send};
+
+/// What the coordinator is told by its own process.
+#[derive(Debug)]
+pub enum Command {
+    /// A task from the feeder; answered once it is queued.
+    Task(EpisodeRequest, RpcReplyPort<()>),
+    /// A new policy version is on the weight server.
+    Version(u64),
+    /// Look at lease expiries.
+    Tick,
+    /// The cluster's figures.
+    Summary(RpcReplyPort<ClusterSummary>),
+    /// The run is over: tell the workers.
+    Stop,
+}
+
+/// The coordinator's message type.
+pub type CoordinatorMsg = ClusterMsg<Command>;
+
+/// How the coordinator is set up.
+pub struct CoordinatorArgs {
+    /// The resolved training config, sent to workers as they join.
+    pub config: String,
+    /// The weight server's URL.
+    pub weights_url: String,
+    /// The current policy version.
+    pub version: u64,
+    /// Versions a worker's weights may lag the current one and still get leases (0: sync).
+    pub staleness: u64,
+    /// Lease period.
+    pub lease: Duration,
+    /// Workers' renewal period.
+    pub heartbeat: Duration,
+    /// Where accepted trajectories go (the run's batcher).
+    pub sink: mpsc::Sender<Trajectory>,
+    /// How many tasks the workers could take now (read by the task pump).
+    pub wanted: watch::Sender<usize>,
+    /// How many workers are members.
+    pub members: watch::Sender<usize>,
+}
+
+/// The cluster's figures for the run's summary.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ClusterSummary {
+    /// Per worker.
+    pub workers: BTreeMap<String, WorkerStats>,
+    /// Trajectories accepted from workers.
+    pub accepted: u64,
+    /// Leases that ran out or were returned, their tasks queued again.
+    pub requeued: u64,
+    /// Trajectories dropped because their episode had been accepted.
+    pub duplicates: u64,
+    /// Tasks still waiting for a worker.
+    pub waiting: usize,
+    /// Leases still out.
+    pub outstanding: usize,
+}
+
+/// The coordinator actor.
+pub struct Coordinator;
+
+/// Its state.
+pub struct State {
+    args: CoordinatorArgs,
+    table: LeaseTable,
+    version: u64,
+    summary: ClusterSummary,
+}
+
+impl State {
+    fn min_version(&self) -> u64 {
+        self.version.saturating_sub(self.args.staleness)
+    }
+
+    /// Leases what can be leased and publishes the figures.
+    fn dispatch(&mut self) {
+        let now = Instant::now();
+        for grant in self.table.grant(self.min_version(), now) {
+            let delivered = remote_member(&worker_group(&grant.worker)).is_some_and(|cell| {
+                send(
+                    &cell,
+                    Wire::Lease {
+                        lease: grant.lease,
+                        group_id: grant.request.group_id,
+                        episode_id: grant.request.episode_id,
+                        task: grant.request.task.clone(),
+                    },
+                )
+            });
+            metrics::counter!("agent_r1_cluster_leases_granted_total").increment(1);
+            if !delivered {
+                tracing::warn!(
+                    worker = grant.worker,
+                    lease = grant.lease,
+                    "worker not reachable; the lease will run out and be re-queued"
+                );
+            }
+        }
+        self.args
+            .wanted
+            .send_replace(self.table.wanted(self.min_version()));
+        self.args.members.send_replace(self.table.workers());
+        metrics::gauge!("agent_r1_cluster_workers").set(self.table.workers() as f64);
+        metrics::gauge!("agent_r1_cluster_leases").set(self.table.outstanding() as f64);
+        metrics::gauge!("agent_r1_cluster_tasks_waiting").set(self.table.waiting() as f64);
+    }
+
+    fn welcome(&self, worker: &str) {
+        let Some(cell) = remote_member(&worker_group(worker)) else {
+            // Its group has not reached this node yet; its next hello is answered.
+            return;
+        };
+        send(
+            &cell,
+            Wire::Welcome {
+                config: self.args.config.clone(),
+                weights_url: self.args.weights_url.clone(),
+                version: self.version,
+                heartbeat_ms: self.args.heartbeat.as_millis() as u64,
+            },
+        );
+    }
+
+    fn requeued(&mut self, requeued: Vec<super::leases::Requeued>, why: &str) {
+        for r in requeued {
+            self.summary.requeued += 1;
+            metrics::counter!("agent_r1_cluster_requeued_total").increment(1);
+            eprintln!(
+                "cluster: lease {} of worker {} (episode {}) {why}; its task is queued again",
+                r.lease, r.worker, r.episode_id
+            );
+        }
+    }
+
+    async fn on_wire(&mut self, wire: Wire) {
+        let now = Instant::now();
+        match wire {
+            Wire::Hello {
+                worker,
+                slots,
+                version,
+            } => {
+                if self.table.join(&worker, slots, version, now) {
+                    metrics::counter!("agent_r1_cluster_joins_total").increment(1);
+                    eprintln!(
+                        "cluster: worker {worker} joined ({slots} slots); {} workers",
+                        self.table.workers()
+                    );
+                }
+                self.welcome(&worker);
+            }
+            Wire::Heartbeat {
+                worker,
+                version,
+                slots,
+                leases,
+            } => {
+                if self.table.join(&worker, slots, version, now) {
+                    metrics::counter!("agent_r1_cluster_joins_total").increment(1);
+                    eprintln!(
+                        "cluster: worker {worker} rejoined ({slots} slots); {} workers",
+                        self.table.workers()
+                    );
+                }
+                self.table.renew(&worker, version, &leases, now);
+            }
+            Wire::Done {
+                worker,
+                lease,
+                trajectory,
+            } => match self.table.complete(&worker, lease, trajectory.episode_id) {
+                Completion::Accepted => {
+                    self.summary.accepted += 1;
+                    metrics::counter!("agent_r1_cluster_trajectories_total", "outcome" => "accepted")
+                        .increment(1);
+                    if self.args.sink.send(*trajectory).await.is_err() {
+                        tracing::warn!("the batcher is gone; trajectory dropped");
+                    }
+                }
+                Completion::Duplicate => {
+                    self.summary.duplicates += 1;
+                    metrics::counter!("agent_r1_cluster_trajectories_total", "outcome" => "duplicate")
+                        .increment(1);
+                    tracing::info!(
+                        worker,
+                        episode = trajectory.episode_id,
+                        "trajectory of an episode already accepted: dropped"
+                    );
+                }
+            },
+            Wire::Bye { worker } => {
+                let back = self.table.leave(&worker);
+                eprintln!(
+                    "cluster: worker {worker} left; {} leases returned; {} workers",
+                    back.len(),
+                    self.table.workers()
+                );
+                self.requeued(back, "was returned");
+            }
+            other => {
+                tracing::warn!(message = ?other, "a trainer-bound message of the wrong direction; ignored");
+            }
+        }
+        self.dispatch();
+    }
+}
+
+impl Actor for Coordinator {
+    type Msg = CoordinatorMsg;
+    type State = State;
+    type Arguments = CoordinatorArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: CoordinatorArgs,
+    ) -> Result<State, ActorProcessingErr> {
+        ractor::pg::join(COORDINATOR_GROUP.to_string(), vec![myself.get_cell()]);
+        let tick = (args.lease / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+        myself.send_interval(tick, || ClusterMsg::Local(Command::Tick));
+        Ok(State {
+            table: LeaseTable::new(args.lease),
+            version: args.version,
+            summary: ClusterSummary::default(),
+            args,
+        })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut State,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            ClusterMsg::Wire(wire) => state.on_wire(wire).await,
+            ClusterMsg::Malformed(what) => {
+                metrics::counter!("agent_r1_cluster_malformed_messages_total").increment(1);
+                tracing::warn!("a cluster message that does not decode: {what}");
+            }
+            ClusterMsg::Local(Command::Task(request, reply)) => {
+                state.table.enqueue(request);
+                state.dispatch();
+                let _ = reply.send(());
+            }
+            ClusterMsg::Local(Command::Version(version)) => {
+                state.version = version;
+                for name in state.table.stats().keys() {
+                    if let Some(cell) = remote_member(&worker_group(name)) {
+                        send(&cell, Wire::Weights { version });
+                    }
+                }
+                state.dispatch();
+            }
+            ClusterMsg::Local(Command::Tick) => {
+                let (requeued, silent) = state.table.expire(Instant::now());
+                state.requeued(requeued, "ran out");
+                for name in silent {
+                    eprintln!(
+                        "cluster: worker {name} silent for {:.1} s; dropped ({} workers)",
+                        state.args.lease.as_secs_f64(),
+                        state.table.workers()
+                    );
+                }
+                state.dispatch();
+            }
+            ClusterMsg::Local(Command::Summary(reply)) => {
+                let mut s = state.summary.clone();
+                s.workers = state.table.stats();
+                s.waiting = state.table.waiting();
+                s.outstanding = state.table.outstanding();
+                let _ = reply.send(s);
+            }
+            ClusterMsg::Local(Command::Stop) => {
+                for name in state.table.stats().keys() {
+                    if let Some(cell) = remote_member(&worker_group(name)) {
+                        send(&cell, Wire::Stop);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Moves tasks from the feeder to the coordinator while workers want them: at most one
+/// task waits in `tasks` beyond what the workers have room for.
+pub fn spawn_pump(
+    mut tasks: mpsc::Receiver<EpisodeRequest>,
+    coordinator: ActorRef<CoordinatorMsg>,
+    mut wanted: watch::Receiver<usize>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            if wanted.wait_for(|w| *w > 0).await.is_err() {
+                return;
+            }
+            let Some(request) = tasks.recv().await else {
+                return;
+            };
+            let queued = coordinator
+                .call(
+                    |reply| ClusterMsg::Local(Command::Task(request, reply)),
+                    Some(Duration::from_secs(60)),
+                )
+                .await;
+            if !matches!(queued, Ok(ractor::rpc::CallResult::Success(()))) {
+                tracing::warn!("the cluster coordinator did not take a task; the pump stops");
+                return;
+            }
+        }
+    })
+}

@@ -1,0 +1,380 @@
+//! `agent-r1 worker`: engines, episodes and tools on another machine, for a running `train`.
+//! It joins the trainer's node, is welcomed with the run's config and weight server, fetches
+//! and verifies the current weights before it samples, then runs the episodes it is leased
+//! and reports each trajectory. New versions are fetched while it samples and swapped in
+//! between engine steps. It renews its leases with heartbeats, reconnects after losing the
+//! trainer (its leases may have been re-queued meanwhile: the trainer keeps the first
+//! trajectory of each episode), and leaves on SIGTERM, returning its leases.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use agent_r1_actors::engine_set::EngineSet;
+use agent_r1_actors::runtime::{EpisodeRequest, LiveBoard, RolloutService, RETRY_BIT};
+use agent_r1_actors::stall::StallWatch;
+use agent_r1_actors::tokenizer::HfTokenizer;
+use agent_r1_actors::trajectory::Trajectory;
+use agent_r1_actors::weight_digest::WeightDigest;
+
+use super::wire::{worker_group, ClusterMsg, Wire, COORDINATOR_GROUP};
+use super::{read_cookie, remote_member, send, Node, SessionEvent};
+use crate::config::{FileCheck, TrainConfig};
+use crate::registries::Registries;
+use crate::train::{rollout_setups, scenario, start_engines};
+use crate::weight_plane::{load_policy, Fetcher, FetcherConfig};
+
+/// What `agent-r1 worker` was asked to do.
+#[derive(Debug, Clone)]
+pub struct WorkerArgs {
+    /// The trainer's `[cluster] listen` address.
+    pub join: String,
+    /// The cookie file.
+    pub cookie_file: PathBuf,
+    /// This worker's name (unique in the cluster).
+    pub name: String,
+    /// Devices for its engines (empty: the trainer config's).
+    pub devices: Vec<String>,
+    /// Episodes at once (None: the trainer config's `rollout.concurrency`).
+    pub concurrency: Option<usize>,
+    /// Where it keeps fetched weights and the env's files.
+    pub dir: PathBuf,
+    /// How long to wait for the trainer to accept and welcome it.
+    pub join_timeout: Duration,
+    /// The tool and env kinds the config may name.
+    pub registries: Registries,
+    /// Fault injection for tests: on receiving this many leases, stop doing anything.
+    pub freeze_at_lease: Option<u64>,
+}
+
+/// Forwards what the trainer says to the worker's loop.
+struct Agent;
+
+impl Actor for Agent {
+    type Msg = ClusterMsg<()>;
+    type State = mpsc::UnboundedSender<Wire>;
+    type Arguments = (String, mpsc::UnboundedSender<Wire>);
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        (name, tx): Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        ractor::pg::join(worker_group(&name), vec![myself.get_cell()]);
+        Ok(tx)
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        tx: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            ClusterMsg::Wire(wire) => {
+                let _ = tx.send(wire);
+            }
+            ClusterMsg::Malformed(what) => {
+                tracing::warn!("a cluster message that does not decode: {what}");
+            }
+            ClusterMsg::Local(()) => {}
+        }
+        Ok(())
+    }
+}
+
+/// The welcome's content.
+struct Welcome {
+    config: String,
+    weights_url: String,
+    version: u64,
+    heartbeat: Duration,
+}
+
+/// Runs a worker until the trainer says stop, a signal, or an error; returns its summary.
+pub async fn run(
+    args: WorkerArgs,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<Value> {
+    let cookie = read_cookie(&args.cookie_file)?;
+    std::fs::create_dir_all(&args.dir)
+        .with_context(|| format!("{}: cannot create the worker directory", args.dir.display()))?;
+    let any: SocketAddr = "127.0.0.1:0".parse().expect("a socket address");
+    let mut node = Node::start(&args.name, "worker", any, cookie).await?;
+    node.connect(&args.join).await?;
+    let deadline = Instant::now() + args.join_timeout;
+    wait_authenticated(&mut node, &args.join, deadline).await?;
+    let (tx, mut inbox) = mpsc::unbounded_channel();
+    let (agent, _agent_join) = Actor::spawn(None, Agent, (args.name.clone(), tx))
+        .await
+        .map_err(|e| anyhow::anyhow!("starting the worker's agent: {e}"))?;
+    let welcome = wait_welcome(&args, &mut inbox, deadline).await?;
+    let mut cfg = TrainConfig::from_toml_str(&welcome.config)
+        .map_err(|e| anyhow::anyhow!("the trainer's config: {e}"))?;
+    if !args.devices.is_empty() {
+        cfg.rollout.devices = args.devices.clone();
+    }
+    if let Some(n) = args.concurrency {
+        cfg.rollout.concurrency = n;
+    }
+    cfg.metrics.enabled = false;
+    cfg.validate(FileCheck::Skip, &args.registries)
+        .map_err(|e| anyhow::anyhow!("the trainer's config on this worker: {e}"))?;
+    let slots = cfg.rollout.concurrency.max(1) as u32;
+
+    let fetcher = Arc::new(Fetcher::new(
+        &welcome.weights_url,
+        &args.dir.join("weights"),
+        FetcherConfig::default(),
+    ));
+    let first = fetch(fetcher.clone(), welcome.version).await?;
+    let scenario_dir = args.dir.join("env");
+    let registries = args.registries.clone();
+    let (engine, scenario, tokenizer) = {
+        let cfg = cfg.clone();
+        let dir = first.clone();
+        tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+            let scenario = scenario(&cfg, &scenario_dir, &registries)?;
+            let engine = start_engines(&cfg, &dir)?;
+            let tokenizer = Arc::new(
+                HfTokenizer::from_dir(&dir)?
+                    .with_template_kwargs(cfg.model.chat_template_kwargs.clone())?,
+            );
+            Ok((engine, scenario, tokenizer))
+        })
+        .await
+        .context("building the worker's engines")??
+    };
+    swap(&engine, welcome.version, &first).await?;
+    let mut version = welcome.version;
+    eprintln!(
+        "worker {}: joined {} with weights version {version} ({} slots)",
+        args.name, args.join, slots
+    );
+    let stall = StallWatch::new(cfg.stall.clone());
+    let (setup, _) = rollout_setups(
+        &cfg,
+        &engine,
+        &tokenizer,
+        &scenario,
+        &LiveBoard::default(),
+        &stall,
+    )?;
+    let (sink, mut finished) = mpsc::channel::<Trajectory>(slots as usize * 2);
+    let service = RolloutService::start(setup, sink)
+        .await
+        .context("starting the worker's rollout service")?;
+    let (submit_tx, mut submit_rx) = mpsc::unbounded_channel::<EpisodeRequest>();
+    let sender = service.tasks();
+    let feeder = tokio::spawn(async move {
+        while let Some(r) = submit_rx.recv().await {
+            if sender.submit(r).await.is_err() {
+                return;
+            }
+        }
+    });
+
+    let mut held: HashMap<u64, u64> = HashMap::new();
+    let mut leases_received = 0u64;
+    let mut episodes = 0u64;
+    let mut versions_sampled: Vec<u64> = Vec::new();
+    let mut heartbeat = tokio::time::interval(welcome.heartbeat);
+    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let (fetched_tx, mut fetched_rx) = mpsc::unbounded_channel::<FetchResult>();
+    let mut fetching: Option<u64> = None;
+    let mut wanted_version = version;
+    let mut connected = true;
+    let say = |wire: Wire| remote_member(COORDINATOR_GROUP).is_some_and(|c| send(&c, wire));
+    say(Wire::Heartbeat {
+        worker: args.name.clone(),
+        version: Some(version),
+        slots,
+        leases: vec![],
+    });
+    let reason = loop {
+        tokio::select! {
+            wire = inbox.recv() => {
+                let Some(wire) = wire else { break "the agent stopped".to_string() };
+                match wire {
+                    Wire::Lease { lease, group_id, episode_id, task } => {
+                        leases_received += 1;
+                        if args.freeze_at_lease.is_some_and(|k| leases_received >= k) {
+                            eprintln!(
+                                "worker {}: fault injection: frozen at lease {lease} (episode {episode_id}); nothing more is sent",
+                                args.name
+                            );
+                            std::future::pending::<()>().await;
+                        }
+                        held.insert(episode_id & !RETRY_BIT, lease);
+                        let _ = submit_tx.send(EpisodeRequest { task, group_id, episode_id });
+                    }
+                    Wire::Weights { version: v } => {
+                        wanted_version = wanted_version.max(v);
+                        if wanted_version > version && fetching.is_none() {
+                            fetching = Some(wanted_version);
+                            start_fetch(fetcher.clone(), fetched_tx.clone(), wanted_version);
+                        }
+                    }
+                    Wire::Stop => break "the trainer finished the run".to_string(),
+                    Wire::Welcome { .. } => {}
+                    other => tracing::warn!(message = ?other, "a worker-bound message of the wrong direction; ignored"),
+                }
+            }
+            t = finished.recv() => {
+                let Some(t) = t else { break "the rollout service stopped".to_string() };
+                let Some(lease) = held.remove(&(t.episode_id & !RETRY_BIT)) else { continue };
+                episodes += 1;
+                for v in t.steps.iter().flat_map(|s| s.versions()) {
+                    if !versions_sampled.contains(&v) {
+                        versions_sampled.push(v);
+                    }
+                }
+                say(Wire::Done { worker: args.name.clone(), lease, trajectory: Box::new(t) });
+            }
+            done = fetched_rx.recv() => {
+                fetching = None;
+                match done {
+                    Some(Ok((v, dir))) => match swap(&engine, v, &dir).await {
+                        Ok(()) => {
+                            version = v;
+                            eprintln!("worker {}: weights version {v} swapped in", args.name);
+                            say(Wire::Heartbeat { worker: args.name.clone(), version: Some(version), slots, leases: held.values().copied().collect() });
+                        }
+                        Err(e) => break format!("swapping in weights version {v}: {e:#}"),
+                    },
+                    Some(Err(e)) => tracing::warn!("fetching weights: {e:#}; trying again"),
+                    None => {}
+                }
+            }
+            event = node.events.recv() => match event {
+                Some(SessionEvent::Lost(peer)) => {
+                    connected = false;
+                    eprintln!("worker {}: lost the trainer ({peer}); reconnecting", args.name);
+                }
+                Some(SessionEvent::Authenticated(_)) => {
+                    connected = true;
+                    eprintln!("worker {}: reconnected to {}", args.name, args.join);
+                }
+                Some(SessionEvent::Refused(peer)) => break format!("{peer} refused this worker: the cookie check failed"),
+                None => break "the cluster node stopped".to_string(),
+            },
+            _ = heartbeat.tick() => {
+                if !connected {
+                    if let Err(e) = node.connect(&args.join).await {
+                        tracing::info!("reconnecting: {e:#}");
+                    }
+                    continue;
+                }
+                if wanted_version > version && fetching.is_none() {
+                    fetching = Some(wanted_version);
+                    start_fetch(fetcher.clone(), fetched_tx.clone(), wanted_version);
+                }
+                say(Wire::Heartbeat { worker: args.name.clone(), version: Some(version), slots, leases: held.values().copied().collect() });
+            }
+            _ = stop.changed() => {
+                say(Wire::Bye { worker: args.name.clone() });
+                break "a signal: left the cluster, leases returned".to_string();
+            }
+        }
+    };
+    eprintln!("worker {}: stopping: {reason}", args.name);
+    service.abort("the worker is stopping");
+    feeder.abort();
+    let _ = service.finish().await;
+    engine.shutdown();
+    agent.stop(None);
+    versions_sampled.sort_unstable();
+    Ok(json!({
+        "worker": args.name,
+        "joined_at_version": welcome.version,
+        "final_version": version,
+        "leases_received": leases_received,
+        "episodes_reported": episodes,
+        "versions_sampled": versions_sampled,
+        "stopped": reason,
+    }))
+}
+
+async fn wait_authenticated(node: &mut Node, join: &str, deadline: Instant) -> anyhow::Result<()> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, node.events.recv()).await {
+            Ok(Some(SessionEvent::Authenticated(_))) => return Ok(()),
+            Ok(Some(SessionEvent::Refused(_) | SessionEvent::Lost(_))) => anyhow::bail!(
+                "{join} refused this worker: the cookie check failed (check --cookie-file against the trainer's cluster.cookie_file)"
+            ),
+            Ok(None) => anyhow::bail!("the cluster node stopped while joining {join}"),
+            Err(_) => anyhow::bail!("{join} did not accept this worker within the join timeout"),
+        }
+    }
+}
+
+async fn wait_welcome(
+    args: &WorkerArgs,
+    inbox: &mut mpsc::UnboundedReceiver<Wire>,
+    deadline: Instant,
+) -> anyhow::Result<Welcome> {
+    let mut hello = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(deadline.into()) => {
+                anyhow::bail!("{}: no welcome from the trainer within the join timeout", args.join)
+            }
+            _ = hello.tick() => {
+                if let Some(c) = remote_member(COORDINATOR_GROUP) {
+                    send(&c, Wire::Hello { worker: args.name.clone(), slots: args.concurrency.unwrap_or(0) as u32, version: None });
+                }
+            }
+            wire = inbox.recv() => match wire {
+                Some(Wire::Welcome { config, weights_url, version, heartbeat_ms }) => {
+                    return Ok(Welcome { config, weights_url, version, heartbeat: Duration::from_millis(heartbeat_ms.max(10)) });
+                }
+                Some(Wire::Stop) => anyhow::bail!("the trainer finished the run before this worker joined"),
+                Some(_) => {}
+                None => anyhow::bail!("the worker's agent stopped"),
+            }
+        }
+    }
+}
+
+type FetchResult = anyhow::Result<(u64, PathBuf)>;
+
+fn start_fetch(fetcher: Arc<Fetcher>, tx: mpsc::UnboundedSender<FetchResult>, version: u64) {
+    tokio::spawn(async move {
+        let _ = tx.send(fetch(fetcher, version).await.map(|d| (version, d)));
+    });
+}
+
+/// Fetches `version` and verifies it file by file (SHA-256), off the runtime's threads.
+async fn fetch(fetcher: Arc<Fetcher>, version: u64) -> anyhow::Result<PathBuf> {
+    let fetched = tokio::task::spawn_blocking(move || fetcher.fetch(Some(version)))
+        .await
+        .context("the weight fetch panicked")??;
+    metrics::counter!("agent_r1_cluster_weight_fetch_bytes_total")
+        .increment(fetched.bytes_received);
+    Ok(fetched.dir)
+}
+
+/// Loads a fetched version and swaps it into every engine, verified tensor by tensor on
+/// arrival and as served.
+async fn swap(engine: &EngineSet, version: u64, dir: &Path) -> anyhow::Result<()> {
+    let dir = dir.to_path_buf();
+    let (tensors, digest) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        let tensors = load_policy(&dir)?;
+        let digest = WeightDigest::of(&tensors)?;
+        Ok((tensors, digest))
+    })
+    .await
+    .context("loading fetched weights panicked")??;
+    engine
+        .update_weights_verified(version, tensors, digest)
+        .await?;
+    Ok(())
+}
