@@ -27,17 +27,25 @@ impl Trainer {
 
     /// Starts `train --config CONFIG --out OUT EXTRA...`.
     pub fn start_with(config: &Path, out: &Path, extra: &[&str]) -> Self {
+        let mut args = vec![
+            "train".to_string(),
+            "--config".to_string(),
+            config.display().to_string(),
+            "--out".to_string(),
+            out.display().to_string(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Self::command(&args)
+    }
+
+    /// Starts `agent-r1 ARGS...` (any subcommand: `worker --join ...`).
+    pub fn command(args: &[String]) -> Self {
         let mut cmd = Command::new(BIN);
-        cmd.arg("train")
-            .arg("--config")
-            .arg(config)
-            .arg("--out")
-            .arg(out)
+        cmd.args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .env("AGENT_R1_LOG", "warn");
-        cmd.args(extra);
-        let mut child = cmd.spawn().expect("starting agent-r1 train");
+        let mut child = cmd.spawn().expect("starting agent-r1");
         let stderr = child.stderr.take().unwrap();
         let (tx, lines) = mpsc::channel();
         std::thread::spawn(move || {

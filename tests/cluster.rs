@@ -1,0 +1,217 @@
+//! Remote rollout workers on loopback, three `agent-r1` processes and more (issue 20): a
+//! trainer that only trains, and workers that join it over ractor_cluster.
+//!
+//! Every step is ordered by construction, not by timing. The run is synchronous, so a
+//! worker's n-th lease comes only after its earlier ones were reported. Worker `a` freezes
+//! (fault injection: it stops sending anything, as a hung machine) on its 5th lease and is
+//! killed with SIGKILL; worker `b` freezes on its 9th and is killed too; so the episodes
+//! they held can only be finished by `c`, which is started after both are gone and so joins
+//! mid-run. A fourth process with the wrong cookie is refused.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+#[path = "support/trainer.rs"]
+mod trainer;
+
+use trainer::Trainer;
+
+const UPDATES: u64 = 8;
+/// Tasks per update x episodes per task.
+const EPISODES_PER_UPDATE: u64 = 2 * 2;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn config(dir: &Path, port: u16) -> PathBuf {
+    std::fs::write(dir.join("cookie"), "the-cluster-secret\n").unwrap();
+    let text = format!(
+        r#"
+[model]
+preset = "tiny"
+device = "cpu"
+dtype = "float32"
+
+[env]
+name = "synthetic_multihop"
+
+[env.world]
+seed = 0
+n_questions = 40
+test_fraction = 0.2
+
+[tools.search]
+top_k = 2
+
+[algorithm]
+estimator = "grpo"
+actor_lr = 2e-3
+micro_batch_size = 8
+
+[algorithm.kl]
+placement = "off"
+
+[rollout]
+batch_size = 2
+group_size = 2
+max_turns = 2
+max_prompt_length = 384
+max_response_length = 16
+max_context_length = 1024
+concurrency = 4
+
+[training]
+updates = {UPDATES}
+mode = "sync"
+seed = 0
+run_dir = "{run}"
+
+[checkpoint]
+every = 100
+
+[eval]
+every = 100
+questions = 4
+
+[metrics]
+enabled = false
+
+[cluster]
+listen = "127.0.0.1:{port}"
+cookie_file = "{cookie}"
+lease_secs = 3.0
+heartbeat_secs = 0.5
+min_workers = 2
+local_rollout = false
+"#,
+        run = dir.join("unused-run-dir").display(),
+        cookie = dir.join("cookie").display(),
+    );
+    let path = dir.join("train.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn worker(dir: &Path, port: u16, name: &str, cookie: &str, extra: &[&str]) -> Trainer {
+    let mut args: Vec<String> = [
+        "worker",
+        "--join",
+        &format!("127.0.0.1:{port}"),
+        "--cookie-file",
+        &dir.join(cookie).display().to_string(),
+        "--name",
+        name,
+        "--concurrency",
+        "2",
+        "--dir",
+        &dir.join(format!("worker-{name}")).display().to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    Trainer::command(&args)
+}
+
+fn last_json(stdout: &str) -> Value {
+    let line = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON summary ({e}): {stdout}"))
+}
+
+#[test]
+fn workers_on_loopback_train_to_the_end_through_a_kill_a_mid_run_join_and_a_wrong_cookie() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let cfg = config(dir.path(), port);
+    std::fs::write(dir.path().join("wrong-cookie"), "not-the-secret\n").unwrap();
+    let mut train = Trainer::start(&cfg, &dir.path().join("run"), false);
+    train.wait_line(|l| l.contains("cluster: waiting for 2 workers"));
+
+    // A wrong cookie is refused by the trainer, logged there, and the worker says so.
+    let intruder = worker(dir.path(), port, "intruder", "wrong-cookie", &[]);
+    let (code, _, log) = intruder.finish();
+    assert_eq!(code, Some(2), "the intruder must fail: {log}");
+    assert!(
+        log.contains("refused this worker: the cookie check failed"),
+        "{log}"
+    );
+    train.wait_line(|l| l.contains("refused: it did not pass the cookie check"));
+
+    let mut a = worker(dir.path(), port, "a", "cookie", &["--freeze-at-lease", "5"]);
+    let mut b = worker(dir.path(), port, "b", "cookie", &["--freeze-at-lease", "9"]);
+    train.wait_line(|l| l.contains("worker a joined") || l.contains("worker b joined"));
+    train.wait_line(|l| l.contains("worker a joined") || l.contains("worker b joined"));
+
+    a.wait_line(|l| l.contains("fault injection: frozen at lease"));
+    a.signal("KILL");
+    let (_, a_out, _) = a.finish();
+    assert!(a_out.is_empty(), "a was killed before any summary");
+    b.wait_line(|l| l.contains("fault injection: frozen at lease"));
+    b.signal("KILL");
+    let _ = b.finish();
+
+    // Only `c` is left to finish the episodes `a` and `b` held and the rest of the run.
+    let c = worker(dir.path(), port, "c", "cookie", &[]);
+    let (code, train_out, train_log) = train.finish();
+    assert_eq!(code, Some(0), "train failed:\n{train_log}");
+    let (c_code, c_out, c_log) = c.finish();
+    assert_eq!(c_code, Some(0), "worker c failed:\n{c_log}");
+
+    let summary = last_json(&train_out);
+    assert_eq!(summary["updates"], UPDATES, "{summary}");
+    let cluster = &summary["cluster"];
+    let stat = |w: &str, k: &str| cluster["workers"][w][k].as_u64().unwrap_or(0);
+    // Every episode of every update was accepted exactly once: nothing lost, nothing twice.
+    assert_eq!(
+        cluster["accepted"],
+        UPDATES * EPISODES_PER_UPDATE,
+        "{cluster}"
+    );
+    assert_eq!(cluster["duplicates"], 0, "{cluster}");
+    assert_eq!(
+        (cluster["waiting"].as_u64(), cluster["outstanding"].as_u64()),
+        (Some(0), Some(0))
+    );
+    let accepted: u64 = ["a", "b", "c"].iter().map(|w| stat(w, "episodes")).sum();
+    assert_eq!(accepted, UPDATES * EPISODES_PER_UPDATE, "{cluster}");
+    for w in ["a", "b", "c"] {
+        assert!(
+            stat(w, "episodes") >= 1,
+            "worker {w} sampled nothing: {cluster}"
+        );
+    }
+    // The killed workers' leases ran out and were queued again, each logged.
+    assert!(
+        stat("a", "requeued") >= 1 && stat("b", "requeued") >= 1,
+        "{cluster}"
+    );
+    assert!(train_log.contains("of worker a (episode"), "{train_log}");
+    assert!(train_log.contains("of worker b (episode"), "{train_log}");
+    assert!(train_log.contains("worker a silent for"), "{train_log}");
+
+    // `c` joined mid-run with the weights of that moment and sampled only with them or newer.
+    let c_summary = last_json(&c_out);
+    let joined = c_summary["joined_at_version"].as_u64().unwrap();
+    assert!(joined >= 2, "c joined at version {joined}: {c_summary}");
+    let sampled: Vec<u64> = c_summary["versions_sampled"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    assert!(!sampled.is_empty() && sampled[0] >= joined, "{c_summary}");
+    assert_eq!(
+        c_summary["stopped"], "the trainer finished the run",
+        "{c_summary}"
+    );
+    assert_eq!(
+        c_summary["episodes_reported"].as_u64(),
+        Some(stat("c", "episodes"))
+    );
+}
