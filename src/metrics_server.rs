@@ -538,6 +538,52 @@ fn describe_series() {
         "agent_r1_train_checkpoint_failures_total",
         "Periodic checkpoints skipped because every write attempt failed (older ones are kept)."
     );
+    describe_gauge!(
+        "agent_r1_cluster_workers",
+        "Remote rollout workers that are members of the run (joined and not silent for a lease period)."
+    );
+    describe_gauge!(
+        "agent_r1_cluster_leases",
+        "Episodes leased to workers and not yet reported."
+    );
+    describe_gauge!(
+        "agent_r1_cluster_tasks_waiting",
+        "Episodes queued for workers (re-queued ones first) with no lease yet."
+    );
+    describe_counter!(
+        "agent_r1_cluster_leases_granted_total",
+        "Leases granted to workers (a re-queued episode gets a new lease)."
+    );
+    describe_counter!(
+        "agent_r1_cluster_requeued_total",
+        "Leases that ran out or were returned by a leaving worker, their episodes queued again."
+    );
+    describe_counter!(
+        "agent_r1_cluster_joins_total",
+        "Workers joining, first time or again after being dropped."
+    );
+    describe_counter!(
+        "agent_r1_cluster_refused_total",
+        "Cluster connections closed before they passed the cookie check."
+    );
+    describe_counter!(
+        "agent_r1_cluster_trajectories_total",
+        "Trajectories reported by workers, by outcome (accepted; duplicate: its episode was accepted before, dropped)."
+    );
+    describe_counter!(
+        "agent_r1_cluster_malformed_messages_total",
+        "Cluster messages from a peer that did not decode (another build, or not agent-r1)."
+    );
+    describe_histogram!(
+        "agent_r1_cluster_weight_publish_seconds",
+        Unit::Seconds,
+        "Seconds to save and publish one weights version on the weight server."
+    );
+    describe_gauge!(
+        "agent_r1_cluster_weight_version_bytes",
+        Unit::Bytes,
+        "Bytes of the newest weights version on the weight server (all its files)."
+    );
     describe_counter!(
         "agent_r1_cluster_weight_fetch_bytes_total",
         Unit::Bytes,

@@ -200,7 +200,7 @@ fn every_dashboard_metric_is_recorded_by_the_code() {
 
 /// The rows the issue asks for, in order.
 #[test]
-fn the_dashboard_has_the_rollout_tools_learning_and_process_rows() {
+fn the_dashboard_has_the_rollout_tools_learning_process_and_cluster_rows() {
     let dashboard = dashboard();
     let rows: Vec<&str> = dashboard["panels"]
         .as_array()
@@ -209,7 +209,7 @@ fn the_dashboard_has_the_rollout_tools_learning_and_process_rows() {
         .filter(|p| p["type"] == "row")
         .map(|p| p["title"].as_str().unwrap())
         .collect();
-    assert_eq!(rows, ["Rollout", "Tools", "Learning", "Process"]);
+    assert_eq!(rows, ["Rollout", "Tools", "Learning", "Process", "Cluster"]);
 }
 
 /// Names in `describe_*!` calls of `src/metrics_server.rs`.

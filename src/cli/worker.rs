@@ -31,6 +31,9 @@ pub(crate) struct WorkerCmdArgs {
     /// temporary directory, named after the worker).
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// Serve this worker's Prometheus metrics (`/metrics`, `/healthz`) on HOST:PORT.
+    #[arg(long)]
+    metrics_address: Option<String>,
     /// Seconds to wait for the trainer to accept and welcome this worker.
     #[arg(long, default_value_t = 60.0)]
     join_timeout_secs: f64,
@@ -81,6 +84,7 @@ pub(crate) fn run(args: WorkerCmdArgs, registries: Registries) -> anyhow::Result
             join_timeout: Duration::from_secs_f64(args.join_timeout_secs),
             registries,
             freeze_at_lease: args.freeze_at_lease,
+            metrics_address: args.metrics_address,
         },
         stop,
     ))?;

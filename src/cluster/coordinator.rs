@@ -21,7 +21,7 @@ use super::{remote_member, send};
 #[derive(Debug)]
 pub enum Command {
     /// A task from the feeder; answered once it is queued.
-    Task(EpisodeRequest, RpcReplyPort<()>),
+    Task(Box<EpisodeRequest>, RpcReplyPort<()>),
     /// A new policy version is on the weight server.
     Version(u64),
     /// Look at lease expiries.
@@ -257,7 +257,7 @@ impl Actor for Coordinator {
                 tracing::warn!("a cluster message that does not decode: {what}");
             }
             ClusterMsg::Local(Command::Task(request, reply)) => {
-                state.table.enqueue(request);
+                state.table.enqueue(*request);
                 state.dispatch();
                 let _ = reply.send(());
             }
@@ -318,7 +318,7 @@ pub fn spawn_pump(
             };
             let queued = coordinator
                 .call(
-                    |reply| ClusterMsg::Local(Command::Task(request, reply)),
+                    |reply| ClusterMsg::Local(Command::Task(Box::new(request), reply)),
                     Some(Duration::from_secs(60)),
                 )
                 .await;

@@ -26,7 +26,8 @@ use agent_r1_actors::weight_digest::WeightDigest;
 
 use super::wire::{worker_group, ClusterMsg, Wire, COORDINATOR_GROUP};
 use super::{read_cookie, remote_member, send, Node, SessionEvent};
-use crate::config::{FileCheck, TrainConfig};
+use crate::config::{FileCheck, MetricsSection, TrainConfig};
+use crate::metrics_server;
 use crate::registries::Registries;
 use crate::train::{rollout_setups, scenario, start_engines};
 use crate::weight_plane::{load_policy, Fetcher, FetcherConfig};
@@ -52,6 +53,8 @@ pub struct WorkerArgs {
     pub registries: Registries,
     /// Fault injection for tests: on receiving this many leases, stop doing anything.
     pub freeze_at_lease: Option<u64>,
+    /// Serve `/metrics` and `/healthz` here.
+    pub metrics_address: Option<String>,
 }
 
 /// Forwards what the trainer says to the worker's loop.
@@ -104,6 +107,32 @@ pub async fn run(
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<Value> {
     let cookie = read_cookie(&args.cookie_file)?;
+    let live = LiveBoard::default();
+    let stall = StallWatch::new(Default::default());
+    let _metrics = match &args.metrics_address {
+        None => None,
+        Some(address) => {
+            let section = MetricsSection {
+                address: address.clone(),
+                ui: false,
+                ..MetricsSection::default()
+            };
+            section
+                .check()
+                .map_err(|e| anyhow::anyhow!("--metrics-address: {e}"))?;
+            let progress = metrics_server::Progress {
+                board: live.clone(),
+                stalls: stall.detector.clone(),
+            };
+            let server = metrics_server::start(&section, None, Some(progress))?;
+            eprintln!(
+                "worker {}: metrics at http://{}/metrics",
+                args.name,
+                server.local_addr()
+            );
+            Some(server)
+        }
+    };
     std::fs::create_dir_all(&args.dir)
         .with_context(|| format!("{}: cannot create the worker directory", args.dir.display()))?;
     let any: SocketAddr = "127.0.0.1:0".parse().expect("a socket address");
@@ -303,16 +332,14 @@ pub async fn run(
 }
 
 async fn wait_authenticated(node: &mut Node, join: &str, deadline: Instant) -> anyhow::Result<()> {
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(left, node.events.recv()).await {
-            Ok(Some(SessionEvent::Authenticated(_))) => return Ok(()),
-            Ok(Some(SessionEvent::Refused(_) | SessionEvent::Lost(_))) => anyhow::bail!(
-                "{join} refused this worker: the cookie check failed (check --cookie-file against the trainer's cluster.cookie_file)"
-            ),
-            Ok(None) => anyhow::bail!("the cluster node stopped while joining {join}"),
-            Err(_) => anyhow::bail!("{join} did not accept this worker within the join timeout"),
-        }
+    let left = deadline.saturating_duration_since(Instant::now());
+    match tokio::time::timeout(left, node.events.recv()).await {
+        Ok(Some(SessionEvent::Authenticated(_))) => Ok(()),
+        Ok(Some(SessionEvent::Refused(_) | SessionEvent::Lost(_))) => anyhow::bail!(
+            "{join} refused this worker: the cookie check failed (check --cookie-file against the trainer's cluster.cookie_file)"
+        ),
+        Ok(None) => anyhow::bail!("the cluster node stopped while joining {join}"),
+        Err(_) => anyhow::bail!("{join} did not accept this worker within the join timeout"),
     }
 }
 

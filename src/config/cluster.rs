@@ -89,7 +89,7 @@ impl Section for ClusterSection {
             return Err(ConfigError::range(
                 "heartbeat_secs",
                 self.heartbeat_secs,
-                &format!("at most lease_secs / 2 = {}", self.lease_secs / 2.0),
+                format!("at most lease_secs / 2 = {}", self.lease_secs / 2.0),
             ));
         }
         if !self.local_rollout && self.min_workers == 0 {
