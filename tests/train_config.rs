@@ -231,3 +231,54 @@ fn every_wait_is_configurable_and_bounded() {
         .to_string();
     assert!(e.contains("moved to `stall.learner_secs`"), "{e}");
 }
+
+#[test]
+fn a_cluster_section_is_checked_key_by_key() {
+    let base = "[model]\npreset = \"tiny\"\n[env]\nname = \"synthetic_multihop\"\n";
+    let dir = tempfile::tempdir().unwrap();
+    let cookie = dir.path().join("cookie");
+    std::fs::write(&cookie, "secret\n").unwrap();
+    let good = format!(
+        "{base}[cluster]\nlisten = \"127.0.0.1:7700\"\ncookie_file = \"{}\"\nmin_workers = 2\nlocal_rollout = false\n",
+        cookie.display()
+    );
+    TrainConfig::from_toml_str(&good)
+        .unwrap()
+        .validate(FileCheck::Require, &Registries::builtins())
+        .unwrap();
+    for (extra, key, says) in [
+        ("listen = \"127.0.0.1:7700\"\n", "cluster.cookie_file", "required with `listen`"),
+        ("listen = \"nowhere\"\ncookie_file = \"c\"\n", "cluster.listen", "IP:PORT"),
+        ("weights_listen = \"x:y\"\n", "cluster.weights_listen", "IP:PORT"),
+        ("local_rollout = false\n", "cluster.local_rollout", "unless `listen` is set"),
+        (
+            "listen = \"127.0.0.1:7700\"\ncookie_file = \"c\"\nlease_secs = 2\nheartbeat_secs = 1.5\n",
+            "cluster.heartbeat_secs",
+            "at most lease_secs / 2",
+        ),
+        (
+            "listen = \"127.0.0.1:7700\"\ncookie_file = \"c\"\nlocal_rollout = false\n",
+            "cluster.min_workers",
+            ">= 1 with local_rollout = false",
+        ),
+        ("lease_secs = 0\n", "cluster.lease_secs", "allowed"),
+    ] {
+        let e = TrainConfig::from_toml_str(&format!("{base}[cluster]\n{extra}"))
+            .unwrap()
+            .validate(FileCheck::Skip, &Registries::builtins())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&format!("`{key}`")) && e.contains(says), "{extra}: {e}");
+    }
+    // A cookie file that is not there is named when files are checked.
+    let missing = good.replace(&cookie.display().to_string(), "/nonexistent/cookie");
+    let e = TrainConfig::from_toml_str(&missing)
+        .unwrap()
+        .validate(FileCheck::Require, &Registries::builtins())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("cluster.cookie_file") && e.contains("no such file"),
+        "{e}"
+    );
+}
