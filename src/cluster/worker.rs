@@ -93,6 +93,15 @@ impl Actor for Agent {
     }
 }
 
+/// A task stopped when its owner is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// The welcome's content.
 struct Welcome {
     config: String,
@@ -163,6 +172,27 @@ pub async fn run(
         &args.dir.join("weights"),
         FetcherConfig::default(),
     ));
+    // Setting up takes longer than a lease on a busy machine: say it is alive meanwhile.
+    let keepalive = {
+        let (name, every) = (args.name.clone(), welcome.heartbeat);
+        AbortOnDrop(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                if let Some(c) = remote_member(COORDINATOR_GROUP) {
+                    send(
+                        &c,
+                        Wire::Heartbeat {
+                            worker: name.clone(),
+                            version: None,
+                            slots,
+                            leases: vec![],
+                        },
+                    );
+                }
+            }
+        }))
+    };
     let first = fetch(fetcher.clone(), welcome.version).await?;
     let scenario_dir = args.dir.join("env");
     let registries = args.registries.clone();
@@ -182,6 +212,7 @@ pub async fn run(
         .context("building the worker's engines")??
     };
     swap(&engine, welcome.version, &first).await?;
+    drop(keepalive);
     let mut version = welcome.version;
     eprintln!(
         "worker {}: joined {} with weights version {version} ({} slots)",
@@ -318,6 +349,12 @@ pub async fn run(
     feeder.abort();
     let _ = service.finish().await;
     engine.shutdown();
+    // The engine thread must be gone before the process exits: libtorch's static state is
+    // torn down at exit, under a forward pass still running. Its queue closes as it ends.
+    let gone = Instant::now() + Duration::from_secs(10);
+    while engine.stats().await.is_ok() && Instant::now() < gone {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     agent.stop(None);
     versions_sampled.sort_unstable();
     Ok(json!({
