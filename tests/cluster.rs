@@ -7,11 +7,20 @@
 //! killed with SIGKILL; worker `b` freezes on its 9th and is killed too; so the episodes
 //! they held can only be finished by `c`, which is started after both are gone and so joins
 //! mid-run. A fourth process with the wrong cookie is refused.
+//!
+//! The partition test puts the trainer and worker `b` in one network namespace and worker
+//! `a` in another, joined by a veth pair the test makes (as root; skipped with the reason
+//! where namespaces cannot be made), and cuts the link. `a` holds its leases from its 5th
+//! on (fault injection: they run only once the trainer has dropped it and taken it back),
+//! so it is cut off with work in hand, and `b` freezes on its 3rd lease, so only `a` can
+//! finish the run once the link is back.
 
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+#[path = "support/debian.rs"]
+mod debian;
 #[path = "support/trainer.rs"]
 mod trainer;
 
@@ -30,6 +39,10 @@ fn free_port() -> u16 {
 }
 
 fn config(dir: &Path, port: u16) -> PathBuf {
+    config_on(dir, "127.0.0.1", port, UPDATES)
+}
+
+fn config_on(dir: &Path, ip: &str, port: u16, updates: u64) -> PathBuf {
     std::fs::write(dir.join("cookie"), "the-cluster-secret\n").unwrap();
     let text = format!(
         r#"
@@ -67,7 +80,7 @@ max_context_length = 1024
 concurrency = 4
 
 [training]
-updates = {UPDATES}
+updates = {updates}
 mode = "sync"
 seed = 0
 run_dir = "{run}"
@@ -83,7 +96,8 @@ questions = 4
 enabled = false
 
 [cluster]
-listen = "127.0.0.1:{port}"
+listen = "{ip}:{port}"
+weights_listen = "{ip}:0"
 cookie_file = "{cookie}"
 lease_secs = 3.0
 heartbeat_secs = 0.5
@@ -99,10 +113,21 @@ local_rollout = false
 }
 
 fn worker(dir: &Path, port: u16, name: &str, cookie: &str, extra: &[&str]) -> Trainer {
+    Trainer::command(&worker_args(dir, "127.0.0.1", port, name, cookie, extra))
+}
+
+fn worker_args(
+    dir: &Path,
+    ip: &str,
+    port: u16,
+    name: &str,
+    cookie: &str,
+    extra: &[&str],
+) -> Vec<String> {
     let mut args: Vec<String> = [
         "worker",
         "--join",
-        &format!("127.0.0.1:{port}"),
+        &format!("{ip}:{port}"),
         "--cookie-file",
         &dir.join(cookie).display().to_string(),
         "--name",
@@ -116,7 +141,7 @@ fn worker(dir: &Path, port: u16, name: &str, cookie: &str, extra: &[&str]) -> Tr
     .map(|s| s.to_string())
     .collect();
     args.extend(extra.iter().map(|s| s.to_string()));
-    Trainer::command(&args)
+    args
 }
 
 fn last_json(stdout: &str) -> Value {
@@ -214,4 +239,168 @@ fn workers_on_loopback_train_to_the_end_through_a_kill_a_mid_run_join_and_a_wron
         c_summary["episodes_reported"].as_u64(),
         Some(stat("c", "episodes"))
     );
+}
+
+/// Two network namespaces joined by a veth pair: `t` (10.77.0.1) and `w` (10.77.0.2),
+/// deleted (with whatever runs in them) on drop.
+struct Namespaces {
+    t: String,
+    w: String,
+}
+
+impl Namespaces {
+    fn make() -> Result<Self, String> {
+        if !debian::is_root() {
+            return Err("not root".into());
+        }
+        let pid = std::process::id();
+        let ns = Namespaces {
+            t: format!("ar1t{pid}"),
+            w: format!("ar1w{pid}"),
+        };
+        let (t, w) = (ns.t.as_str(), ns.w.as_str());
+        for cmd in [
+            vec!["netns", "add", t],
+            vec!["netns", "add", w],
+            vec![
+                "link", "add", "vT", "netns", t, "type", "veth", "peer", "name", "vW", "netns", w,
+            ],
+            vec!["-n", t, "addr", "add", "10.77.0.1/24", "dev", "vT"],
+            vec!["-n", w, "addr", "add", "10.77.0.2/24", "dev", "vW"],
+            vec!["-n", t, "link", "set", "vT", "up"],
+            vec!["-n", w, "link", "set", "vW", "up"],
+            vec!["-n", t, "link", "set", "lo", "up"],
+            vec!["-n", w, "link", "set", "lo", "up"],
+        ] {
+            ip(&cmd)?;
+        }
+        Ok(ns)
+    }
+
+    /// Cuts (false) or restores (true) `w`'s link.
+    fn link(&self, up: bool) {
+        let state = if up { "up" } else { "down" };
+        ip(&["-n", &self.w, "link", "set", "vW", state]).unwrap();
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for ns in [&self.t, &self.w] {
+            if let Ok(out) = std::process::Command::new("ip")
+                .args(["netns", "pids", ns])
+                .output()
+            {
+                for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                    let _ = std::process::Command::new("kill")
+                        .args(["-KILL", pid])
+                        .status();
+                }
+            }
+            let _ = ip(&["netns", "del", ns]);
+        }
+    }
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = std::process::Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("ip {}: {e}", args.join(" ")))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+#[test]
+fn a_worker_partitioned_longer_than_its_lease_loses_its_leases_and_rejoins_without_duplicates() {
+    let ns = match Namespaces::make() {
+        Ok(ns) => ns,
+        Err(why) => {
+            debian::skip(
+                "a_worker_partitioned_longer_than_its_lease_loses_its_leases_and_rejoins_without_duplicates",
+                "NETNS",
+                &format!("cannot make network namespaces here ({why})"),
+            );
+            return;
+        }
+    };
+    const UPDATES_HERE: u64 = 10;
+    let dir = tempfile::tempdir().unwrap();
+    let (ip_t, port) = ("10.77.0.1", 17700);
+    let cfg = config_on(dir.path(), ip_t, port, UPDATES_HERE);
+    let mut args: Vec<String> = ["train", "--config"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.push(cfg.display().to_string());
+    args.push("--out".into());
+    args.push(dir.path().join("run").display().to_string());
+    let mut train = Trainer::command_in_netns(&ns.t, &args);
+    train.wait_line(|l| l.contains("cluster: waiting for 2 workers"));
+    let mut a = Trainer::command_in_netns(
+        &ns.w,
+        &worker_args(
+            dir.path(),
+            ip_t,
+            port,
+            "a",
+            "cookie",
+            &["--hold-from-lease", "5"],
+        ),
+    );
+    let mut b = Trainer::command_in_netns(
+        &ns.t,
+        &worker_args(
+            dir.path(),
+            ip_t,
+            port,
+            "b",
+            "cookie",
+            &["--freeze-at-lease", "3"],
+        ),
+    );
+
+    // Cut off with leases in hand, for longer than a lease: the trainer drops it.
+    a.wait_line(|l| l.contains("held until it rejoins"));
+    ns.link(false);
+    train.wait_line(|l| l.contains("worker a silent for"));
+    ns.link(true);
+    // Back: the trainer takes it again and says so; its held leases run now.
+    a.wait_line(|l| l.contains("welcomed again after being dropped"));
+    b.wait_line(|l| l.contains("fault injection: frozen at lease"));
+    b.signal("KILL");
+    let _ = b.finish();
+
+    let (code, train_out, train_log) = train.finish();
+    assert_eq!(code, Some(0), "train failed:\n{train_log}");
+    let (a_code, a_out, a_log) = a.finish();
+    assert_eq!(a_code, Some(0), "worker a failed:\n{a_log}");
+    let summary = last_json(&train_out);
+    assert_eq!(summary["updates"], UPDATES_HERE, "{summary}");
+    let cluster = &summary["cluster"];
+    let stat = |w: &str, k: &str| cluster["workers"][w][k].as_u64().unwrap_or(0);
+    // Each episode once in the batcher, whichever copy (the held one or the re-queued one)
+    // finished first.
+    assert_eq!(
+        cluster["accepted"],
+        UPDATES_HERE * EPISODES_PER_UPDATE,
+        "{cluster}"
+    );
+    assert_eq!(
+        stat("a", "episodes") + stat("b", "episodes"),
+        UPDATES_HERE * EPISODES_PER_UPDATE,
+        "{cluster}"
+    );
+    assert!(stat("a", "requeued") >= 1, "{cluster}");
+    assert!(stat("a", "joins") >= 2, "{cluster}");
+    assert!(train_log.contains("of worker a (episode"), "{train_log}");
+    assert!(train_log.contains("worker a rejoined"), "{train_log}");
+    assert_eq!(last_json(&a_out)["stopped"], "the trainer finished the run");
 }

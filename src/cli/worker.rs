@@ -41,6 +41,10 @@ pub(crate) struct WorkerCmdArgs {
     /// (nothing more is sent, as a hung machine), until killed.
     #[arg(long, hide = true)]
     freeze_at_lease: Option<u64>,
+    /// Fault injection for tests: from this many leases on, leases are held without running
+    /// until the trainer has dropped this worker and taken it back.
+    #[arg(long, hide = true)]
+    hold_from_lease: Option<u64>,
 }
 
 pub(crate) fn run(args: WorkerCmdArgs, registries: Registries) -> anyhow::Result<()> {
@@ -85,6 +89,7 @@ pub(crate) fn run(args: WorkerCmdArgs, registries: Registries) -> anyhow::Result
             registries,
             freeze_at_lease: args.freeze_at_lease,
             metrics_address: args.metrics_address,
+            hold_from_lease: args.hold_from_lease,
         },
         stop,
     ))?;

@@ -179,6 +179,8 @@ impl State {
                         "cluster: worker {worker} rejoined ({slots} slots); {} workers",
                         self.table.workers()
                     );
+                    // It learns it was dropped: leases it still holds may run elsewhere too.
+                    self.welcome(&worker);
                 }
                 self.table.renew(&worker, version, &leases, now);
             }

@@ -55,6 +55,10 @@ pub struct WorkerArgs {
     pub freeze_at_lease: Option<u64>,
     /// Serve `/metrics` and `/healthz` here.
     pub metrics_address: Option<String>,
+    /// Fault injection for tests: from this many leases on, leases are held without running
+    /// until the trainer has dropped this worker and taken it back (a worker cut off with
+    /// work in hand, which finishes it late).
+    pub hold_from_lease: Option<u64>,
 }
 
 /// Forwards what the trainer says to the worker's loop.
@@ -251,6 +255,9 @@ pub async fn run(
     let mut fetching: Option<u64> = None;
     let mut wanted_version = version;
     let mut connected = true;
+    let mut rejoined = false;
+    let mut on_hold: Vec<EpisodeRequest> = Vec::new();
+    let mut unsent: Vec<Wire> = Vec::new();
     let say = |wire: Wire| remote_member(COORDINATOR_GROUP).is_some_and(|c| send(&c, wire));
     say(Wire::Heartbeat {
         worker: args.name.clone(),
@@ -272,8 +279,22 @@ pub async fn run(
                             );
                             std::future::pending::<()>().await;
                         }
-                        held.insert(episode_id & !RETRY_BIT, lease);
-                        let _ = submit_tx.send(EpisodeRequest { task, group_id, episode_id });
+                        if let Some(old) = held.insert(episode_id & !RETRY_BIT, lease) {
+                            // Leased again after this worker was dropped: the copy it already
+                            // runs reports under the new lease; one episode id runs once here.
+                            tracing::info!(episode_id, old, lease, "an episode leased again; not run twice");
+                            continue;
+                        }
+                        let request = EpisodeRequest { task, group_id, episode_id };
+                        if !rejoined && args.hold_from_lease.is_some_and(|k| leases_received >= k) {
+                            eprintln!(
+                                "worker {}: fault injection: lease {lease} (episode {episode_id}) held until it rejoins",
+                                args.name
+                            );
+                            on_hold.push(request);
+                        } else {
+                            let _ = submit_tx.send(request);
+                        }
                     }
                     Wire::Weights { version: v } => {
                         wanted_version = wanted_version.max(v);
@@ -283,7 +304,15 @@ pub async fn run(
                         }
                     }
                     Wire::Stop => break "the trainer finished the run".to_string(),
-                    Wire::Welcome { .. } => {}
+                    Wire::Welcome { .. } => {
+                        // Welcomed again: the trainer had dropped this worker (a partition
+                        // longer than a lease) and took it back.
+                        eprintln!("worker {}: welcomed again after being dropped", args.name);
+                        rejoined = true;
+                        for request in on_hold.drain(..) {
+                            let _ = submit_tx.send(request);
+                        }
+                    }
                     other => tracing::warn!(message = ?other, "a worker-bound message of the wrong direction; ignored"),
                 }
             }
@@ -296,7 +325,11 @@ pub async fn run(
                         versions_sampled.push(v);
                     }
                 }
-                say(Wire::Done { worker: args.name.clone(), lease, trajectory: Box::new(t) });
+                let done = Wire::Done { worker: args.name.clone(), lease, trajectory: Box::new(t) };
+                if !connected || !say(done.clone()) {
+                    // Sent again once the trainer is back (it keeps the first of each episode).
+                    unsent.push(done);
+                }
             }
             done = fetched_rx.recv() => {
                 fetching = None;
@@ -320,15 +353,22 @@ pub async fn run(
                 }
                 Some(SessionEvent::Authenticated(_)) => {
                     connected = true;
+                    rejoined = true;
                     eprintln!("worker {}: reconnected to {}", args.name, args.join);
+                    for request in on_hold.drain(..) {
+                        let _ = submit_tx.send(request);
+                    }
                 }
                 Some(SessionEvent::Refused(peer)) => break format!("{peer} refused this worker: the cookie check failed"),
                 None => break "the cluster node stopped".to_string(),
             },
             _ = heartbeat.tick() => {
                 if !connected {
-                    if let Err(e) = node.connect(&args.join).await {
-                        tracing::info!("reconnecting: {e:#}");
+                    // A partitioned peer swallows the SYN: bounded, so the loop goes on.
+                    match tokio::time::timeout(welcome.heartbeat.max(Duration::from_secs(1)), node.connect(&args.join)).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => tracing::info!("reconnecting: {e:#}"),
+                        Err(_) => tracing::info!("reconnecting to {}: timed out", args.join),
                     }
                     continue;
                 }
@@ -337,6 +377,12 @@ pub async fn run(
                     start_fetch(fetcher.clone(), fetched_tx.clone(), wanted_version);
                 }
                 say(Wire::Heartbeat { worker: args.name.clone(), version: Some(version), slots, leases: held.values().copied().collect() });
+                let waiting = std::mem::take(&mut unsent);
+                for done in waiting {
+                    if !say(done.clone()) {
+                        unsent.push(done);
+                    }
+                }
             }
             _ = stop.changed() => {
                 say(Wire::Bye { worker: args.name.clone() });

@@ -40,7 +40,18 @@ impl Trainer {
 
     /// Starts `agent-r1 ARGS...` (any subcommand: `worker --join ...`).
     pub fn command(args: &[String]) -> Self {
-        let mut cmd = Command::new(BIN);
+        Self::spawn(Command::new(BIN), args)
+    }
+
+    /// Starts `agent-r1 ARGS...` inside the network namespace `ns` (`ip netns exec`, which
+    /// execs it: the child's pid is agent-r1's).
+    pub fn command_in_netns(ns: &str, args: &[String]) -> Self {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", ns, BIN]);
+        Self::spawn(cmd, args)
+    }
+
+    fn spawn(mut cmd: Command, args: &[String]) -> Self {
         cmd.args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
