@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+#[allow(dead_code)]
 #[path = "support/debian.rs"]
 mod debian;
 #[path = "support/trainer.rs"]
