@@ -15,6 +15,7 @@
 
 pub mod coordinator;
 pub mod leases;
+pub mod tls;
 pub(crate) mod trainer;
 pub mod wire;
 pub mod worker;
@@ -27,8 +28,12 @@ use std::sync::Mutex;
 use anyhow::Context;
 use ractor::{Actor, ActorId, ActorRef};
 use ractor_cluster::node::NodeServerSessionInformation;
-use ractor_cluster::{NodeEventSubscription, NodeServer, NodeServerMessage};
+use ractor_cluster::{
+    IncomingEncryptionMode, NodeEventSubscription, NodeServer, NodeServerMessage,
+};
+use rustls_pki_types::ServerName;
 use tokio::sync::mpsc;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 /// Reads a cookie file: its first line, which must not be empty.
 pub fn read_cookie(path: &Path) -> anyhow::Result<String> {
@@ -83,7 +88,7 @@ impl NodeEventSubscription for SessionLog {
         } else {
             metrics::counter!("agent_r1_cluster_refused_total").increment(1);
             eprintln!(
-                "cluster: connection with {} refused: it did not pass the cookie check (wrong cookie, or not an agent-r1 node)",
+                "cluster: connection with {} refused: it did not pass the cookie check (wrong cookie, TLS on one side only, or not an agent-r1 node)",
                 ses.peer_addr
             );
             let _ = self.events.send(SessionEvent::Refused(ses.peer_addr));
@@ -109,23 +114,26 @@ pub struct Node {
     server: ActorRef<NodeServerMessage>,
     /// Session events, in order.
     pub events: mpsc::UnboundedReceiver<SessionEvent>,
+    /// TLS for the connections this node opens.
+    client_tls: Option<(TlsConnector, ServerName<'static>)>,
 }
 
 impl Node {
     /// Starts a node named `name` listening on `listen` (port 0: any), authenticating
-    /// peers with `cookie`.
+    /// peers with `cookie`; with `tls`, incoming connections must speak TLS.
     pub async fn start(
         name: &str,
         role: &'static str,
         listen: SocketAddr,
         cookie: String,
+        tls: Option<TlsAcceptor>,
     ) -> anyhow::Result<Self> {
         let server = NodeServer::new(
             listen.port(),
             cookie,
             name.to_string(),
             listen.ip().to_string(),
-            None,
+            tls.map(IncomingEncryptionMode::Tls),
             None,
         )
         .with_listen_addr(listen.ip());
@@ -143,14 +151,34 @@ impl Node {
                 }),
             })
             .map_err(|e| anyhow::anyhow!("subscribing to cluster events: {e}"))?;
-        Ok(Self { server, events })
+        Ok(Self {
+            server,
+            events,
+            client_tls: None,
+        })
+    }
+
+    /// Opens its connections with TLS, checking the server's certificate and name.
+    pub fn with_client_tls(mut self, connector: TlsConnector, name: ServerName<'static>) -> Self {
+        self.client_tls = Some((connector, name));
+        self
     }
 
     /// Connects to the node at `addr`.
     pub async fn connect(&self, addr: &str) -> anyhow::Result<()> {
-        ractor_cluster::client_connect(&self.server, addr)
-            .await
-            .map_err(|e| anyhow::anyhow!("connecting to {addr}: {e}"))
+        let connected = match &self.client_tls {
+            None => ractor_cluster::client_connect(&self.server, addr).await,
+            Some((connector, name)) => {
+                ractor_cluster::client_connect_enc(
+                    &self.server,
+                    addr,
+                    connector.clone(),
+                    name.clone(),
+                )
+                .await
+            }
+        };
+        connected.map_err(|e| anyhow::anyhow!("connecting to {addr}: {e}"))
     }
 }
 

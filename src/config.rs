@@ -37,7 +37,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub use cluster::ClusterSection;
+pub use cluster::{ClusterSection, ClusterTls};
 pub use env::EnvSection;
 pub use metrics::MetricsSection;
 pub use model::ModelSection;
@@ -315,12 +315,19 @@ impl TrainConfig {
         self.training.rules().map_err(placed("training"))?;
         self.metrics.rules().map_err(placed("metrics"))?;
         self.cluster.rules().map_err(placed("cluster"))?;
-        if let (Some(path), FileCheck::Require) = (&self.cluster.cookie_file, files) {
-            if !path.is_file() {
-                return Err(ConfigError::new(
-                    "cluster.cookie_file",
-                    format!("{}: no such file", path.display()),
-                ));
+        if let FileCheck::Require = files {
+            let tls = self.cluster.tls.as_ref();
+            for (key, path) in [
+                ("cluster.cookie_file", self.cluster.cookie_file.as_ref()),
+                ("cluster.tls.cert", tls.map(|t| &t.cert)),
+                ("cluster.tls.key", tls.map(|t| &t.key)),
+            ] {
+                if let Some(path) = path.filter(|p| !p.is_file()) {
+                    return Err(ConfigError::new(
+                        key,
+                        format!("{}: no such file", path.display()),
+                    ));
+                }
             }
         }
         self.check_warm_start(registries)

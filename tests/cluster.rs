@@ -44,6 +44,17 @@ fn config(dir: &Path, port: u16) -> PathBuf {
 }
 
 fn config_on(dir: &Path, ip: &str, port: u16, updates: u64) -> PathBuf {
+    config_with(dir, ip, port, updates, 2, "")
+}
+
+fn config_with(
+    dir: &Path,
+    ip: &str,
+    port: u16,
+    updates: u64,
+    min_workers: usize,
+    extra: &str,
+) -> PathBuf {
     std::fs::write(dir.join("cookie"), "the-cluster-secret\n").unwrap();
     let text = format!(
         r#"
@@ -102,8 +113,9 @@ weights_listen = "{ip}:0"
 cookie_file = "{cookie}"
 lease_secs = 3.0
 heartbeat_secs = 0.5
-min_workers = 2
+min_workers = {min_workers}
 local_rollout = false
+{extra}
 "#,
         run = dir.join("unused-run-dir").display(),
         cookie = dir.join("cookie").display(),
@@ -404,4 +416,77 @@ fn a_worker_partitioned_longer_than_its_lease_loses_its_leases_and_rejoins_witho
     assert!(train_log.contains("of worker a (episode"), "{train_log}");
     assert!(train_log.contains("worker a rejoined"), "{train_log}");
     assert_eq!(last_json(&a_out)["stopped"], "the trainer finished the run");
+}
+
+#[test]
+fn with_cluster_tls_a_worker_joins_over_tls_and_a_plain_one_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let make = |name: &str| {
+        let (cert, key) = (
+            dir.path().join(format!("{name}.pem")),
+            dir.path().join(format!("{name}.key")),
+        );
+        let made = std::process::Command::new("openssl")
+            .args([
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            ])
+            .args([
+                "-subj",
+                "/CN=agent-r1-test",
+                "-addext",
+                "subjectAltName=IP:127.0.0.1",
+            ])
+            .args(["-addext", "basicConstraints=critical,CA:FALSE", "-keyout"])
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .output();
+        match made {
+            Ok(o) if o.status.success() => Ok((cert, key)),
+            other => Err(format!("{other:?}")),
+        }
+    };
+    let (cert, key, other) = match (make("cert"), make("other")) {
+        (Ok((cert, key)), Ok((other, _))) => (cert, key, other),
+        (Err(e), _) | (_, Err(e)) => {
+            debian::skip(
+                "with_cluster_tls_a_worker_joins_over_tls_and_a_plain_one_is_refused",
+                "OPENSSL",
+                &format!("openssl cannot make a test certificate here: {e}"),
+            );
+            return;
+        }
+    };
+    let port = free_port();
+    let tls = format!(
+        "[cluster.tls]\ncert = \"{}\"\nkey = \"{}\"\n",
+        cert.display(),
+        key.display()
+    );
+    let cfg = config_with(dir.path(), "127.0.0.1", port, 2, 1, &tls);
+    let mut train = Trainer::start(&cfg, &dir.path().join("run"), false);
+    train.wait_line(|l| l.contains("(TLS)"));
+    // Without TLS the handshake never happens: refused, and it says what to check.
+    let (code, _, log) = worker(dir.path(), port, "plain", "cookie", &[]).finish();
+    assert_eq!(code, Some(2), "{log}");
+    assert!(
+        log.contains("refused this worker") && log.contains("--tls-ca"),
+        "{log}"
+    );
+    // Trusting another certificate: the worker refuses the trainer's.
+    let other = other.display().to_string();
+    let (code, _, log) = worker(dir.path(), port, "wary", "cookie", &["--tls-ca", &other]).finish();
+    assert_eq!(code, Some(2), "{log}");
+    assert!(log.contains("InvalidCertificate"), "{log}");
+    let ca = cert.display().to_string();
+    let w = worker(dir.path(), port, "a", "cookie", &["--tls-ca", &ca]);
+    let (code, out, train_log) = train.finish();
+    assert_eq!(code, Some(0), "{train_log}");
+    assert_eq!(
+        last_json(&out)["cluster"]["workers"]["a"]["episodes"],
+        2 * EPISODES_PER_UPDATE
+    );
+    let (code, out, log) = w.finish();
+    assert_eq!(code, Some(0), "{log}");
+    assert_eq!(last_json(&out)["stopped"], "the trainer finished the run");
 }

@@ -31,6 +31,13 @@ pub(crate) struct WorkerCmdArgs {
     /// temporary directory, named after the worker).
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// Join over TLS (the trainer has `[cluster.tls]`), trusting the certificates in this PEM
+    /// file (the trainer's own, or the authority that signed it).
+    #[arg(long)]
+    tls_ca: Option<PathBuf>,
+    /// The name the trainer's certificate must carry (default: the host of --join).
+    #[arg(long, requires = "tls_ca")]
+    tls_server_name: Option<String>,
     /// Serve this worker's Prometheus metrics (`/metrics`, `/healthz`) on HOST:PORT.
     #[arg(long)]
     metrics_address: Option<String>,
@@ -90,6 +97,8 @@ pub(crate) fn run(args: WorkerCmdArgs, registries: Registries) -> anyhow::Result
             freeze_at_lease: args.freeze_at_lease,
             metrics_address: args.metrics_address,
             hold_from_lease: args.hold_from_lease,
+            tls_ca: args.tls_ca,
+            tls_server_name: args.tls_server_name,
         },
         stop,
     ))?;

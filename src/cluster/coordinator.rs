@@ -161,7 +161,7 @@ impl State {
                 if self.table.join(&worker, slots, version, now) {
                     metrics::counter!("agent_r1_cluster_joins_total").increment(1);
                     eprintln!(
-                        "cluster: worker {worker} joined ({slots} slots); {} workers",
+                        "cluster: worker {worker} joined; {} workers",
                         self.table.workers()
                     );
                 }

@@ -54,7 +54,11 @@ impl TrainerCluster {
         let cookie_file = section.cookie_file.clone().context("cluster.cookie_file")?;
         let cookie = read_cookie(&cookie_file).context("cluster.cookie_file")?;
         let listen: SocketAddr = section.listen.parse()?;
-        let node = Node::start("trainer", "trainer", listen, cookie)
+        let tls = match &section.tls {
+            None => None,
+            Some(tls) => Some(super::tls::acceptor(tls)?),
+        };
+        let node = Node::start("trainer", "trainer", listen, cookie, tls)
             .await
             .context("cluster.listen")?;
         let (wanted_tx, wanted) = watch::channel(0);
@@ -91,7 +95,8 @@ impl TrainerCluster {
         };
         stage.publish(learner, version).await?;
         eprintln!(
-            "cluster: listening for workers on {listen}; weights at {weights_url}; lease {:.1} s",
+            "cluster: listening for workers on {listen}{}; weights at {weights_url}; lease {:.1} s",
+            if section.tls.is_some() { " (TLS)" } else { "" },
             section.lease_secs
         );
         let remote = RemoteTasks {

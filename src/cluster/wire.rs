@@ -24,7 +24,7 @@ pub enum Wire {
     Hello {
         /// The worker's name (unique in the cluster).
         worker: String,
-        /// Episodes it runs at once.
+        /// Episodes it runs at once (0 until it has the config; its heartbeats say).
         slots: u32,
         /// The policy version its engines hold, if any.
         version: Option<u64>,

@@ -55,6 +55,10 @@ pub struct WorkerArgs {
     pub freeze_at_lease: Option<u64>,
     /// Serve `/metrics` and `/healthz` here.
     pub metrics_address: Option<String>,
+    /// Join over TLS, trusting the certificates in this PEM file.
+    pub tls_ca: Option<PathBuf>,
+    /// The name the trainer's certificate must carry (default: the host of `join`).
+    pub tls_server_name: Option<String>,
     /// Fault injection for tests: from this many leases on, leases are held without running
     /// until the trainer has dropped this worker and taken it back (a worker cut off with
     /// work in hand, which finishes it late).
@@ -149,7 +153,16 @@ pub async fn run(
     std::fs::create_dir_all(&args.dir)
         .with_context(|| format!("{}: cannot create the worker directory", args.dir.display()))?;
     let any: SocketAddr = "127.0.0.1:0".parse().expect("a socket address");
-    let mut node = Node::start(&args.name, "worker", any, cookie).await?;
+    let mut node = Node::start(&args.name, "worker", any, cookie, None).await?;
+    if let Some(ca) = &args.tls_ca {
+        let host = args
+            .join
+            .rsplit_once(':')
+            .map_or(args.join.as_str(), |(h, _)| h);
+        let name = args.tls_server_name.as_deref().unwrap_or(host);
+        let (connector, name) = super::tls::connector(ca, name)?;
+        node = node.with_client_tls(connector, name);
+    }
     node.connect(&args.join).await?;
     let deadline = Instant::now() + args.join_timeout;
     wait_authenticated(&mut node, &args.join, deadline).await?;
@@ -419,7 +432,7 @@ async fn wait_authenticated(node: &mut Node, join: &str, deadline: Instant) -> a
     match tokio::time::timeout(left, node.events.recv()).await {
         Ok(Some(SessionEvent::Authenticated(_))) => Ok(()),
         Ok(Some(SessionEvent::Refused(_) | SessionEvent::Lost(_))) => anyhow::bail!(
-            "{join} refused this worker: the cookie check failed (check --cookie-file against the trainer's cluster.cookie_file)"
+            "{join} refused this worker: the cookie check failed (check --cookie-file against the trainer's cluster.cookie_file, and --tls-ca where the trainer has [cluster.tls])"
         ),
         Ok(None) => anyhow::bail!("the cluster node stopped while joining {join}"),
         Err(_) => anyhow::bail!("{join} did not accept this worker within the join timeout"),

@@ -41,6 +41,19 @@ pub struct ClusterSection {
     /// Policy versions kept on the weight server.
     #[schemars(range(min = 1))]
     pub keep_versions: usize,
+    /// TLS for the cluster's connections (workers then join with `--tls-ca`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ClusterTls>,
+}
+
+/// `[cluster.tls]`: the trainer's certificate and key, PEM.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterTls {
+    /// The certificate chain (PEM); its names must include the address workers join.
+    pub cert: PathBuf,
+    /// The private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
 }
 
 impl Default for ClusterSection {
@@ -56,6 +69,7 @@ impl Default for ClusterSection {
             min_workers_timeout_secs: 600.0,
             local_rollout: true,
             keep_versions: 3,
+            tls: None,
         }
     }
 }
