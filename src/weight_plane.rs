@@ -16,6 +16,7 @@ mod server;
 pub use fetch::{Fetched, Fetcher, FetcherConfig};
 pub use manifest::{
     load_policy, load_tensors, publish, publish_dir, FileEntry, Manifest, PublishedVersion,
+    MANIFEST_FILE,
 };
 pub use server::WeightServer;
 

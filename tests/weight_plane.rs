@@ -317,3 +317,30 @@ fn a_file_corrupted_at_the_source_fails_every_attempt_and_leaves_no_version() {
         "no unverified version is kept"
     );
 }
+
+#[test]
+fn a_pinned_fetch_refuses_a_manifest_other_than_the_one_announced() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("published");
+    let original = tensors(7);
+    let published = publish(&root, 4, &original, 2).unwrap();
+    let server = WeightServer::start("127.0.0.1:0".parse().unwrap(), &root).unwrap();
+    let (_, announced) =
+        agent_r1::file_digest::sha256_file(&published.dir.join("manifest.json")).unwrap();
+
+    // A manifest changed on the server (or on the way), digests and all, is refused whole.
+    let wrong = format!("{:064x}", 1);
+    let e = fetcher(&server.url(), &tmp.path().join("w1"))
+        .fetch_pinned(4, &wrong)
+        .unwrap_err();
+    assert!(
+        matches!(&e, WeightPlaneError::Manifest { message, .. } if message.contains("announced")),
+        "{e}"
+    );
+    assert!(!tmp.path().join("w1").join("v00000004").exists());
+
+    let fetched = fetcher(&server.url(), &tmp.path().join("w2"))
+        .fetch_pinned(4, &announced)
+        .unwrap();
+    assert_same(&original, &load_tensors(&fetched.dir).unwrap());
+}

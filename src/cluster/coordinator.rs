@@ -22,8 +22,8 @@ use super::{remote_member, send};
 pub enum Command {
     /// A task from the feeder; answered once it is queued.
     Task(Box<EpisodeRequest>, RpcReplyPort<()>),
-    /// A new policy version is on the weight server.
-    Version(u64),
+    /// A new policy version is on the weight server, with its manifest's SHA-256.
+    Version(u64, String),
     /// Look at lease expiries.
     Tick,
     /// The cluster's figures.
@@ -43,6 +43,8 @@ pub struct CoordinatorArgs {
     pub weights_url: String,
     /// The current policy version.
     pub version: u64,
+    /// The SHA-256 of its manifest.
+    pub manifest_sha256: String,
     /// Versions a worker's weights may lag the current one and still get leases (0: sync).
     pub staleness: u64,
     /// Lease period.
@@ -134,6 +136,7 @@ impl State {
                 config: self.args.config.clone(),
                 weights_url: self.args.weights_url.clone(),
                 version: self.version,
+                manifest_sha256: self.args.manifest_sha256.clone(),
                 heartbeat_ms: self.args.heartbeat.as_millis() as u64,
             },
         );
@@ -263,11 +266,19 @@ impl Actor for Coordinator {
                 state.dispatch();
                 let _ = reply.send(());
             }
-            ClusterMsg::Local(Command::Version(version)) => {
+            ClusterMsg::Local(Command::Version(version, manifest_sha256)) => {
                 state.version = version;
+                state.args.manifest_sha256 = manifest_sha256.clone();
                 for name in state.table.stats().keys() {
                     if let Some(cell) = remote_member(&worker_group(name)) {
-                        send(&cell, Wire::Weights { version });
+                        let manifest_sha256 = manifest_sha256.clone();
+                        send(
+                            &cell,
+                            Wire::Weights {
+                                version,
+                                manifest_sha256,
+                            },
+                        );
                     }
                 }
                 state.dispatch();

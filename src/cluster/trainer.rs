@@ -19,8 +19,9 @@ use super::coordinator::{
 use super::wire::ClusterMsg;
 use super::{read_cookie, Node};
 use crate::config::{ClusterSection, TrainConfig, TrainMode};
+use crate::file_digest::sha256_file;
 use crate::train::RemoteTasks;
-use crate::weight_plane::{publish_dir, WeightServer};
+use crate::weight_plane::{publish_dir, WeightServer, MANIFEST_FILE};
 
 /// The trainer's cluster stage.
 pub struct TrainerCluster {
@@ -70,7 +71,9 @@ impl TrainerCluster {
         let args = CoordinatorArgs {
             config: cfg.to_toml_string(),
             weights_url: weights_url.clone(),
+            // Set by the first publication, before any worker can join.
             version,
+            manifest_sha256: String::new(),
             staleness,
             lease: section.lease(),
             heartbeat: section.heartbeat(),
@@ -148,9 +151,12 @@ impl TrainerCluster {
             .record(began.elapsed().as_secs_f64());
         metrics::gauge!("agent_r1_cluster_weight_version_bytes")
             .set(published.manifest.bytes() as f64);
+        let manifest = published.dir.join(MANIFEST_FILE);
+        let (_, sha256) = sha256_file(&manifest)
+            .with_context(|| format!("{}: cannot read", manifest.display()))?;
         let _ = self
             .coordinator
-            .cast(ClusterMsg::Local(Command::Version(version)));
+            .cast(ClusterMsg::Local(Command::Version(version, sha256)));
         Ok(())
     }
 

@@ -37,6 +37,9 @@ pub enum Wire {
         weights_url: String,
         /// The current policy version.
         version: u64,
+        /// The SHA-256 of that version's manifest on the weight server (which pins every
+        /// file's digest: the weight server itself is not trusted).
+        manifest_sha256: String,
         /// How often the worker renews its leases, milliseconds.
         heartbeat_ms: u64,
     },
@@ -75,6 +78,8 @@ pub enum Wire {
     Weights {
         /// The version.
         version: u64,
+        /// The SHA-256 of its manifest.
+        manifest_sha256: String,
     },
     /// Worker -> trainer: leaving; its leases go back to the queue now.
     Bye {

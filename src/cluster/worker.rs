@@ -115,6 +115,7 @@ struct Welcome {
     config: String,
     weights_url: String,
     version: u64,
+    manifest_sha256: String,
     heartbeat: Duration,
 }
 
@@ -210,7 +211,12 @@ pub async fn run(
             }
         }))
     };
-    let first = fetch(fetcher.clone(), welcome.version).await?;
+    let first = fetch(
+        fetcher.clone(),
+        welcome.version,
+        welcome.manifest_sha256.clone(),
+    )
+    .await?;
     let scenario_dir = args.dir.join("env");
     let registries = args.registries.clone();
     let (engine, scenario, tokenizer) = {
@@ -266,7 +272,7 @@ pub async fn run(
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let (fetched_tx, mut fetched_rx) = mpsc::unbounded_channel::<FetchResult>();
     let mut fetching: Option<u64> = None;
-    let mut wanted_version = version;
+    let mut wanted = (version, welcome.manifest_sha256.clone());
     let mut connected = true;
     let mut rejoined = false;
     let mut on_hold: Vec<EpisodeRequest> = Vec::new();
@@ -309,11 +315,13 @@ pub async fn run(
                             let _ = submit_tx.send(request);
                         }
                     }
-                    Wire::Weights { version: v } => {
-                        wanted_version = wanted_version.max(v);
-                        if wanted_version > version && fetching.is_none() {
-                            fetching = Some(wanted_version);
-                            start_fetch(fetcher.clone(), fetched_tx.clone(), wanted_version);
+                    Wire::Weights { version: v, manifest_sha256 } => {
+                        if v > wanted.0 {
+                            wanted = (v, manifest_sha256);
+                        }
+                        if wanted.0 > version && fetching.is_none() {
+                            fetching = Some(wanted.0);
+                            start_fetch(fetcher.clone(), fetched_tx.clone(), wanted.clone());
                         }
                     }
                     Wire::Stop => break "the trainer finished the run".to_string(),
@@ -385,9 +393,9 @@ pub async fn run(
                     }
                     continue;
                 }
-                if wanted_version > version && fetching.is_none() {
-                    fetching = Some(wanted_version);
-                    start_fetch(fetcher.clone(), fetched_tx.clone(), wanted_version);
+                if wanted.0 > version && fetching.is_none() {
+                    fetching = Some(wanted.0);
+                    start_fetch(fetcher.clone(), fetched_tx.clone(), wanted.clone());
                 }
                 say(Wire::Heartbeat { worker: args.name.clone(), version: Some(version), slots, leases: held.values().copied().collect() });
                 let waiting = std::mem::take(&mut unsent);
@@ -456,8 +464,8 @@ async fn wait_welcome(
                 }
             }
             wire = inbox.recv() => match wire {
-                Some(Wire::Welcome { config, weights_url, version, heartbeat_ms }) => {
-                    return Ok(Welcome { config, weights_url, version, heartbeat: Duration::from_millis(heartbeat_ms.max(10)) });
+                Some(Wire::Welcome { config, weights_url, version, manifest_sha256, heartbeat_ms }) => {
+                    return Ok(Welcome { config, weights_url, version, manifest_sha256, heartbeat: Duration::from_millis(heartbeat_ms.max(10)) });
                 }
                 Some(Wire::Stop) => anyhow::bail!("the trainer finished the run before this worker joined"),
                 Some(_) => {}
@@ -469,17 +477,31 @@ async fn wait_welcome(
 
 type FetchResult = anyhow::Result<(u64, PathBuf)>;
 
-fn start_fetch(fetcher: Arc<Fetcher>, tx: mpsc::UnboundedSender<FetchResult>, version: u64) {
+fn start_fetch(
+    fetcher: Arc<Fetcher>,
+    tx: mpsc::UnboundedSender<FetchResult>,
+    (version, manifest_sha256): (u64, String),
+) {
     tokio::spawn(async move {
-        let _ = tx.send(fetch(fetcher, version).await.map(|d| (version, d)));
+        let _ = tx.send(
+            fetch(fetcher, version, manifest_sha256)
+                .await
+                .map(|d| (version, d)),
+        );
     });
 }
 
-/// Fetches `version` and verifies it file by file (SHA-256), off the runtime's threads.
-async fn fetch(fetcher: Arc<Fetcher>, version: u64) -> anyhow::Result<PathBuf> {
-    let fetched = tokio::task::spawn_blocking(move || fetcher.fetch(Some(version)))
-        .await
-        .context("the weight fetch panicked")??;
+/// Fetches `version`, its manifest checked against the SHA-256 the trainer announced and
+/// every file against the manifest, off the runtime's threads.
+async fn fetch(
+    fetcher: Arc<Fetcher>,
+    version: u64,
+    manifest_sha256: String,
+) -> anyhow::Result<PathBuf> {
+    let fetched =
+        tokio::task::spawn_blocking(move || fetcher.fetch_pinned(version, &manifest_sha256))
+            .await
+            .context("the weight fetch panicked")??;
     metrics::counter!("agent_r1_cluster_weight_fetch_bytes_total")
         .increment(fetched.bytes_received);
     Ok(fetched.dir)

@@ -86,6 +86,17 @@ impl Fetcher {
     }
 
     fn manifest(&self, which: &str) -> Result<Manifest, WeightPlaneError> {
+        self.manifest_pinned(which, None)
+    }
+
+    /// The manifest of `which`, its bytes checked against `sha256` when given (a digest the
+    /// trainer announced over an authenticated channel, so a manifest altered on the way,
+    /// and with it the files' digests, is refused).
+    fn manifest_pinned(
+        &self,
+        which: &str,
+        sha256: Option<&str>,
+    ) -> Result<Manifest, WeightPlaneError> {
         let url = match which {
             "latest" => format!("{}/weights/latest", self.base),
             v => format!("{}/weights/{v}/{MANIFEST_FILE}", self.base),
@@ -112,17 +123,41 @@ impl Fetcher {
                 String::from_utf8_lossy(&body).trim()
             )));
         }
+        if let Some(expected) = sha256 {
+            let got = hex(&Sha256::digest(&body));
+            if got != expected {
+                return Err(WeightPlaneError::Manifest {
+                    at: url,
+                    message: format!("SHA-256 {got}, but the trainer announced {expected}"),
+                });
+            }
+        }
         Manifest::parse(&body, &url)
     }
 
     /// Fetches `version` (`None`: the newest), unless it is already here; verified file by
     /// file.
     pub fn fetch(&self, version: Option<u64>) -> Result<Fetched, WeightPlaneError> {
-        let began = Instant::now();
         let manifest = match version {
             None => self.latest()?,
             Some(v) => self.manifest(&format!("v{v}"))?,
         };
+        self.fetch_manifest(manifest)
+    }
+
+    /// Fetches `version` whose manifest has the SHA-256 `manifest_sha256` (announced by the
+    /// trainer on the control plane); verified file by file against that manifest.
+    pub fn fetch_pinned(
+        &self,
+        version: u64,
+        manifest_sha256: &str,
+    ) -> Result<Fetched, WeightPlaneError> {
+        let manifest = self.manifest_pinned(&format!("v{version}"), Some(manifest_sha256))?;
+        self.fetch_manifest(manifest)
+    }
+
+    fn fetch_manifest(&self, manifest: Manifest) -> Result<Fetched, WeightPlaneError> {
+        let began = Instant::now();
         let dir = version_dir(&self.dest, manifest.version);
         let mut fetched = Fetched {
             manifest: manifest.clone(),
