@@ -22,8 +22,12 @@ use serde_json::Value;
 #[allow(dead_code)]
 #[path = "support/debian.rs"]
 mod debian;
+#[path = "support/tiny_run.rs"]
+mod tiny_run;
 #[path = "support/trainer.rs"]
 mod trainer;
+
+use tiny_run::tiny_config;
 
 use trainer::Trainer;
 
@@ -57,46 +61,7 @@ fn config_with(
 ) -> PathBuf {
     std::fs::write(dir.join("cookie"), "the-cluster-secret\n").unwrap();
     let text = format!(
-        r#"
-[model]
-preset = "tiny"
-device = "cpu"
-dtype = "float32"
-
-[env]
-name = "synthetic_multihop"
-
-[env.world]
-seed = 0
-n_questions = 40
-test_fraction = 0.2
-
-[tools.search]
-top_k = 2
-
-[algorithm]
-estimator = "grpo"
-actor_lr = 2e-3
-micro_batch_size = 8
-
-[algorithm.kl]
-placement = "off"
-
-[rollout]
-batch_size = 2
-group_size = 2
-max_turns = 2
-max_prompt_length = 384
-max_response_length = 16
-max_context_length = 1024
-concurrency = 4
-
-[training]
-updates = {updates}
-mode = "sync"
-seed = 0
-run_dir = "{run}"
-
+        r#"{base}
 [checkpoint]
 every = 100
 
@@ -117,7 +82,7 @@ min_workers = {min_workers}
 local_rollout = false
 {extra}
 "#,
-        run = dir.join("unused-run-dir").display(),
+        base = tiny_config(dir, updates, 2, 4),
         cookie = dir.join("cookie").display(),
     );
     let path = dir.join("train.toml");

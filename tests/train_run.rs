@@ -9,52 +9,18 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+#[path = "support/tiny_run.rs"]
+mod tiny_run;
 #[path = "support/trainer.rs"]
 mod trainer;
+
+use tiny_run::tiny_config;
 
 use trainer::{http_get, Trainer};
 
 fn config(dir: &Path, updates: u64, batch: usize, concurrency: usize, every: u64) -> PathBuf {
     let text = format!(
-        r#"
-[model]
-preset = "tiny"
-device = "cpu"
-dtype = "float32"
-
-[env]
-name = "synthetic_multihop"
-
-[env.world]
-seed = 0
-n_questions = 40
-test_fraction = 0.2
-
-[tools.search]
-top_k = 2
-
-[algorithm]
-estimator = "grpo"
-actor_lr = 2e-3
-micro_batch_size = 8
-
-[algorithm.kl]
-placement = "off"
-
-[rollout]
-batch_size = {batch}
-group_size = 2
-max_turns = 2
-max_prompt_length = 384
-max_response_length = 16
-max_context_length = 1024
-concurrency = {concurrency}
-
-[training]
-updates = {updates}
-seed = 0
-run_dir = "{run}"
-
+        r#"{base}
 [checkpoint]
 every = {every}
 keep_last = 2
@@ -66,7 +32,7 @@ questions = 4
 [metrics]
 address = "127.0.0.1:0"
 "#,
-        run = dir.join("unused-run-dir").display(),
+        base = tiny_config(dir, updates, batch, concurrency),
     );
     let path = dir.join("train.toml");
     std::fs::write(&path, text).unwrap();

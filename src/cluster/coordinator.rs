@@ -153,6 +153,19 @@ impl State {
         }
     }
 
+    /// Makes `worker` a member; true (and a log line) when it was not one.
+    fn admit(&mut self, worker: &str, slots: u32, version: Option<u64>, how: &str) -> bool {
+        if !self.table.join(worker, slots, version, Instant::now()) {
+            return false;
+        }
+        metrics::counter!("agent_r1_cluster_joins_total").increment(1);
+        eprintln!(
+            "cluster: worker {worker} {how}; {} workers",
+            self.table.workers()
+        );
+        true
+    }
+
     async fn on_wire(&mut self, wire: Wire) {
         let now = Instant::now();
         match wire {
@@ -161,13 +174,7 @@ impl State {
                 slots,
                 version,
             } => {
-                if self.table.join(&worker, slots, version, now) {
-                    metrics::counter!("agent_r1_cluster_joins_total").increment(1);
-                    eprintln!(
-                        "cluster: worker {worker} joined; {} workers",
-                        self.table.workers()
-                    );
-                }
+                self.admit(&worker, slots, version, "joined");
                 self.welcome(&worker);
             }
             Wire::Heartbeat {
@@ -176,12 +183,7 @@ impl State {
                 slots,
                 leases,
             } => {
-                if self.table.join(&worker, slots, version, now) {
-                    metrics::counter!("agent_r1_cluster_joins_total").increment(1);
-                    eprintln!(
-                        "cluster: worker {worker} rejoined ({slots} slots); {} workers",
-                        self.table.workers()
-                    );
+                if self.admit(&worker, slots, version, "rejoined") {
                     // It learns it was dropped: leases it still holds may run elsewhere too.
                     self.welcome(&worker);
                 }
