@@ -1196,7 +1196,11 @@ pub(crate) fn start_engines(cfg: &TrainConfig, policy_dir: &Path) -> anyhow::Res
     let many = placements.len() > 1;
     let mut engines = Vec::new();
     for (i, (label, placement)) in placements.into_iter().enumerate() {
-        let engine = setup::engine(policy_dir, placement, config.clone())
+        let config = EngineConfig {
+            metrics_label: i.to_string(),
+            ..config.clone()
+        };
+        let engine = setup::engine(policy_dir, placement, config)
             .with_context(|| format!("engine {i} on {label}"))?;
         if many {
             eprintln!("engine {i} on {label}");

@@ -62,6 +62,14 @@ pub struct EngineConfig {
     /// path. On a GPU the pool is reserved either way; this only adds the fill.
     #[serde(default = "on_by_default")]
     pub prefault_parked_kv: bool,
+    /// The value of the `engine` label on this engine's `agent_r1_engine_*` series (its
+    /// index in a set), so several engines' gauges stay apart.
+    #[serde(default = "first_engine")]
+    pub metrics_label: String,
+}
+
+fn first_engine() -> String {
+    "0".into()
 }
 
 fn on_by_default() -> bool {
@@ -80,6 +88,7 @@ impl Default for EngineConfig {
             seed: 0,
             kv_reuse: true,
             prefault_parked_kv: true,
+            metrics_label: first_engine(),
         }
     }
 }

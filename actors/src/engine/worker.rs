@@ -96,6 +96,8 @@ struct Worker {
 struct PhaseWindow {
     started: Instant,
     at_start: [f64; 5],
+    /// The engine's `engine` label.
+    label: String,
 }
 
 impl PhaseWindow {
@@ -113,10 +115,11 @@ impl PhaseWindow {
         ]
     }
 
-    fn new(stats: &EngineStats) -> Self {
+    fn new(stats: &EngineStats, label: String) -> Self {
         Self {
             started: Instant::now(),
             at_start: Self::totals(stats),
+            label,
         }
     }
 
@@ -131,11 +134,12 @@ impl PhaseWindow {
         for (phase, (end, start)) in Self::PHASES.iter().zip(now.iter().zip(&self.at_start)) {
             let share = (end - start) / elapsed;
             accounted += share;
-            metrics::gauge!("agent_r1_engine_time_ratio", "phase" => *phase).set(share);
+            metrics::gauge!("agent_r1_engine_time_ratio", "engine" => self.label.clone(), "phase" => *phase)
+                .set(share);
         }
-        metrics::gauge!("agent_r1_engine_time_ratio", "phase" => "other")
+        metrics::gauge!("agent_r1_engine_time_ratio", "engine" => self.label.clone(), "phase" => "other")
             .set((1.0 - accounted).max(0.0));
-        *self = Self::new(stats);
+        *self = Self::new(stats, std::mem::take(&mut self.label));
     }
 }
 
@@ -191,6 +195,7 @@ pub(super) fn run(
             return;
         }
     };
+    let label = config.metrics_label.clone();
     let mut worker = Worker {
         parked: ParkedStore::default(),
         pool,
@@ -204,7 +209,7 @@ pub(super) fn run(
         running: Vec::new(),
         stats: EngineStats::default(),
         version: 0,
-        window: PhaseWindow::new(&EngineStats::default()),
+        window: PhaseWindow::new(&EngineStats::default(), label),
     };
     worker.stats.slot_bytes = worker.slots.bytes_allocated() as u64;
     let _ = ready.send(Ok(()));
@@ -370,7 +375,7 @@ impl Worker {
         self.parked.clear();
         self.shared_prefix = None;
         self.version = version;
-        metrics::gauge!("agent_r1_engine_policy_version").set(version as f64);
+        metrics::gauge!("agent_r1_engine_policy_version", "engine" => self.config.metrics_label.clone()).set(version as f64);
         Ok(())
     }
 
@@ -568,8 +573,8 @@ impl Worker {
         let reused: usize = self.running[start..end].iter().map(|r| r.reused).sum();
         self.stats.prefill_tokens += prefill_tokens as u64;
         self.stats.reused_tokens += reused as u64;
-        metrics::counter!("agent_r1_engine_prefill_tokens_total").increment(prefill_tokens as u64);
-        metrics::counter!("agent_r1_engine_reused_tokens_total").increment(reused as u64);
+        metrics::counter!("agent_r1_engine_prefill_tokens_total", "engine" => self.config.metrics_label.clone()).increment(prefill_tokens as u64);
+        metrics::counter!("agent_r1_engine_reused_tokens_total", "engine" => self.config.metrics_label.clone()).increment(reused as u64);
         let stop_check = self.sample_into(start, end, &logits)?;
         self.stats.prefill_passes += 1;
         self.stats.forward_seconds += began.elapsed().as_secs_f64() - stop_check;
@@ -600,8 +605,8 @@ impl Worker {
         let forward = began.elapsed().as_secs_f64() - stop_check;
         self.stats.forward_seconds += forward;
         self.stats.decode_seconds += forward;
-        metrics::histogram!("agent_r1_engine_batch_size").record(rows as f64);
-        metrics::histogram!("agent_r1_engine_step_seconds").record(began.elapsed().as_secs_f64());
+        metrics::histogram!("agent_r1_engine_batch_size", "engine" => self.config.metrics_label.clone()).record(rows as f64);
+        metrics::histogram!("agent_r1_engine_step_seconds", "engine" => self.config.metrics_label.clone()).record(began.elapsed().as_secs_f64());
         Ok(())
     }
 
@@ -650,7 +655,7 @@ impl Worker {
         }
         let stop_check = checking.elapsed().as_secs_f64();
         self.stats.stop_check_seconds += stop_check;
-        metrics::counter!("agent_r1_engine_tokens_generated_total").increment(rows as u64);
+        metrics::counter!("agent_r1_engine_tokens_generated_total", "engine" => self.config.metrics_label.clone()).increment(rows as u64);
         Ok(stop_check)
     }
 
@@ -666,7 +671,7 @@ impl Worker {
     /// Counts a turn whose caller stopped waiting.
     fn abandon(&mut self) {
         self.stats.abandoned_turns += 1;
-        metrics::counter!("agent_r1_engine_abandoned_turns_total").increment(1);
+        metrics::counter!("agent_r1_engine_abandoned_turns_total", "engine" => self.config.metrics_label.clone()).increment(1);
     }
 
     /// Replies to finished rows, parks their KV, and packs the running rows (dropping rows
@@ -699,7 +704,7 @@ impl Worker {
             let spanned_update = r.version != self.version;
             if spanned_update {
                 self.stats.turns_spanning_updates += 1;
-                metrics::counter!("agent_r1_engine_turns_spanning_weight_update_total")
+                metrics::counter!("agent_r1_engine_turns_spanning_weight_update_total", "engine" => self.config.metrics_label.clone())
                     .increment(1);
             } else if self.config.kv_reuse {
                 if self.shared_prefix.is_none() {
@@ -746,9 +751,9 @@ impl Worker {
             };
             let _ = r.reply.send(Ok(out));
         }
-        metrics::gauge!("agent_r1_engine_kv_parked_bytes").set(self.parked.bytes() as f64);
-        metrics::gauge!("agent_r1_engine_running_sequences").set(self.running.len() as f64);
-        metrics::gauge!("agent_r1_engine_waiting_requests").set(self.waiting.len() as f64);
+        metrics::gauge!("agent_r1_engine_kv_parked_bytes", "engine" => self.config.metrics_label.clone()).set(self.parked.bytes() as f64);
+        metrics::gauge!("agent_r1_engine_running_sequences", "engine" => self.config.metrics_label.clone()).set(self.running.len() as f64);
+        metrics::gauge!("agent_r1_engine_waiting_requests", "engine" => self.config.metrics_label.clone()).set(self.waiting.len() as f64);
         self.stats.finish_seconds += began.elapsed().as_secs_f64();
     }
 
