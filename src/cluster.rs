@@ -140,6 +140,7 @@ impl Node {
         let (server, _join) = Actor::spawn(None, server, ())
             .await
             .map_err(|e| anyhow::anyhow!("starting the cluster node on {listen}: {e}"))?;
+        metrics::counter!("agent_r1_cluster_refused_total").increment(0);
         let (tx, events) = mpsc::unbounded_channel();
         server
             .cast(NodeServerMessage::SubscribeToEvents {

@@ -144,7 +144,8 @@ fn query_range(prom: SocketAddr, expr: &str, start: f64) -> Result<usize, String
     Ok(finite)
 }
 
-fn train_config(dir: &Path) -> PathBuf {
+fn train_config(dir: &Path, cluster_port: u16) -> PathBuf {
+    std::fs::write(dir.join("cookie"), "scrape-cookie\n").unwrap();
     let text = format!(
         r#"
 [model]
@@ -204,8 +205,15 @@ questions = 2
 
 [metrics]
 address = "127.0.0.1:0"
+
+# One remote worker beside the trainer's own engine, so the Cluster row has data.
+[cluster]
+listen = "127.0.0.1:{cluster_port}"
+cookie_file = "{cookie}"
+min_workers = 1
 "#,
         run = dir.join("run").display(),
+        cookie = dir.join("cookie").display(),
     );
     let path = dir.join("train.toml");
     std::fs::write(&path, text).unwrap();
@@ -232,11 +240,12 @@ fn every_dashboard_query_has_data_in_a_real_prometheus() {
     // 1. The daemon, on a free loopback port (it prints the address it bound).
     let started = Instant::now();
     let start_unix = unix_now() - 1.0;
+    let cluster_port = free_port();
     let mut trainer = Killed(
         Command::new(BIN)
             .arg("train")
             .arg("--config")
-            .arg(train_config(tmp.path()))
+            .arg(train_config(tmp.path(), cluster_port))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .env("AGENT_R1_LOG", "warn")
@@ -266,14 +275,42 @@ fn every_dashboard_query_has_data_in_a_real_prometheus() {
         }
     };
 
-    // 2. Prometheus scraping it every second.
+    // A worker, with its own metrics endpoint (its weight fetches), once the trainer listens.
+    loop {
+        let line = lines
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("no `waiting for` line; log:\n{}", log.join("\n")));
+        log.push(line.clone());
+        if line.contains("cluster: waiting for 1 workers") {
+            break;
+        }
+    }
+    let worker_metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let _worker = Killed(
+        Command::new(BIN)
+            .args(["worker", "--join", &format!("127.0.0.1:{cluster_port}")])
+            .arg("--cookie-file")
+            .arg(tmp.path().join("cookie"))
+            .args(["--name", "w1", "--concurrency", "2"])
+            .arg("--dir")
+            .arg(tmp.path().join("worker"))
+            .args(["--metrics-address", &worker_metrics.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .env("AGENT_R1_LOG", "warn")
+            .env("OMP_NUM_THREADS", "1")
+            .spawn()
+            .expect("starting agent-r1 worker"),
+    );
+
+    // 2. Prometheus scraping both every second.
     let prom_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let prom_config = tmp.path().join("prometheus.yml");
     std::fs::write(
         &prom_config,
         format!(
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
-             scrape_configs:\n  - job_name: agent-r1\n    static_configs:\n      - targets: [\"{metrics_addr}\"]\n"
+             scrape_configs:\n  - job_name: agent-r1\n    static_configs:\n      - targets: [\"{metrics_addr}\", \"{worker_metrics}\"]\n"
         ),
     )
     .unwrap();

@@ -241,6 +241,15 @@ impl Actor for Coordinator {
         args: CoordinatorArgs,
     ) -> Result<State, ActorProcessingErr> {
         ractor::pg::join(COORDINATOR_GROUP.to_string(), vec![myself.get_cell()]);
+        // Counters exist from the start at 0, so a rate over them is 0 rather than missing.
+        metrics::counter!("agent_r1_cluster_leases_granted_total").increment(0);
+        metrics::counter!("agent_r1_cluster_requeued_total").increment(0);
+        metrics::counter!("agent_r1_cluster_joins_total").increment(0);
+        metrics::counter!("agent_r1_cluster_malformed_messages_total").increment(0);
+        metrics::counter!("agent_r1_cluster_trajectories_total", "outcome" => "accepted")
+            .increment(0);
+        metrics::counter!("agent_r1_cluster_trajectories_total", "outcome" => "duplicate")
+            .increment(0);
         let tick = (args.lease / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
         myself.send_interval(tick, || ClusterMsg::Local(Command::Tick));
         Ok(State {
