@@ -221,32 +221,33 @@ impl LeaseTable {
         (free as usize).saturating_sub(self.queue.len())
     }
 
-    /// Leases past their expiry go back to the front of the queue (their episodes keep
-    /// their ids), and members silent for a whole lease period are dropped.
+    /// Members silent for a whole lease period are dropped, and every lease they held goes
+    /// back to the queue with them (also one granted after their last heartbeat); other
+    /// leases past their expiry go back too. Re-queued episodes keep their ids and go to
+    /// the front of the queue.
     pub fn expire(&mut self, now: Instant) -> (Vec<Requeued>, Vec<String>) {
-        let mut due: Vec<u64> = self
-            .leases
-            .iter()
-            .filter(|(_, l)| l.expires <= now)
-            .map(|(id, _)| *id)
-            .collect();
-        due.sort_unstable();
-        let requeued = due
-            .into_iter()
-            .rev()
-            .filter_map(|id| self.requeue(id))
-            .collect();
         let silent: Vec<String> = self
             .workers
             .iter()
             .filter(|(_, w)| now.duration_since(w.last_seen) >= self.ttl)
             .map(|(n, _)| n.clone())
             .collect();
+        let mut due: Vec<u64> = self
+            .leases
+            .iter()
+            .filter(|(_, l)| l.expires <= now || silent.contains(&l.worker))
+            .map(|(id, _)| *id)
+            .collect();
+        due.sort_unstable();
+        let mut requeued: Vec<Requeued> = due
+            .into_iter()
+            .rev()
+            .filter_map(|id| self.requeue(id))
+            .collect();
+        requeued.reverse();
         for name in &silent {
             self.forget(name);
         }
-        let mut requeued: Vec<Requeued> = requeued;
-        requeued.reverse();
         (requeued, silent)
     }
 
@@ -432,6 +433,23 @@ mod tests {
         let stats = t.stats();
         assert_eq!((stats["a"].requeued, stats["a"].duplicates), (1, 1));
         assert_eq!((stats["b"].episodes, stats["a"].episodes), (1, 0));
+    }
+
+    #[test]
+    fn a_silent_worker_is_dropped_with_every_lease_it_held_even_a_fresh_one() {
+        let (mut t, now) = table(1);
+        t.join("a", 2, Some(0), now);
+        let first = t.grant(0, now).remove(0);
+        // A second task is leased 5 s after a's last word: alone it would live to +15 s.
+        t.enqueue(request(9));
+        let second = t.grant(0, now + Duration::from_secs(5));
+        assert_eq!(second.len(), 1);
+        let (requeued, gone) = t.expire(now + Duration::from_secs(10));
+        assert_eq!(gone, vec!["a".to_string()]);
+        let ids: Vec<u64> = requeued.iter().map(|r| r.lease).collect();
+        assert_eq!(ids, vec![first.lease, second[0].lease]);
+        assert_eq!((t.outstanding(), t.waiting()), (0, 2));
+        assert_eq!(t.stats()["a"].requeued, 2);
     }
 
     #[test]
