@@ -195,6 +195,11 @@ pub(crate) fn send(cell: &ractor::ActorCell, wire: wire::Wire) -> bool {
     actor.cast(wire::ClusterMsg::Wire(wire)).is_ok()
 }
 
+/// Sends `wire` to the trainer's coordinator; false when it is not reachable now.
+pub(crate) fn tell_coordinator(wire: wire::Wire) -> bool {
+    remote_member(wire::COORDINATOR_GROUP).is_some_and(|c| send(&c, wire))
+}
+
 /// The first member of process group `group` on another node.
 pub(crate) fn remote_member(group: &str) -> Option<ractor::ActorCell> {
     ractor::pg::get_members(&group.to_string())

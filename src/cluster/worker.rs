@@ -24,8 +24,8 @@ use agent_r1_actors::tokenizer::HfTokenizer;
 use agent_r1_actors::trajectory::Trajectory;
 use agent_r1_actors::weight_digest::WeightDigest;
 
-use super::wire::{worker_group, ClusterMsg, Wire, COORDINATOR_GROUP};
-use super::{read_cookie, remote_member, send, Node, SessionEvent};
+use super::wire::{worker_group, ClusterMsg, Wire};
+use super::{read_cookie, tell_coordinator, Node, SessionEvent};
 use crate::config::{FileCheck, MetricsSection, TrainConfig};
 use crate::metrics_server;
 use crate::registries::Registries;
@@ -197,17 +197,7 @@ pub async fn run(
             let mut tick = tokio::time::interval(every);
             loop {
                 tick.tick().await;
-                if let Some(c) = remote_member(COORDINATOR_GROUP) {
-                    send(
-                        &c,
-                        Wire::Heartbeat {
-                            worker: name.clone(),
-                            version: None,
-                            slots,
-                            leases: vec![],
-                        },
-                    );
-                }
+                tell_coordinator(heartbeat(&name, None, slots, &HashMap::new()));
             }
         }))
     };
@@ -268,8 +258,8 @@ pub async fn run(
     let mut leases_received = 0u64;
     let mut episodes = 0u64;
     let mut versions_sampled: Vec<u64> = Vec::new();
-    let mut heartbeat = tokio::time::interval(welcome.heartbeat);
-    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut renew_every = tokio::time::interval(welcome.heartbeat);
+    renew_every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let (fetched_tx, mut fetched_rx) = mpsc::unbounded_channel::<FetchResult>();
     let mut fetching: Option<u64> = None;
     let mut wanted = (version, welcome.manifest_sha256.clone());
@@ -277,13 +267,8 @@ pub async fn run(
     let mut rejoined = false;
     let mut on_hold: Vec<EpisodeRequest> = Vec::new();
     let mut unsent: Vec<Wire> = Vec::new();
-    let say = |wire: Wire| remote_member(COORDINATOR_GROUP).is_some_and(|c| send(&c, wire));
-    say(Wire::Heartbeat {
-        worker: args.name.clone(),
-        version: Some(version),
-        slots,
-        leases: vec![],
-    });
+    let say = tell_coordinator;
+    say(heartbeat(&args.name, Some(version), slots, &held));
     let reason = loop {
         tokio::select! {
             wire = inbox.recv() => {
@@ -359,7 +344,7 @@ pub async fn run(
                         Ok(()) => {
                             version = v;
                             eprintln!("worker {}: weights version {v} swapped in", args.name);
-                            say(Wire::Heartbeat { worker: args.name.clone(), version: Some(version), slots, leases: held.values().copied().collect() });
+                            say(heartbeat(&args.name, Some(version), slots, &held));
                         }
                         Err(e) => break format!("swapping in weights version {v}: {e:#}"),
                     },
@@ -383,7 +368,7 @@ pub async fn run(
                 Some(SessionEvent::Refused(peer)) => break format!("{peer} refused this worker: the cookie check failed"),
                 None => break "the cluster node stopped".to_string(),
             },
-            _ = heartbeat.tick() => {
+            _ = renew_every.tick() => {
                 if !connected {
                     // A partitioned peer swallows the SYN: bounded, so the loop goes on.
                     match tokio::time::timeout(welcome.heartbeat.max(Duration::from_secs(1)), node.connect(&args.join)).await {
@@ -397,7 +382,7 @@ pub async fn run(
                     fetching = Some(wanted.0);
                     start_fetch(fetcher.clone(), fetched_tx.clone(), wanted.clone());
                 }
-                say(Wire::Heartbeat { worker: args.name.clone(), version: Some(version), slots, leases: held.values().copied().collect() });
+                say(heartbeat(&args.name, Some(version), slots, &held));
                 let waiting = std::mem::take(&mut unsent);
                 for done in waiting {
                     if !say(done.clone()) {
@@ -459,9 +444,7 @@ async fn wait_welcome(
                 anyhow::bail!("{}: no welcome from the trainer within the join timeout", args.join)
             }
             _ = hello.tick() => {
-                if let Some(c) = remote_member(COORDINATOR_GROUP) {
-                    send(&c, Wire::Hello { worker: args.name.clone(), slots: args.concurrency.unwrap_or(0) as u32, version: None });
-                }
+                tell_coordinator(Wire::Hello { worker: args.name.clone(), slots: args.concurrency.unwrap_or(0) as u32, version: None });
             }
             wire = inbox.recv() => match wire {
                 Some(Wire::Welcome { config, weights_url, version, manifest_sha256, heartbeat_ms }) => {
@@ -472,6 +455,16 @@ async fn wait_welcome(
                 None => anyhow::bail!("the worker's agent stopped"),
             }
         }
+    }
+}
+
+/// A heartbeat: renews the leases in `held` (episode id -> lease).
+fn heartbeat(worker: &str, version: Option<u64>, slots: u32, held: &HashMap<u64, u64>) -> Wire {
+    Wire::Heartbeat {
+        worker: worker.to_string(),
+        version,
+        slots,
+        leases: held.values().copied().collect(),
     }
 }
 
