@@ -788,6 +788,10 @@ fn describe_series() {
         "Turns dropped because their caller stopped waiting (deadline passed, episode gone): never admitted, or taken out of the batch mid-decode."
     );
     describe_counter!(
+        "agent_r1_engine_restarts_total",
+        "Engine threads restarted by their engine actor after a crash (a panic or an error out of a step); the turns they held are run again."
+    );
+    describe_counter!(
         "agent_r1_stalls_total",
         "Stalls reported by the stall detector: a stage (env, tool NAME, engine, learner, publication, checkpoint) whose work made no progress within its [stall] deadline."
     );

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agent_r1_actors::chat_template::{ChatTemplate, TemplateVars, QWEN2_5_CHAT_TEMPLATE};
-use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle};
+use agent_r1_actors::engine::{start_supervised, EngineConfig, EngineHandle, EngineRestartPolicy};
 use agent_r1_actors::engine_set::EngineSet;
 use agent_r1_actors::model::presets::{preset, shape, PRESETS};
 use agent_r1_actors::model::{Placement, PolicyModel, SamplingParams};
@@ -101,19 +101,24 @@ pub fn synthetic(
     })
 }
 
-/// Starts the engine on a model directory.
+/// Starts the engine on a model directory, under its actor on `rt`: a crashed engine thread
+/// is replaced on a fresh load of the same directory ([`start_supervised`]).
 pub fn engine(
+    rt: &tokio::runtime::Handle,
     model: &Path,
     placement: Placement,
     config: EngineConfig,
 ) -> anyhow::Result<EngineHandle> {
     let dir: PathBuf = model.to_path_buf();
-    let (handle, _join) = spawn_engine(
-        move || PolicyModel::load(&dir, placement, false),
-        None,
-        config,
-    )
-    .with_context(|| format!("starting the engine on {}", model.display()))?;
+    let load = Arc::new(move || PolicyModel::load(&dir, placement, false));
+    let (handle, _actor) = rt
+        .block_on(start_supervised(
+            load,
+            None,
+            config,
+            EngineRestartPolicy::default(),
+        ))
+        .with_context(|| format!("starting the engine on {}", model.display()))?;
     Ok(handle)
 }
 

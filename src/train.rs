@@ -602,6 +602,13 @@ impl Run {
             format!("the weights of update {step}"),
         );
         self.version = self.sampler.while_sampling(publish).await??;
+        if let Some(steps) = self
+            .faults
+            .engine_panic_after_steps
+            .filter(|_| self.step == 0)
+        {
+            self.engine.inject_panic_after(steps)?;
+        }
         if let Some(cluster) = &self.cluster {
             let remote = cluster.publish(&self.learner, self.version);
             self.sampler.while_sampling(remote).await??;
@@ -704,7 +711,7 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
         HfTokenizer::from_dir(&start.policy_dir)?
             .with_template_kwargs(cfg.model.chat_template_kwargs.clone())?,
     );
-    let engine = start_engines(&cfg, &start.policy_dir)?;
+    let engine = start_engines(rt.handle(), &cfg, &start.policy_dir)?;
     stall.engine(engine.stall_probe());
     let learner = rt.block_on(start_learner(
         &cfg,
@@ -713,6 +720,10 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
         placement,
         &args.faults,
     ))?;
+    let republisher = {
+        let _in_runtime = rt.enter();
+        republish_after_restarts(&engine, learner.clone())
+    };
     let (train_setup, eval_setup) =
         rollout_setups(&cfg, &engine, &tokenizer, &scenario, &live, &stall)?;
     let mut sampler = rt.block_on(Sampler::start(
@@ -772,6 +783,7 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
         })
     });
     let sampled = rt.block_on(run.sampler.finish());
+    republisher.abort();
     run.learner.shutdown();
     let interrupted = outcome?;
     let engines = engine_summary(&run.engine, rt.block_on(run.engine.stats_each()).ok());
@@ -781,6 +793,30 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
         summary["cluster"] = json!(cluster);
     }
     Ok(summary)
+}
+
+/// Sends the learner's current weights to each engine whose thread was restarted (it
+/// admits no turn until it has them again). Runs until aborted.
+fn republish_after_restarts(
+    engine: &EngineSet,
+    learner: LearnerRef,
+) -> tokio::task::JoinHandle<()> {
+    let mut restarted = engine.restarted();
+    tokio::spawn(async move {
+        while let Some((label, handle)) = restarted.next().await {
+            match learner.publish(handle).await {
+                Ok(version) => {
+                    eprintln!(
+                        "engine on {label} restarted; weights version {version} sent to it again"
+                    )
+                }
+                // It keeps holding its turns; the stall detector names it.
+                Err(e) => tracing::error!(
+                    "engine on {label} restarted and its weights could not be sent again: {e}"
+                ),
+            }
+        }
+    })
 }
 
 /// Per engine: its device, the episodes routed to it, its turns and prefill figures.
@@ -798,6 +834,7 @@ fn engine_summary(engines: &EngineSet, stats: Option<Vec<EngineStats>>) -> Value
                 "episodes": routed.get(i),
                 "turns": s.map(|s| s.turns),
                 "prefill_tokens": s.map(|s| s.prefill_tokens),
+                "restarts": s.map(|s| s.restarts),
                 "reused_tokens": s.map(|s| s.reused_tokens),
                 "mean_batch": s.map(|s| s.mean_batch_size()),
             })
@@ -1174,7 +1211,11 @@ impl StartPoint {
 
 /// The engines over the start policy (one per `rollout.devices` entry, else one on
 /// `model.device`), each sized from `[rollout]`.
-pub(crate) fn start_engines(cfg: &TrainConfig, policy_dir: &Path) -> anyhow::Result<EngineSet> {
+pub(crate) fn start_engines(
+    rt: &tokio::runtime::Handle,
+    cfg: &TrainConfig,
+    policy_dir: &Path,
+) -> anyhow::Result<EngineSet> {
     let r = &cfg.rollout;
     // Deterministic: one row, no reuse, so no token's arithmetic depends on another's.
     let (rows, kv_reuse) = match r.deterministic {
@@ -1200,7 +1241,7 @@ pub(crate) fn start_engines(cfg: &TrainConfig, policy_dir: &Path) -> anyhow::Res
             metrics_label: i.to_string(),
             ..config.clone()
         };
-        let engine = setup::engine(policy_dir, placement, config)
+        let engine = setup::engine(rt, policy_dir, placement, config)
             .with_context(|| format!("engine {i} on {label}"))?;
         if many {
             eprintln!("engine {i} on {label}");

@@ -412,8 +412,11 @@ fn a_failed_checkpoint_write_is_retried_then_skipped_keeping_the_older_ones() {
     assert_eq!(manifest(&run, 3)["state"]["step"], 3);
 }
 
+/// Also the engine actor's restart, end to end: once the first update is published, both
+/// engine threads panic at their next decode step (fault injection); each is restarted, holds
+/// its turns until the learner sends it version 1 again, and the run finishes on-policy.
 #[test]
-fn two_engines_on_the_cpu_train_end_to_end_and_both_sample() {
+fn two_engines_on_the_cpu_train_end_to_end_both_sample_and_survive_a_crash() {
     let tmp = tempfile::tempdir().unwrap();
     let cfg = config(tmp.path(), 2, 2, 4, 2);
     let text = std::fs::read_to_string(&cfg).unwrap().replace(
@@ -422,10 +425,15 @@ fn two_engines_on_the_cpu_train_end_to_end_and_both_sample() {
     );
     std::fs::write(&cfg, text).unwrap();
     let run = tmp.path().join("run");
-    let (code, out, err) = Trainer::start(&cfg, &run, false).finish();
+    let (code, out, err) =
+        Trainer::start_with(&cfg, &run, &["--inject-engine-panic-after", "1"]).finish();
     assert_eq!(code, Some(0), "{err}");
     assert!(
         err.contains("engine 0 on cpu") && err.contains("engine 1 on cpu"),
+        "{err}"
+    );
+    assert!(
+        err.contains("restarted; weights version 1 sent to it again"),
         "{err}"
     );
     let summary = last_json(&out);
@@ -435,7 +443,13 @@ fn two_engines_on_the_cpu_train_end_to_end_and_both_sample() {
     for e in engines {
         assert!(e["episodes"].as_u64().unwrap() > 0, "{summary}");
         assert!(e["turns"].as_u64().unwrap() > 0, "{summary}");
+        assert_eq!(e["restarts"], 1, "{summary}");
     }
     let rows = jsonl(&run.join("metrics.jsonl"));
     assert_eq!(steps(&rows), vec![1, 2]);
+    for row in &rows {
+        // No token of update 2 was sampled by a restarted engine's reloaded start weights.
+        assert_eq!(row["staleness_max"], 0, "{row}");
+        assert_eq!(row["stale_tokens_dropped"], 0, "{row}");
+    }
 }

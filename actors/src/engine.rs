@@ -14,6 +14,7 @@
 mod kv_pool;
 mod parked;
 mod slots;
+mod supervisor;
 mod worker;
 
 use std::sync::Arc;
@@ -21,7 +22,9 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use tch::Tensor;
-use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
+
+pub use supervisor::{start_supervised, EngineMsg, EngineRestartPolicy, LoadModel};
 
 use crate::model::generate::FinishReason;
 use crate::model::{PolicyModel, SamplingParams};
@@ -190,6 +193,18 @@ pub struct EngineStats {
     pub stop_check_seconds: f64,
     /// Turns completed.
     pub turns: u64,
+    /// Times the engine thread was restarted after a crash (the counters here continue
+    /// across restarts).
+    #[serde(default)]
+    pub restarts: u64,
+    /// Turns that were decoding when the engine thread crashed (run again from their context
+    /// by its replacement, or failed if it was their second crash).
+    #[serde(default)]
+    pub turns_rerun: u64,
+    /// Set while a restarted engine admits no turn until it is sent weights of at least this
+    /// version (the one it served before the crash).
+    #[serde(default)]
+    pub awaiting_version: Option<u64>,
     /// Completed turns during which the weights were swapped (their KV is not parked).
     #[serde(default)]
     pub turns_spanning_updates: u64,
@@ -237,6 +252,8 @@ pub(crate) enum Command {
     Stats(oneshot::Sender<EngineStats>),
     /// Fault injection: the thread stops stepping (it blocks until the process exits).
     Hang,
+    /// Fault injection: the thread panics after this many more steps.
+    PanicAfterSteps(u64),
     Shutdown,
 }
 
@@ -247,8 +264,12 @@ pub struct EngineHandle {
     permits: Arc<Semaphore>,
     config: Arc<EngineConfig>,
     /// Beaten by the engine thread every time round its loop (every step, and every 100 ms
-    /// when idle).
+    /// when idle), except while it holds turns for weights after a restart.
     heartbeat: Arc<Heartbeat>,
+    /// Restarts of the engine thread so far (only a supervised engine restarts).
+    restarts: Arc<watch::Sender<u64>>,
+    /// Why the engine stopped for good, once it has.
+    failure: Arc<std::sync::OnceLock<String>>,
 }
 
 impl std::fmt::Debug for EngineHandle {
@@ -267,40 +288,69 @@ pub fn spawn_engine(
     tokenizer: Option<Arc<HfTokenizer>>,
     config: EngineConfig,
 ) -> Result<(EngineHandle, std::thread::JoinHandle<()>)> {
+    check_config(&config)?;
+    let (tx, rx) = crossbeam::channel::bounded(config.max_pending + 64);
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let handle = EngineHandle::new(tx, &config);
+    let start = worker::Start::new(tokenizer, config, rx.clone(), handle.heartbeat.clone());
+    let join = std::thread::Builder::new()
+        .name("agent-r1-engine".into())
+        .spawn(move || {
+            let exit = worker::run(load, start, |loaded| {
+                let _ = ready_tx.send(loaded);
+            });
+            exit.fail_everything(&rx);
+        })
+        .map_err(|e| Error::EngineStopped(format!("cannot start the engine thread: {e}")))?;
+    match ready_rx.recv() {
+        Ok(Ok(())) => Ok((handle, join)),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(Error::EngineStopped(
+            "the engine thread died while loading".into(),
+        )),
+    }
+}
+
+/// Checks the limits every engine needs before anything starts.
+fn check_config(config: &EngineConfig) -> Result<()> {
     if config.max_batch_rows == 0 || config.max_context < 2 || config.max_pending == 0 {
         return Err(Error::invalid(
             "engine",
             "max_batch_rows and max_pending must be >= 1 and max_context >= 2",
         ));
     }
-    let (tx, rx) = crossbeam::channel::bounded(config.max_pending + 64);
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let worker_config = config.clone();
-    let heartbeat = Arc::new(Heartbeat::default());
-    let beats = heartbeat.clone();
-    let join = std::thread::Builder::new()
-        .name("agent-r1-engine".into())
-        .spawn(move || worker::run(load, tokenizer, worker_config, rx, ready_tx, beats))
-        .map_err(|e| Error::EngineStopped(format!("cannot start the engine thread: {e}")))?;
-    match ready_rx.recv() {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => return Err(e),
-        Err(_) => {
-            return Err(Error::EngineStopped(
-                "the engine thread died while loading".into(),
-            ))
-        }
-    }
-    let handle = EngineHandle {
-        tx,
-        permits: Arc::new(Semaphore::new(config.max_pending)),
-        config: Arc::new(config),
-        heartbeat,
-    };
-    Ok((handle, join))
+    Ok(())
 }
 
 impl EngineHandle {
+    fn new(tx: crossbeam::channel::Sender<Command>, config: &EngineConfig) -> Self {
+        Self {
+            tx,
+            permits: Arc::new(Semaphore::new(config.max_pending)),
+            config: Arc::new(config.clone()),
+            heartbeat: Arc::new(Heartbeat::default()),
+            restarts: Arc::new(watch::channel(0).0),
+            failure: Arc::default(),
+        }
+    }
+
+    /// Why the engine thread is gone, for a caller that found its channel closed.
+    fn stopped(&self) -> Error {
+        Error::EngineStopped(
+            self.failure
+                .get()
+                .cloned()
+                .unwrap_or_else(|| "engine thread has exited".into()),
+        )
+    }
+
+    /// Restarts of the engine thread so far; changes with each one. A restarted engine
+    /// admits no turn until it is sent weights of at least the version it served before
+    /// (see [`start_supervised`]); whoever updates its weights watches this to send them.
+    pub fn restarts(&self) -> watch::Receiver<u64> {
+        self.restarts.subscribe()
+    }
+
     /// Generates one turn within the configured `request_timeout`
     /// ([`Self::generate_within`]).
     pub async fn generate(&self, request: TurnRequest) -> Result<TurnOutput> {
@@ -340,9 +390,7 @@ impl EngineHandle {
                 crossbeam::channel::TrySendError::Full(_) => {
                     Error::Overloaded("the engine queue".into())
                 }
-                crossbeam::channel::TrySendError::Disconnected(_) => {
-                    Error::EngineStopped("engine thread has exited".into())
-                }
+                crossbeam::channel::TrySendError::Disconnected(_) => self.stopped(),
             })?;
         match tokio::time::timeout_at(deadline, rx).await {
             Err(_) => Err(timed_out()),
@@ -369,6 +417,13 @@ impl EngineHandle {
     #[doc(hidden)]
     pub fn inject_hang(&self) -> Result<()> {
         self.send_control(Command::Hang)
+    }
+
+    /// Fault injection (tests, `train --inject-engine-panic`): the engine thread panics after
+    /// `steps` more steps, as a libtorch error raised through tch would.
+    #[doc(hidden)]
+    pub fn inject_panic_after(&self, steps: u64) -> Result<()> {
+        self.send_control(Command::PanicAfterSteps(steps))
     }
 
     /// Drops an episode's parked KV (call when the episode ends).
@@ -446,7 +501,12 @@ impl EngineHandle {
     fn send_control(&self, command: Command) -> Result<()> {
         self.tx
             .send_timeout(command, Duration::from_secs(60))
-            .map_err(|_| Error::EngineStopped("engine thread is not accepting commands".into()))
+            .map_err(|e| match e {
+                crossbeam::channel::SendTimeoutError::Disconnected(_) => self.stopped(),
+                crossbeam::channel::SendTimeoutError::Timeout(_) => {
+                    Error::EngineStopped("engine thread is not accepting commands".into())
+                }
+            })
     }
 }
 

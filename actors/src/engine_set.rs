@@ -302,10 +302,68 @@ impl EngineSet {
             .try_for_each(|m| m.handle.inject_hang())
     }
 
+    /// Fault injection: every engine's thread panics after `steps` more steps
+    /// ([`EngineHandle::inject_panic_after`]).
+    #[doc(hidden)]
+    pub fn inject_panic_after(&self, steps: u64) -> Result<()> {
+        self.inner
+            .engines
+            .iter()
+            .try_for_each(|m| m.handle.inject_panic_after(steps))
+    }
+
+    /// The engines whose thread was restarted, as they restart (each one again after each
+    /// restart). A restarted engine admits no turn until it is sent the weights it served
+    /// before, so whoever owns the weights reads this and sends them. Forwarding stops when
+    /// the returned value is dropped. Needs a tokio runtime.
+    pub fn restarted(&self) -> RestartedEngines {
+        let (tx, rx) = tokio::sync::mpsc::channel(self.len().max(1) * 4);
+        let forwarders = self
+            .inner
+            .engines
+            .iter()
+            .map(|m| {
+                let handle = m.handle.clone();
+                let label = m.label.clone();
+                let tx = tx.clone();
+                let mut restarts = handle.restarts();
+                tokio::spawn(async move {
+                    while restarts.changed().await.is_ok() {
+                        if tx.send((label.clone(), handle.clone())).await.is_err() {
+                            return;
+                        }
+                    }
+                })
+            })
+            .collect();
+        RestartedEngines { rx, forwarders }
+    }
+
     /// Asks every engine to finish.
     pub fn shutdown(&self) {
         for m in &self.inner.engines {
             m.handle.shutdown();
+        }
+    }
+}
+
+/// Engines of a set as their threads restart ([`EngineSet::restarted`]).
+pub struct RestartedEngines {
+    rx: tokio::sync::mpsc::Receiver<(String, EngineHandle)>,
+    forwarders: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl RestartedEngines {
+    /// The next engine restarted: its label and handle.
+    pub async fn next(&mut self) -> Option<(String, EngineHandle)> {
+        self.rx.recv().await
+    }
+}
+
+impl Drop for RestartedEngines {
+    fn drop(&mut self) {
+        for f in &self.forwarders {
+            f.abort();
         }
     }
 }
@@ -360,6 +418,9 @@ pub fn total(each: &[EngineStats]) -> EngineStats {
             finish_seconds,
             stop_check_seconds,
             turns,
+            restarts,
+            turns_rerun,
+            awaiting_version,
             turns_spanning_updates,
             abandoned_turns,
             policy_version: _,
@@ -386,6 +447,9 @@ pub fn total(each: &[EngineStats]) -> EngineStats {
         sum.finish_seconds += finish_seconds;
         sum.stop_check_seconds += stop_check_seconds;
         sum.turns += turns;
+        sum.restarts += restarts;
+        sum.turns_rerun += turns_rerun;
+        sum.awaiting_version = sum.awaiting_version.max(*awaiting_version);
         sum.turns_spanning_updates += turns_spanning_updates;
         sum.abandoned_turns += abandoned_turns;
         sum.prefill_passes += prefill_passes;

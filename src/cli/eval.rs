@@ -261,7 +261,9 @@ pub(crate) fn run(a: EvalArgs, registries: &Registries) -> anyhow::Result<()> {
         HfTokenizer::from_dir(&policy)?
             .with_template_kwargs(cfg.model.chat_template_kwargs.clone())?,
     );
+    let rt = setup::actor_runtime()?;
     let engine = setup::engine(
+        rt.handle(),
         &policy,
         placement,
         EngineConfig {
@@ -293,7 +295,6 @@ pub(crate) fn run(a: EvalArgs, registries: &Registries) -> anyhow::Result<()> {
     if !greedy {
         rollout.episode.sampling.top_p = r.top_p;
     }
-    let rt = setup::actor_runtime()?;
     let result = rt.block_on(train::evaluate_tasks(&rollout, pool, questions));
     engine.shutdown();
     let (trajectories, s) = result?;

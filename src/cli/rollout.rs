@@ -178,7 +178,9 @@ fn execute(
             a.seed,
         ));
     }
+    let rt = setup::actor_runtime()?;
     let engine = setup::engine(
+        rt.handle(),
         &a.model,
         placement,
         EngineConfig {

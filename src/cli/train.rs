@@ -41,6 +41,10 @@ pub(crate) struct TrainCmdArgs {
     /// panics, overruns its timeout or fails (a third each).
     #[arg(long, hide = true)]
     inject_tool_faults: Option<f64>,
+    /// Fault injection for the engine actor's test: once the first update's weights are
+    /// published, every engine thread panics after this many decode steps.
+    #[arg(long, hide = true)]
+    inject_engine_panic_after: Option<u64>,
 }
 
 pub(crate) fn run(args: TrainCmdArgs, registries: Registries) -> anyhow::Result<()> {
@@ -59,6 +63,7 @@ pub(crate) fn run(args: TrainCmdArgs, registries: Registries) -> anyhow::Result<
             checkpoint_delay: args.checkpoint_delay_ms.map(Duration::from_millis),
             hang: args.inject_hang,
             tool_fault_rate: args.inject_tool_faults,
+            engine_panic_after_steps: args.inject_engine_panic_after,
         },
     })?;
     println!("{}", train::summary_table(&summary));

@@ -212,9 +212,10 @@ pub async fn run(
     let (engine, scenario, tokenizer) = {
         let cfg = cfg.clone();
         let dir = first.clone();
+        let rt = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
             let scenario = scenario(&cfg, &scenario_dir, &registries)?;
-            let engine = start_engines(&cfg, &dir)?;
+            let engine = start_engines(&rt, &cfg, &dir)?;
             let tokenizer = Arc::new(
                 HfTokenizer::from_dir(&dir)?
                     .with_template_kwargs(cfg.model.chat_template_kwargs.clone())?,
@@ -227,6 +228,9 @@ pub async fn run(
     swap(&engine, welcome.version, &first).await?;
     drop(keepalive);
     let mut version = welcome.version;
+    // The directory of the version the engines serve: a restarted engine is sent it again.
+    let mut serving = first.clone();
+    let mut restarted = engine.restarted();
     eprintln!(
         "worker {}: joined {} with weights version {version} ({} slots)",
         args.name, args.join, slots
@@ -343,6 +347,7 @@ pub async fn run(
                     Some(Ok((v, dir))) => match swap(&engine, v, &dir).await {
                         Ok(()) => {
                             version = v;
+                            serving = dir;
                             eprintln!("worker {}: weights version {v} swapped in", args.name);
                             say(heartbeat(&args.name, Some(version), slots, &held));
                         }
@@ -351,6 +356,12 @@ pub async fn run(
                     Some(Err(e)) => tracing::warn!("fetching weights: {e:#}; trying again"),
                     None => {}
                 }
+            }
+            Some((label, handle)) = restarted.next() => {
+                if let Err(e) = swap(&handle.into(), version, &serving).await {
+                    break format!("sending weights version {version} again to the restarted engine on {label}: {e:#}");
+                }
+                eprintln!("worker {}: engine on {label} restarted; weights version {version} sent to it again", args.name);
             }
             event = node.events.recv() => match event {
                 Some(SessionEvent::Lost(peer)) => {

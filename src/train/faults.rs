@@ -1,6 +1,7 @@
 //! Fault injection for tests and benchmarks, through hidden `train` flags: a slowed learner
-//! (`bench train`), a slowed checkpoint write (so a `kill -9` can land inside one), and one
-//! stage that hangs for good (the stall detector's tests). Test doubles, by design; a real
+//! (`bench train`), a slowed checkpoint write (so a `kill -9` can land inside one), one
+//! stage that hangs for good (the stall detector's tests), and an engine thread that panics
+//! (the engine actor's restart). Test doubles, by design; a real
 //! run has none of them.
 
 use std::str::FromStr;
@@ -70,6 +71,9 @@ pub struct Faults {
     pub hang: Option<HangStage>,
     /// This fraction of every tool's calls panics, overruns its timeout or fails.
     pub tool_fault_rate: Option<f64>,
+    /// Once the first update's weights are published, every engine thread panics after this
+    /// many more decode steps (and its actor restarts it).
+    pub engine_panic_after_steps: Option<u64>,
 }
 
 impl Faults {

@@ -12,6 +12,7 @@ use super::kv_pool::KvPool;
 use super::parked::{ParkedStore, SpareSlots};
 use super::slots::{ParkedKv, SlotCache};
 use super::{Command, EngineConfig, EngineStats, TurnOutput, TurnRequest};
+use crate::error::panic_message;
 use crate::model::generate::FinishReason;
 use crate::model::sampling::{sample_batch, token_draw, RowSampling};
 use crate::model::PolicyModel;
@@ -20,11 +21,15 @@ use crate::tokenizer::HfTokenizer;
 use crate::weight_digest::{TensorDigest, WeightDigest};
 use crate::{Error, Result};
 
-struct Waiting {
-    request: TurnRequest,
-    reply: oneshot::Sender<Result<TurnOutput>>,
-    permit: OwnedSemaphorePermit,
-    submitted: Instant,
+/// A turn accepted and not yet admitted into the batch; also what a crashed thread hands
+/// to its successor.
+pub(super) struct Waiting {
+    pub(super) request: TurnRequest,
+    pub(super) reply: oneshot::Sender<Result<TurnOutput>>,
+    pub(super) permit: OwnedSemaphorePermit,
+    pub(super) submitted: Instant,
+    /// Engine threads that crashed while this turn was running.
+    pub(super) crashes: u32,
 }
 
 struct Running {
@@ -32,6 +37,7 @@ struct Running {
     reply: oneshot::Sender<Result<TurnOutput>>,
     _permit: OwnedSemaphorePermit,
     submitted: Instant,
+    crashes: u32,
     admitted: Instant,
     generated: Vec<u32>,
     logprobs: Vec<f32>,
@@ -89,6 +95,10 @@ struct Worker {
     running: Vec<Running>,
     stats: EngineStats,
     version: u64,
+    /// See [`Start::hold_until`].
+    hold_until: u64,
+    /// Fault injection: the thread panics after this many more steps.
+    panic_after_steps: Option<u64>,
     window: PhaseWindow,
 }
 
@@ -143,26 +153,123 @@ impl PhaseWindow {
     }
 }
 
+/// What an engine thread starts with besides its model.
+pub(super) struct Start {
+    pub(super) tokenizer: Option<Arc<HfTokenizer>>,
+    pub(super) config: EngineConfig,
+    pub(super) rx: Receiver<Command>,
+    pub(super) heartbeat: Arc<Heartbeat>,
+    /// Turns a crashed predecessor had accepted, served before the channel.
+    pub(super) carried: Vec<Waiting>,
+    /// The predecessor's counters, continued.
+    pub(super) stats: EngineStats,
+    /// No turn is admitted before a weight update brings the version to at least this (the
+    /// version the predecessor served: a restarted thread starts from the loaded weights,
+    /// and sampling with them would be sampling with a policy the run has left behind).
+    pub(super) hold_until: u64,
+}
+
+impl Start {
+    /// A first start: nothing carried, counters at zero, no hold.
+    pub(super) fn new(
+        tokenizer: Option<Arc<HfTokenizer>>,
+        config: EngineConfig,
+        rx: Receiver<Command>,
+        heartbeat: Arc<Heartbeat>,
+    ) -> Self {
+        Self {
+            tokenizer,
+            config,
+            rx,
+            heartbeat,
+            carried: Vec::new(),
+            stats: EngineStats::default(),
+            hold_until: 0,
+        }
+    }
+}
+
+/// How an engine thread ended.
+pub(super) struct Exit {
+    pub(super) reason: String,
+    /// False only for a requested shutdown (or every handle dropped).
+    pub(super) crashed: bool,
+    /// Whether the model loaded and the thread served (false: loading failed).
+    pub(super) served: bool,
+    /// Turns accepted and not answered: queued, and running (their tokens so far dropped).
+    pub(super) carried: Vec<Waiting>,
+    pub(super) stats: EngineStats,
+    /// The policy version it served when it ended.
+    pub(super) version: u64,
+}
+
+impl Exit {
+    /// Answers every turn this thread left, and whatever is still queued in the channel, with
+    /// `EngineStopped`, so no caller waits for its timeout.
+    pub(super) fn fail_everything(self, rx: &Receiver<Command>) {
+        fail_turns(self.carried, &self.reason);
+        while let Ok(cmd) = rx.try_recv() {
+            if let Command::Generate { reply, .. } = cmd {
+                let _ = reply.send(Err(Error::EngineStopped(self.reason.clone())));
+            }
+        }
+    }
+}
+
+/// Answers `turns` with `EngineStopped(reason)`.
+pub(super) fn fail_turns(turns: Vec<Waiting>, reason: &str) {
+    for w in turns {
+        let _ = w.reply.send(Err(Error::EngineStopped(reason.to_string())));
+    }
+}
+
+/// Loads the model with `load` and serves `start.rx` until shutdown or a failure; reports
+/// loading on `ready`. A failure (an error or a panic, libtorch's included) hands every
+/// accepted turn back in the [`Exit`] instead of answering it.
 pub(super) fn run(
     load: impl FnOnce() -> Result<PolicyModel>,
-    tokenizer: Option<Arc<HfTokenizer>>,
-    config: EngineConfig,
-    rx: Receiver<Command>,
-    ready: std::sync::mpsc::Sender<Result<()>>,
-    heartbeat: Arc<Heartbeat>,
-) {
+    start: Start,
+    ready: impl FnOnce(Result<()>),
+) -> Exit {
+    let Start {
+        tokenizer,
+        config,
+        rx,
+        heartbeat,
+        carried,
+        stats,
+        hold_until,
+    } = start;
+    let not_started = |reason: String, carried, stats| Exit {
+        reason,
+        crashed: true,
+        served: false,
+        carried,
+        stats,
+        version: hold_until,
+    };
     tch::manual_seed(config.seed);
-    let model = match load() {
+    let loaded =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(load)).unwrap_or_else(|panic| {
+            Err(Error::Panicked {
+                what: "loading the engine's model".into(),
+                message: panic_message(panic.as_ref()),
+            })
+        });
+    let model = match loaded {
         Ok(m) => m,
         Err(e) => {
-            let _ = ready.send(Err(e));
-            return;
+            let reason = format!("loading the model failed: {e}");
+            ready(Err(e));
+            return not_started(reason, carried, stats);
         }
     };
     let c = model.config();
     if let Err(message) = c.check_context(config.max_context) {
-        let _ = ready.send(Err(Error::invalid("engine max_context", message)));
-        return;
+        let e = Error::invalid("engine max_context", message);
+        let reason = e.to_string();
+        ready(Err(e));
+        return not_started(reason, carried, stats);
     }
     let p = model.placement();
     let slots = SlotCache::new(
@@ -191,8 +298,9 @@ pub(super) fn run(
     ) {
         Ok(pool) => pool,
         Err(e) => {
-            let _ = ready.send(Err(e));
-            return;
+            let reason = e.to_string();
+            ready(Err(e));
+            return not_started(reason, carried, stats);
         }
     };
     let label = config.metrics_label.clone();
@@ -205,47 +313,59 @@ pub(super) fn run(
         tokenizer,
         config,
         slots,
-        waiting: VecDeque::new(),
+        waiting: carried.into(),
         running: Vec::new(),
-        stats: EngineStats::default(),
+        window: PhaseWindow::new(&stats, label),
+        stats,
         version: 0,
-        window: PhaseWindow::new(&EngineStats::default(), label),
+        hold_until,
+        panic_after_steps: None,
     };
     worker.stats.slot_bytes = worker.slots.bytes_allocated() as u64;
-    let _ = ready.send(Ok(()));
+    ready(Ok(()));
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         worker.serve(&rx, &heartbeat)
     }));
-    let reason = match outcome {
-        Ok(Ok(())) => "engine shut down".to_string(),
-        Ok(Err(e)) => format!("engine failed: {e}"),
-        Err(panic) => format!(
-            "engine panicked: {}",
-            panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default()
+    let (reason, crashed) = match outcome {
+        Ok(Ok(())) => ("engine shut down".to_string(), false),
+        Ok(Err(e)) => (format!("engine failed: {e}"), true),
+        Err(panic) => (
+            format!("engine panicked: {}", panic_message(panic.as_ref())),
+            true,
         ),
     };
-    if !reason.ends_with("shut down") {
+    if crashed {
         tracing::error!("{reason}");
     }
-    worker.fail_all(&reason);
-    // Answer whatever is still queued in the channel, so no caller waits for its timeout.
-    drop(worker);
-    while let Ok(cmd) = rx.try_recv() {
-        if let Command::Generate { reply, .. } = cmd {
-            let _ = reply.send(Err(Error::EngineStopped(reason.clone())));
-        }
+    if crashed {
+        worker.stats.turns_rerun += worker.running.len() as u64;
+    }
+    let mut carried: Vec<Waiting> = Vec::with_capacity(worker.running.len() + worker.waiting.len());
+    carried.extend(worker.running.drain(..).map(|r| Waiting {
+        request: r.request,
+        reply: r.reply,
+        permit: r._permit,
+        submitted: r.submitted,
+        crashes: r.crashes + u32::from(crashed),
+    }));
+    carried.extend(worker.waiting.drain(..));
+    Exit {
+        reason,
+        crashed,
+        served: true,
+        carried,
+        stats: worker.snapshot(),
+        version: worker.version,
     }
 }
 
 impl Worker {
     fn serve(&mut self, rx: &Receiver<Command>, heartbeat: &Heartbeat) -> Result<()> {
         loop {
-            heartbeat.beat();
-            if self.running.is_empty() && self.waiting.is_empty() {
+            if !self.held() {
+                heartbeat.beat();
+            }
+            if self.running.is_empty() && (self.waiting.is_empty() || self.held()) {
                 let waited = Instant::now();
                 let received = rx.recv_timeout(Duration::from_millis(100));
                 self.stats.idle_seconds += waited.elapsed().as_secs_f64();
@@ -268,6 +388,12 @@ impl Worker {
                 }
             }
             self.step()?;
+            if let Some(steps) = self.panic_after_steps.as_mut() {
+                *steps = steps.saturating_sub(1);
+                if *steps == 0 {
+                    panic!("fault injection: the engine thread panics mid-decode");
+                }
+            }
             self.window.export_if_due(&self.stats);
         }
     }
@@ -285,6 +411,7 @@ impl Worker {
                 reply,
                 permit: _permit,
                 submitted,
+                crashes: 0,
             }),
             Command::Release(episode) => self.parked.remove(episode),
             Command::UpdateWeights {
@@ -305,9 +432,15 @@ impl Worker {
                     std::thread::park();
                 }
             }
+            Command::PanicAfterSteps(steps) => self.panic_after_steps = Some(steps.max(1)),
             Command::Shutdown => return Ok(false),
         }
         Ok(true)
+    }
+
+    /// Whether turns wait for a weight update after a restart ([`Start::hold_until`]).
+    fn held(&self) -> bool {
+        self.version < self.hold_until
     }
 
     fn snapshot(&self) -> EngineStats {
@@ -317,6 +450,7 @@ impl Worker {
             parked_bytes: self.parked.bytes() as u64,
             parked_episodes: self.parked.len() as u64,
             policy_version: self.version,
+            awaiting_version: self.held().then_some(self.hold_until),
             ..self.stats.clone()
         }
     }
@@ -396,6 +530,9 @@ impl Worker {
 
     /// Moves waiting requests into free rows under the token budget and prefills them.
     fn admit_and_prefill(&mut self) -> Result<()> {
+        if self.held() {
+            return Ok(());
+        }
         let mut used: usize = self.running.iter().map(Running::budget).sum();
         let first_new = self.running.len();
         let capacity = self.slots.capacity() as usize;
@@ -469,6 +606,7 @@ impl Worker {
                 reply: w.reply,
                 _permit: w.permit,
                 submitted: w.submitted,
+                crashes: w.crashes,
                 admitted: now,
                 generated: Vec::new(),
                 logprobs: Vec::new(),
@@ -784,15 +922,6 @@ impl Worker {
             if !self.parked.evict_oldest() {
                 return None;
             }
-        }
-    }
-
-    fn fail_all(&mut self, reason: &str) {
-        for r in self.running.drain(..) {
-            let _ = r.reply.send(Err(Error::EngineStopped(reason.to_string())));
-        }
-        for w in self.waiting.drain(..) {
-            let _ = w.reply.send(Err(Error::EngineStopped(reason.to_string())));
         }
     }
 }
