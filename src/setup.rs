@@ -301,7 +301,16 @@ pub fn init_shape(
     config.bos_token_id = ids.bos_token_id;
     config.eos_token_ids = vec![ids.eos_token_id];
     tch::manual_seed(seed);
-    let model = PolicyModel::new(config, Placement::default(), false)?;
+    // Built in the saved dtype where the CPU model supports it: a billion-parameter shape in
+    // float32 first is twice the memory to fault in and a conversion per tensor.
+    let placement = Placement {
+        kind: match dtype {
+            Kind::BFloat16 => Kind::BFloat16,
+            _ => Kind::Float,
+        },
+        ..Placement::default()
+    };
+    let model = PolicyModel::new(config, placement, false)?;
     model.save_as(out, None, dtype)?;
     write_generation_config(out, &ids)?;
     Ok(serde_json::json!({

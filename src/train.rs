@@ -304,6 +304,8 @@ fn install_signal_handler(rt: &tokio::runtime::Runtime, stop: Arc<AtomicBool>) {
                 eprintln!("second signal: exiting now without a checkpoint");
                 std::process::exit(130);
             }
+            // Setup waits (an MCP server's handshake) give up rather than run out their time.
+            agent_r1_envs::shutdown::request();
             eprintln!(
                 "signal received: no new episodes; finishing the current work, then a checkpoint"
             );
@@ -684,7 +686,22 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
     let config_path = run_dir.join("config.toml");
     std::fs::write(&config_path, cfg.to_toml_string())
         .with_context(|| format!("{}: cannot write", config_path.display()))?;
-    let mut scenario = scenario(&cfg, &run_dir, &args.registries)?;
+    let mut scenario = match scenario(&cfg, &run_dir, &args.registries) {
+        Ok(scenario) => scenario,
+        Err(e) if stop.load(Ordering::SeqCst) => {
+            eprintln!(
+                "stopped by a signal while building the env and tools ({e:#}); nothing was trained"
+            );
+            return Ok(json!({
+                "updates": 0,
+                "interrupted": true,
+                "wall_s": started.elapsed().as_secs_f64(),
+                "run_dir": run_dir.display().to_string(),
+                "checkpoint": null,
+            }));
+        }
+        Err(e) => return Err(e),
+    };
     log_scenario(&cfg, &scenario);
     inject_scenario_faults(&mut scenario, &args.faults)?;
     let base = base_model(

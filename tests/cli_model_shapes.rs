@@ -5,7 +5,7 @@
 //!
 //! Needs the project venv (`make test` creates it); skipped with a message without it, and a
 //! failure under CI. Each shape is written, checked and deleted in turn (the largest is
-//! 3.4 GB in bfloat16).
+//! 3.4 GB in bfloat16), in /dev/shm where there is one.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -37,11 +37,12 @@ fn venv_python() -> Option<PathBuf> {
     }
 }
 
-fn transformers_view(python: &Path, dir: &Path, ids: &[u32]) -> Value {
+fn transformers_view(python: &Path, dir: &Path, ids: &[u32], logits: bool) -> Value {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/check_shape.py");
     let mut child = Command::new(python)
         .arg(script)
         .arg(dir)
+        .args((!logits).then_some("--no-logits"))
         .env("HF_HUB_OFFLINE", "1")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -65,8 +66,18 @@ fn transformers_view(python: &Path, dir: &Path, ids: &[u32]) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// A scratch directory in memory where there is one (/dev/shm): the shapes are gigabytes,
+/// and on disk their write-back, not the check, would set the test's pace.
+fn scratch() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    match shm.is_dir() {
+        true => tempfile::tempdir_in(shm).unwrap_or_else(|_| tempfile::tempdir().unwrap()),
+        false => tempfile::tempdir().unwrap(),
+    }
+}
+
 fn check_shape(python: &Path, shape: &str, architecture: &str, compare_logits: bool) {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = scratch();
     let dir = tmp.path().join(shape);
     let out = Command::new(env!("CARGO_BIN_EXE_agent-r1"))
         .args(["init-model", "--shape", shape, "--out"])
@@ -95,7 +106,7 @@ fn check_shape(python: &Path, shape: &str, architecture: &str, compare_logits: b
         .unwrap();
     let ids = &prompt[prompt.len().saturating_sub(24)..];
 
-    let theirs = transformers_view(python, &dir, ids);
+    let theirs = transformers_view(python, &dir, ids, compare_logits);
     assert_eq!(theirs["architecture"], architecture, "{shape}");
     assert_eq!(theirs["parameters"], summary["parameters"], "{shape}");
     assert_eq!(

@@ -18,6 +18,7 @@ pub mod math;
 pub mod message;
 pub mod reward;
 pub mod schema;
+pub mod shutdown;
 pub mod synthetic;
 pub mod task;
 pub mod tool;

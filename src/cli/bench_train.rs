@@ -56,6 +56,12 @@ pub(crate) struct TrainBench {
     /// the longer stage, as it is on a real model).
     #[arg(long, default_value_t = 4)]
     slow_learner_concurrency: usize,
+    /// The slow-learner runs' sleep per update in milliseconds, instead of the calibrated one
+    /// (3/4 of a batch's sampling time less an update's, measured without contention: on
+    /// shared CPU cores the learner computes slower beside sampling, and an update made that
+    /// long outlasts a batch's sampling).
+    #[arg(long)]
+    slow_learner_delay_ms: Option<u64>,
     /// The device every run trains and samples on (`cpu`, `cuda`, `cuda:N`).
     #[arg(long, default_value = "cpu")]
     device: String,
@@ -239,7 +245,8 @@ pub(crate) fn run(args: TrainBench) -> anyhow::Result<()> {
     results.push((calibration.name.clone(), sync.clone()));
     let per_batch_sampling = sync.sample_wait_seconds / sync.updates.max(1) as f64;
     let per_update_learner = sync.learner_seconds / sync.updates.max(1) as f64;
-    let delay_ms = ((0.75 * per_batch_sampling - per_update_learner).max(0.5) * 1000.0) as u64;
+    let calibrated = ((0.75 * per_batch_sampling - per_update_learner).max(0.5) * 1000.0) as u64;
+    let delay_ms = args.slow_learner_delay_ms.unwrap_or(calibrated);
     eprintln!(
         "slow learner: at {c} episodes in flight a batch took {per_batch_sampling:.2} s to \
          sample and an update {per_update_learner:.2} s; each update now sleeps {delay_ms} ms \

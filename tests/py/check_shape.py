@@ -1,8 +1,9 @@
 """Loads a model directory written by `agent-r1 init-model --shape` with transformers.
 
-check_shape.py DIR < {"ids": [...]}  ->  prints {"architecture", "parameters", "config"
-(the model config's shape fields), "tokenizer_len", "prompt_ids" (the chat template with a
-tool, tokenized), "logits" (float32, for the ids)}.
+check_shape.py DIR [--no-logits] < {"ids": [...]}  ->  prints {"architecture", "parameters",
+"config" (the model config's shape fields), "tokenizer_len", "prompt_ids" (the chat template
+with a tool, tokenized), "logits" (float32, for the ids; null with --no-logits, which loads
+the weights in their saved dtype and runs no forward pass)}.
 """
 import json
 import sys
@@ -15,9 +16,10 @@ TOOLS = [{"type": "function", "function": {"name": "search", "description": "Sea
                          "required": ["query"]}}}]
 
 
-def main(path):
+def main(path, with_logits):
     ids = json.load(sys.stdin)["ids"]
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    dtype = torch.float32 if with_logits else "auto"
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
     tok = AutoTokenizer.from_pretrained(path)
     messages = [{"role": "system", "content": "Answer briefly."},
                 {"role": "user", "content": "Who wrote Hamlet?"}]
@@ -25,8 +27,10 @@ def main(path):
                                      tokenize=True)
     if hasattr(prompt, "keys"):
         prompt = prompt["input_ids"]
-    with torch.no_grad():
-        logits = model(torch.tensor([ids])).logits[0]
+    logits = None
+    if with_logits:
+        with torch.no_grad():
+            logits = model(torch.tensor([ids])).logits[0].tolist()
     c = model.config
     print(json.dumps({
         "architecture": type(model).__name__,
@@ -36,9 +40,9 @@ def main(path):
                                                "num_key_value_heads", "head_dim"]},
         "tokenizer_len": len(tok),
         "prompt_ids": [int(i) for i in prompt],
-        "logits": logits.tolist(),
+        "logits": logits,
     }))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], "--no-logits" not in sys.argv[2:])

@@ -566,6 +566,9 @@ fn wait_blocking(
                 if Instant::now() >= deadline {
                     return Err(format!("no answer within {limit:?}"));
                 }
+                if crate::shutdown::requested() {
+                    return Err("given up: the process is shutting down".into());
+                }
                 std::thread::sleep(Duration::from_millis(2));
             }
         }
