@@ -293,13 +293,14 @@ pub fn spawn_engine(
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let handle = EngineHandle::new(tx, &config);
     let start = worker::Start::new(tokenizer, config, rx.clone(), handle.heartbeat.clone());
+    let failure = handle.failure.clone();
     let join = std::thread::Builder::new()
         .name("agent-r1-engine".into())
         .spawn(move || {
             let exit = worker::run(load, start, |loaded| {
                 let _ = ready_tx.send(loaded);
             });
-            exit.fail_everything(&rx);
+            exit.stop_for_good(&failure, &rx);
         })
         .map_err(|e| Error::EngineStopped(format!("cannot start the engine thread: {e}")))?;
     match ready_rx.recv() {
@@ -342,6 +343,17 @@ impl EngineHandle {
                 .cloned()
                 .unwrap_or_else(|| "engine thread has exited".into()),
         )
+    }
+
+    /// Fails once the engine has stopped for good. Called after a send: the engine records
+    /// its end before answering what is queued, so a request sent before that record was
+    /// made is answered, and one sent after is not waited for (it would wait in the channel
+    /// until its timeout).
+    fn check_not_stopped(&self) -> Result<()> {
+        match self.failure.get() {
+            Some(_) => Err(self.stopped()),
+            None => Ok(()),
+        }
     }
 
     /// Restarts of the engine thread so far; changes with each one. A restarted engine
@@ -392,6 +404,7 @@ impl EngineHandle {
                 }
                 crossbeam::channel::TrySendError::Disconnected(_) => self.stopped(),
             })?;
+        self.check_not_stopped()?;
         match tokio::time::timeout_at(deadline, rx).await {
             Err(_) => Err(timed_out()),
             Ok(Err(_)) => Err(Error::EngineStopped(
@@ -465,6 +478,7 @@ impl EngineHandle {
             digest,
             reply,
         })?;
+        self.check_not_stopped()?;
         let limit = self.config.request_timeout;
         match tokio::time::timeout(limit, rx).await {
             Err(_) => Err(Error::Timeout {
@@ -482,6 +496,7 @@ impl EngineHandle {
     pub async fn stats(&self) -> Result<EngineStats> {
         let (reply, rx) = oneshot::channel();
         self.send_control(Command::Stats(reply))?;
+        self.check_not_stopped()?;
         tokio::time::timeout(Duration::from_secs(60), rx)
             .await
             .map_err(|_| Error::Timeout {

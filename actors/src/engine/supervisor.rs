@@ -139,6 +139,7 @@ impl EngineState {
     ) -> std::io::Result<()> {
         let load = self.load.clone();
         let rx = self.rx.clone();
+        let failure = self.handle.failure.clone();
         std::thread::Builder::new()
             .name("agent-r1-engine".into())
             .spawn(move || {
@@ -147,7 +148,7 @@ impl EngineState {
                     myself.cast(EngineMsg::Exited(ThreadExit(Box::new(exit))))
                 {
                     // The actor is gone: nobody restarts, so nobody may be left waiting.
-                    exit.fail_everything(&rx);
+                    exit.stop_for_good(&failure, &rx);
                 }
             })
             .map(drop)
@@ -180,16 +181,22 @@ impl EngineState {
         self.crashes.len()
     }
 
-    /// Stops for good: records why, answers every turn with it, and stops the actor (which
-    /// drops the last receiver, so later calls fail at once).
+    /// Stops for good with `why`, logged (see [`Self::stop`]).
     fn give_up(&self, myself: &ActorRef<EngineMsg>, exit: Exit, why: String) {
         tracing::error!("engine {}: {why}", self.config.metrics_label);
-        let _ = self.handle.failure.set(why.clone());
-        Exit {
-            reason: why,
-            ..exit
-        }
-        .fail_everything(&self.rx);
+        self.stop(
+            myself,
+            Exit {
+                reason: why,
+                ..exit
+            },
+        );
+    }
+
+    /// Ends the engine with `exit`'s reason ([`Exit::stop_for_good`]: recorded, so later calls
+    /// fail at once, then every turn answered with it) and stops the actor.
+    fn stop(&self, myself: &ActorRef<EngineMsg>, exit: Exit) {
+        exit.stop_for_good(&self.handle.failure, &self.rx);
         myself.stop(None);
     }
 }
@@ -234,15 +241,9 @@ impl Actor for EngineActor {
             EngineMsg::Exited(ThreadExit(exit)) => {
                 let mut exit = *exit;
                 state.served |= exit.served;
-                if !exit.crashed {
-                    exit.fail_everything(&state.rx);
-                    myself.stop(None);
-                    return Ok(());
-                }
-                if !state.served {
-                    // The first start failed to load: the caller has the error already.
-                    exit.fail_everything(&state.rx);
-                    myself.stop(None);
+                if !exit.crashed || !state.served {
+                    // Shut down, or the first start failed to load (the caller has the error).
+                    state.stop(&myself, exit);
                     return Ok(());
                 }
                 let crashes = state.count_crash(Instant::now());

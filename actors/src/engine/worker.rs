@@ -204,9 +204,20 @@ pub(super) struct Exit {
 }
 
 impl Exit {
+    /// Ends the engine: records why in `failure` (first, so callers stop waiting on what they
+    /// send from now on), then answers what is left.
+    pub(super) fn stop_for_good(
+        self,
+        failure: &std::sync::OnceLock<String>,
+        rx: &Receiver<Command>,
+    ) {
+        let _ = failure.set(self.reason.clone());
+        self.fail_everything(rx);
+    }
+
     /// Answers every turn this thread left, and whatever is still queued in the channel, with
     /// `EngineStopped`, so no caller waits for its timeout.
-    pub(super) fn fail_everything(self, rx: &Receiver<Command>) {
+    fn fail_everything(self, rx: &Receiver<Command>) {
         fail_turns(self.carried, &self.reason);
         while let Ok(cmd) = rx.try_recv() {
             if let Command::Generate { reply, .. } = cmd {
