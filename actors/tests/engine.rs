@@ -8,27 +8,10 @@ use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle, TurnRequ
 use agent_r1_actors::model::generate::FinishReason;
 use agent_r1_actors::model::{ModelConfig, Placement, PolicyModel, SamplingParams};
 
-fn tiny_config() -> ModelConfig {
-    ModelConfig::from_json(&serde_json::json!({
-        "model_type": "qwen2", "vocab_size": 96, "hidden_size": 32, "intermediate_size": 64,
-        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-        "rope_theta": 10000.0, "tie_word_embeddings": true
-    }))
-    .unwrap()
-}
+#[path = "support/tiny_engine.rs"]
+mod tiny_engine;
 
-/// A random model with large enough weights that greedy outputs vary from step to step.
-fn make_model(dir: &Path) {
-    tch::manual_seed(11);
-    let model = PolicyModel::new(tiny_config(), Placement::default(), false).unwrap();
-    tch::no_grad(|| {
-        for (_, mut t) in model.var_store().variables() {
-            let noise = t.randn_like() * 0.4;
-            t.copy_(&(&t + noise));
-        }
-    });
-    model.save(dir, None).unwrap();
-}
+use tiny_engine::{make_model, runtime};
 
 fn greedy(n: usize) -> SamplingParams {
     SamplingParams {
@@ -51,14 +34,6 @@ fn start(dir: &Path, config: EngineConfig) -> EngineHandle {
 
 fn prompt(seed: u32, len: usize) -> Vec<u32> {
     (0..len as u32).map(|i| (seed * 31 + i * 17) % 96).collect()
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 #[test]

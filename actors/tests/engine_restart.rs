@@ -12,30 +12,14 @@ use agent_r1_actors::engine::{
     spawn_engine, start_supervised, EngineConfig, EngineHandle, EngineRestartPolicy, LoadModel,
     TurnOutput, TurnRequest,
 };
-use agent_r1_actors::model::{ModelConfig, Placement, PolicyModel, SamplingParams};
+use agent_r1_actors::model::{Placement, PolicyModel, SamplingParams};
 use agent_r1_actors::Error;
 use tch::Tensor;
 
-fn tiny_config() -> ModelConfig {
-    ModelConfig::from_json(&serde_json::json!({
-        "model_type": "qwen2", "vocab_size": 96, "hidden_size": 32, "intermediate_size": 64,
-        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-        "rope_theta": 10000.0, "tie_word_embeddings": true
-    }))
-    .unwrap()
-}
+#[path = "support/tiny_engine.rs"]
+mod tiny_engine;
 
-fn make_model(dir: &Path) {
-    tch::manual_seed(11);
-    let model = PolicyModel::new(tiny_config(), Placement::default(), false).unwrap();
-    tch::no_grad(|| {
-        for (_, mut t) in model.var_store().variables() {
-            let noise = t.randn_like() * 0.4;
-            t.copy_(&(&t + noise));
-        }
-    });
-    model.save(dir, None).unwrap();
-}
+use tiny_engine::{make_model, runtime};
 
 /// The weights of a later policy version: the saved ones moved by a fixed function of
 /// themselves (no random generator: libtorch's is process-wide, and the engines in other tests
@@ -79,14 +63,6 @@ fn turn(episode: u64, new_tokens: usize) -> TurnRequest {
         },
         stop_strings: Vec::new(),
     }
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 fn policy(max_restarts: u32) -> EngineRestartPolicy {
