@@ -6,6 +6,7 @@
 //! cleanly at the next step.
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use serde_json::Value;
 
@@ -344,25 +345,6 @@ fn sigterm_during_the_warm_start_stops_at_the_next_step_and_saves_no_model() {
     assert!(!run.join("checkpoints").join("step-1").exists());
 }
 
-/// The children of `pid` (every thread's), by their command names.
-fn children(pid: u32) -> Vec<(u32, String)> {
-    let mut found = Vec::new();
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return found;
-    };
-    for task in tasks.flatten() {
-        let list = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-        for child in list
-            .split_whitespace()
-            .filter_map(|c| c.parse::<u32>().ok())
-        {
-            let comm = std::fs::read_to_string(format!("/proc/{child}/comm")).unwrap_or_default();
-            found.push((child, comm.trim().to_string()));
-        }
-    }
-    found
-}
-
 /// A SIGTERM while an MCP server's handshake is pending (the server, `sleep`, never answers;
 /// the handshake would wait 600 s) ends the run at once: exit 0, nothing trained, the server
 /// killed.
@@ -370,30 +352,32 @@ fn children(pid: u32) -> Vec<(u32, String)> {
 fn sigterm_during_a_pending_mcp_handshake_stops_at_once_and_kills_the_server() {
     let tmp = tempfile::tempdir().unwrap();
     let cfg = config(tmp.path(), 2, 2, 2, 1);
+    // The server writes its pid into a FIFO, then becomes `sleep` (same pid): the test learns
+    // that the handshake is pending by a blocking read, not by polling.
+    let fifo = tmp.path().join("started");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let script = format!("echo $$ > '{}'; exec sleep 3600", fifo.display());
     let mut text = std::fs::read_to_string(&cfg).unwrap();
-    text.push_str(
-        "\n[tools.silent]\ntype = \"mcp\"\ncommand = \"sleep\"\nargs = [\"3600\"]\ninit_timeout_secs = 600\n",
-    );
+    text.push_str(&format!(
+        "\n[tools.silent]\ntype = \"mcp\"\ncommand = \"sh\"\nargs = [\"-c\", {script:?}]\ninit_timeout_secs = 600\n"
+    ));
     std::fs::write(&cfg, text).unwrap();
     let run = tmp.path().join("run");
-    let t = Trainer::start(&cfg, &run, false);
-    let pid = t.child.id();
-    // The handshake is pending once the server runs: polled for, within the phase timeout.
-    let deadline = std::time::Instant::now() + trainer::PHASE_TIMEOUT;
-    let server = loop {
-        if let Some((child, _)) = children(pid).into_iter().find(|(_, c)| c == "sleep") {
-            break child;
+    let (tx, started) = std::sync::mpsc::channel();
+    std::thread::spawn({
+        let fifo = fifo.clone();
+        move || {
+            let _ = tx.send(std::fs::read_to_string(fifo).unwrap_or_default());
         }
-        assert!(
-            std::path::Path::new(&format!("/proc/{pid}")).exists(),
-            "train exited before starting the server"
-        );
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the server never started"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    });
+    let t = Trainer::start(&cfg, &run, false);
+    let server: u32 = started
+        .recv_timeout(trainer::PHASE_TIMEOUT)
+        .expect("the server starts within the phase timeout")
+        .trim()
+        .parse()
+        .unwrap();
     t.signal("TERM");
     let (code, out, err) = t.finish();
     assert_eq!(code, Some(0), "{err}");

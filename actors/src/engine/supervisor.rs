@@ -74,16 +74,6 @@ pub struct ThreadExit(Box<Exit>);
 /// The engine actor (see the module docs).
 struct EngineActor;
 
-struct EngineArgs {
-    load: LoadModel,
-    tokenizer: Option<Arc<HfTokenizer>>,
-    config: EngineConfig,
-    rx: Receiver<Command>,
-    handle: EngineHandle,
-    policy: EngineRestartPolicy,
-    ready: oneshot::Sender<Result<()>>,
-}
-
 struct EngineState {
     load: LoadModel,
     tokenizer: Option<Arc<HfTokenizer>>,
@@ -108,16 +98,17 @@ pub async fn start_supervised(
     let (tx, rx) = crossbeam::channel::bounded(config.max_pending + 64);
     let handle = EngineHandle::new(tx, &config);
     let (ready, loaded) = oneshot::channel();
-    let args = EngineArgs {
+    let state = EngineState {
         load,
         tokenizer,
         config,
         rx,
         handle: handle.clone(),
         policy,
-        ready,
+        crashes: VecDeque::new(),
+        served: false,
     };
-    let (actor, _) = Actor::spawn(None, EngineActor, args)
+    let (actor, _) = Actor::spawn(None, EngineActor, (state, ready))
         .await
         .map_err(|e| Error::EngineStopped(format!("cannot start the engine actor: {e}")))?;
     match loaded.await {
@@ -204,26 +195,16 @@ impl EngineState {
 impl Actor for EngineActor {
     type Msg = EngineMsg;
     type State = EngineState;
-    type Arguments = EngineArgs;
+    /// The state to start with, and where to report the first load.
+    type Arguments = (EngineState, oneshot::Sender<Result<()>>);
 
     async fn pre_start(
         &self,
         myself: ActorRef<Self::Msg>,
-        args: EngineArgs,
+        (state, ready): Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
-        metrics::counter!("agent_r1_engine_restarts_total", "engine" => args.config.metrics_label.clone())
+        metrics::counter!("agent_r1_engine_restarts_total", "engine" => state.config.metrics_label.clone())
             .increment(0);
-        let state = EngineState {
-            load: args.load,
-            tokenizer: args.tokenizer,
-            config: args.config,
-            rx: args.rx,
-            handle: args.handle,
-            policy: args.policy,
-            crashes: VecDeque::new(),
-            served: false,
-        };
-        let ready = args.ready;
         let start = state.start(Vec::new(), EngineStats::default(), 0);
         state.spawn_thread(myself, start, move |loaded| {
             let _ = ready.send(loaded);
