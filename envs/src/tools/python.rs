@@ -4,18 +4,20 @@
 //! environment, `python3 -I` (isolated mode: no user site-packages, no `PYTHON*` variables),
 //! its own process group (killed as a whole on timeout or cancellation), resource limits set
 //! with `setrlimit` before `exec` (address space, CPU seconds, file size, open files, no core
-//! dumps, processes). Where bubblewrap is installed and works, the call runs in its sandbox
+//! dumps, processes), and, where control groups can be made, a group of its own that bounds
+//! the memory, processes and CPU of everything it starts ([`cgroup`]). Where bubblewrap is installed and works, the call runs in its sandbox
 //! ([`bubblewrap`]: own namespaces, unprivileged, seccomp, read-only system, private /tmp);
 //! else only in an empty network namespace where the machine allows
 //! ([`sandbox::net_isolation`]), which is not a boundary (see `docs/tools.md`). Stdout and
 //! stderr are captured and cut to a byte limit.
 
 pub mod bubblewrap;
+pub mod cgroup;
 pub mod sandbox;
 
 use std::ffi::OsString;
 use std::io::{Seek, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -45,9 +47,13 @@ pub struct PythonConfig {
     /// CPU-time limit, seconds (`RLIMIT_CPU`).
     #[schemars(range(min = 1))]
     pub cpu_secs: u64,
-    /// Address-space limit, MiB (`RLIMIT_AS`).
+    /// Address-space limit of each process, MiB (`RLIMIT_AS`), and, where the call has a
+    /// control group, the memory of all its processes together.
     #[schemars(range(min = 1))]
     pub memory_mib: u64,
+    /// CPU a call may use per wall-clock second, in cores (enforced by its control group).
+    #[schemars(extend("exclusiveMinimum" = 0), range(max = 1024.0))]
+    pub cpu_cores: f64,
     /// Largest file the snippet may write, MiB (`RLIMIT_FSIZE`).
     pub file_size_mib: u64,
     /// Most bytes kept of stdout and of stderr each.
@@ -57,8 +63,16 @@ pub struct PythonConfig {
     /// Refuse to run when the bubblewrap sandbox is not available (default: run in the
     /// weaker process isolation and report it).
     pub require_sandbox: bool,
-    /// Most processes (and threads) a snippet may have at once (`RLIMIT_NPROC` in the
-    /// sandbox; without the sandbox it is not set, as it would count the user's processes).
+    /// Run calls in the bubblewrap sandbox where it works (`false`: as plain processes,
+    /// with the weaker isolation docs/tools.md describes, e.g. for an interpreter that needs
+    /// files the sandbox does not show).
+    pub sandbox: bool,
+    /// Refuse to run when no control group per call can be made here (default: run without
+    /// one and report it).
+    pub require_cgroup: bool,
+    /// Most processes (and threads) a snippet may have at once: its control group's
+    /// `pids.max` where it has one, and `RLIMIT_NPROC` in the sandbox (without the sandbox
+    /// that rlimit is not set, as it would count the user's processes).
     #[schemars(range(min = 1))]
     pub max_processes: u64,
     /// Size of the sandbox's private /tmp, MiB.
@@ -78,10 +92,13 @@ impl Default for PythonConfig {
             timeout_secs: 10.0,
             cpu_secs: 10,
             memory_mib: 1024,
+            cpu_cores: 1.0,
             file_size_mib: 16,
             max_output_bytes: 16 * 1024,
             require_no_network: false,
             require_sandbox: false,
+            sandbox: true,
+            require_cgroup: false,
             max_processes: 64,
             tmp_mib: 64,
             sandbox_uid: 65534,
@@ -103,9 +120,11 @@ impl KindOptions for PythonConfig {
 }
 
 /// The python tool.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct PythonTool {
     config: PythonConfig,
+    isolation: Isolation,
+    description: String,
 }
 
 /// What one run produced.
@@ -121,6 +140,11 @@ pub struct RunResult {
     pub signal: Option<i32>,
     /// Whether the wall-clock limit killed it.
     pub timed_out: bool,
+    /// The memory limit of the call's control group, MiB, when the kernel killed a process
+    /// of it for going past that limit.
+    pub memory_exceeded_mib: Option<u64>,
+    /// The call's control group version (`v2`, `v1`), if it had one.
+    pub cgroup: Option<&'static str>,
     /// Wall time.
     pub elapsed: Duration,
 }
@@ -129,8 +153,17 @@ impl PythonTool {
     /// A tool with `config`.
     pub fn new(config: PythonConfig) -> Result<Self> {
         KindOptions::validate(&config)?;
+        if config.require_sandbox && !config.sandbox {
+            return Err(Error::Config {
+                key: "tools.python.require_sandbox".into(),
+                message: "cannot be true while tools.python.sandbox is false".into(),
+            });
+        }
         // Probed here, at construction, so that no call pays for it on the async runtime.
-        let isolation = isolation();
+        let isolation = match isolation() {
+            Isolation::Bubblewrap(_) if !config.sandbox => Isolation::Process(net_isolation()),
+            found => found.clone(),
+        };
         if config.require_sandbox && !matches!(isolation, Isolation::Bubblewrap(_)) {
             return Err(Error::Config {
                 key: "tools.python.require_sandbox".into(),
@@ -147,12 +180,64 @@ impl PythonTool {
                     .into(),
             });
         }
-        Ok(Self { config })
+        if config.require_cgroup {
+            if let Err(why) = cgroup::hierarchy() {
+                return Err(Error::Config {
+                    key: "tools.python.require_cgroup".into(),
+                    message: format!(
+                        "no control group per call can be made here ({why}); it needs cgroup \
+                         v2 with the memory and pids controllers delegated, or root on a \
+                         cgroup v1 host"
+                    ),
+                });
+            }
+        }
+        let description = description(&isolation, cgroup::hierarchy().is_ok());
+        Ok(Self {
+            config,
+            isolation,
+            description,
+        })
+    }
+
+    /// A control group for one call, where they can be made (a failure to make one when the
+    /// settings require it fails the call; else the call runs without and says so).
+    fn call_group(&self) -> Result<Option<cgroup::CallGroup>> {
+        let cfg = &self.config;
+        let Ok(hierarchy) = cgroup::hierarchy() else {
+            return Ok(None);
+        };
+        // The sandbox's own two processes (bubblewrap outside and its init inside) count too.
+        let overhead = match self.isolation {
+            Isolation::Bubblewrap(_) => 2,
+            Isolation::Process(_) => 0,
+        };
+        let limits = cgroup::Limits {
+            memory_bytes: cfg.memory_mib.saturating_mul(1 << 20),
+            pids: cfg.max_processes.saturating_add(overhead),
+            cpu_cores: cfg.cpu_cores,
+        };
+        match cgroup::CallGroup::create(hierarchy, limits) {
+            Ok(group) => Ok(Some(group)),
+            Err(e) if cfg.require_cgroup => Err(Error::Tool {
+                tool: "python".into(),
+                message: format!("cannot make the call's control group: {e}"),
+            }),
+            Err(e) => {
+                tracing::warn!("python tool: a call runs without its control group: {e}");
+                Ok(None)
+            }
+        }
     }
 
     /// The settings.
     pub fn config(&self) -> &PythonConfig {
         &self.config
+    }
+
+    /// How this tool's calls are isolated.
+    pub fn isolation(&self) -> &Isolation {
+        &self.isolation
     }
 
     /// Runs `code` once under the limits.
@@ -164,11 +249,13 @@ impl PythonTool {
             .map_err(|e| Error::io(std::env::temp_dir(), e))?;
         let script = scratch.path().join("main.py");
         std::fs::write(&script, code).map_err(|e| Error::io(&script, e))?;
-        let sandbox = match isolation() {
+        let sandbox = match &self.isolation {
             Isolation::Bubblewrap(bwrap) => Some(bwrap.as_path()),
             Isolation::Process(_) => None,
         };
-        let mut cmd = tokio::process::Command::from(command(cfg, scratch.path(), sandbox)?);
+        let group = self.call_group()?;
+        let joins = group.as_ref().map(|g| g.join_fds()).unwrap_or_default();
+        let mut cmd = tokio::process::Command::from(command(cfg, scratch.path(), sandbox, joins)?);
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -178,7 +265,7 @@ impl PythonTool {
             tool: "python".into(),
             message: format!("cannot start `{}`: {e}", cfg.python.display()),
         })?;
-        let group = child.id().map(|pid| ProcessGroup(pid as libc::pid_t));
+        let process_group = child.id().map(|pid| ProcessGroup(pid as libc::pid_t));
         let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
             return Err(Error::Other("python: pipes missing".into()));
         };
@@ -192,17 +279,25 @@ impl PythonTool {
                 false,
             ),
             Err(_) => {
-                if let Some(g) = &group {
+                if let Some(g) = &process_group {
                     g.kill();
+                }
+                if let Some(g) = &group {
+                    g.kill_all();
                 }
                 let status = child.wait().await.ok();
                 (status, true)
             }
         };
-        // Grandchildren that kept the pipes open go with the group too.
-        if let Some(g) = &group {
+        // Grandchildren that kept the pipes open go with the group too (and, with a control
+        // group, those that left the process group with setsid()).
+        if let Some(g) = &process_group {
             g.kill();
         }
+        let memory_exceeded_mib = group.as_ref().and_then(|g| {
+            g.kill_all();
+            g.oom_killed().then(|| g.memory_bytes() >> 20)
+        });
         // Everything in the group is dead; a pipe still open now is held by something that
         // escaped it, so the drain is bounded too.
         let drain = Duration::from_secs(2);
@@ -214,7 +309,13 @@ impl PythonTool {
             Ok(r) => r.unwrap_or_default(),
             Err(_) => "[output not drained]".into(),
         };
-        drop(group);
+        drop(process_group);
+        let cgroup = group.as_ref().map(|g| g.version());
+        if let Some(group) = group {
+            if let Err(e) = group.remove(Duration::from_secs(1)).await {
+                tracing::debug!("python tool: the call's control group is removed later: {e}");
+            }
+        }
         let (mut exit_code, mut signal) = (
             status.and_then(|s| s.code()),
             status.and_then(|s| s.signal()),
@@ -229,6 +330,8 @@ impl PythonTool {
             exit_code,
             signal,
             timed_out,
+            memory_exceeded_mib,
+            cgroup,
             elapsed: start.elapsed(),
         })
     }
@@ -268,11 +371,13 @@ resource.setrlimit(resource.RLIMIT_NPROC, (n, n))\n\
 os.execv(sys.executable, [sys.executable, '-I', 'main.py'])";
 
 /// The command for one call in `scratch` (which holds `main.py`): under bubblewrap at
-/// `sandbox`, else as a plain process in an empty network namespace where possible.
+/// `sandbox`, else as a plain process in an empty network namespace where possible; the
+/// child first joins the control groups whose `cgroup.procs` are open at `cgroup_joins`.
 fn command(
     cfg: &PythonConfig,
     scratch: &Path,
     sandbox: Option<&Path>,
+    cgroup_joins: Vec<RawFd>,
 ) -> Result<std::process::Command> {
     let limits = [
         (libc::RLIMIT_AS, cfg.memory_mib.saturating_mul(1 << 20)),
@@ -336,13 +441,16 @@ fn command(
     };
     cmd.process_group(0);
     let fds: Vec<libc::c_int> = seccomp.iter().map(|f| f.as_raw_fd()).collect();
-    // SAFETY: between fork and exec only async-signal-safe syscalls run (setrlimit, fcntl,
-    // dup2, setgroups, setgid, setuid, unshare); nothing allocates (the arrays are copied in
-    // beforehand). The seccomp files stay open in the parent until the child has exec'd
-    // (they are moved into the closure, which lives as long as the command).
+    // SAFETY: between fork and exec only async-signal-safe syscalls run (write, setrlimit,
+    // fcntl, dup2, setgroups, setgid, setuid, unshare); nothing allocates (the arrays are
+    // copied in beforehand). The seccomp files stay open in the parent until the child has
+    // exec'd (they are moved into the closure, which lives as long as the command); the
+    // control groups' files stay open as long as the call's `CallGroup`, past the spawn.
     unsafe {
         cmd.pre_exec(move || {
             let _keep_open = &seccomp;
+            // First, so that nothing the child does happens outside its groups.
+            cgroup::join(&cgroup_joins)?;
             for (resource, value) in limits {
                 // For CPU time the hard limit is one second later, so the process gets
                 // SIGXCPU (reported as such) rather than a bare SIGKILL.
@@ -394,7 +502,7 @@ pub(crate) fn probe_bubblewrap(bwrap: &Path) -> std::result::Result<(), String> 
         .map_err(|e| e.to_string())?;
     std::fs::write(scratch.path().join("main.py"), "print(6 * 7)").map_err(|e| e.to_string())?;
     let cfg = PythonConfig::default();
-    let out = command(&cfg, scratch.path(), Some(bwrap))
+    let out = command(&cfg, scratch.path(), Some(bwrap), vec![])
         .map_err(|e| e.to_string())?
         .stdin(Stdio::null())
         .output()
@@ -450,6 +558,31 @@ async fn read_capped(mut r: impl AsyncRead + Unpin, limit: usize) -> String {
     text
 }
 
+/// What the tool tells the model about itself: what the isolation here really is.
+fn description(isolation: &Isolation, limited: bool) -> String {
+    let mut text = match isolation {
+        Isolation::Bubblewrap(_) => {
+            "Run a Python 3 snippet and return what it prints (stdout, then stderr). Each \
+             call starts fresh in a sandbox: no network, no state kept between calls, a \
+             read-only system with the standard library only, and a private working \
+             directory and /tmp."
+        }
+        Isolation::Process(NetIsolation::None) => {
+            "Run a Python 3 snippet and return what it prints (stdout, then stderr). Each \
+             call starts fresh: no state is kept between calls."
+        }
+        Isolation::Process(_) => {
+            "Run a Python 3 snippet and return what it prints (stdout, then stderr). Each \
+             call starts fresh: no state is kept between calls and there is no network."
+        }
+    }
+    .to_string();
+    if limited {
+        text.push_str(" Its memory, processes and CPU are limited.");
+    }
+    text
+}
+
 /// The observation for a run: stdout, then stderr and the exit status when there is
 /// something to say.
 pub fn format_run(r: &RunResult, timeout_secs: f64) -> String {
@@ -461,7 +594,11 @@ pub fn format_run(r: &RunResult, timeout_secs: f64) -> String {
         text.push_str("[stderr]\n");
         text.push_str(&r.stderr);
     }
-    let status = if r.timed_out {
+    let status = if let Some(mib) = r.memory_exceeded_mib {
+        Some(format!(
+            "memory limit of {mib} MiB exceeded: the kernel killed a process"
+        ))
+    } else if r.timed_out {
         Some(format!(
             "killed: wall-clock limit of {timeout_secs}s exceeded"
         ))
@@ -497,22 +634,7 @@ impl Tool for PythonTool {
         "python"
     }
     fn description(&self) -> &str {
-        match isolation() {
-            Isolation::Bubblewrap(_) => {
-                "Run a Python 3 snippet and return what it prints (stdout, then stderr). Each \
-                 call starts fresh in a sandbox: no network, no state kept between calls, a \
-                 read-only system with the standard library only, and a private working \
-                 directory and /tmp."
-            }
-            Isolation::Process(NetIsolation::None) => {
-                "Run a Python 3 snippet and return what it prints (stdout, then stderr). Each \
-                 call starts fresh: no state is kept between calls."
-            }
-            Isolation::Process(_) => {
-                "Run a Python 3 snippet and return what it prints (stdout, then stderr). Each \
-                 call starts fresh: no state is kept between calls and there is no network."
-            }
-        }
+        &self.description
     }
     fn parameters(&self) -> Value {
         json!({
@@ -541,7 +663,12 @@ impl Tool for PythonTool {
         meta.insert("signal".into(), json!(run.signal));
         meta.insert("timed_out".into(), json!(run.timed_out));
         meta.insert("elapsed_ms".into(), json!(run.elapsed.as_millis() as u64));
-        meta.insert("isolation".into(), json!(isolation().label()));
+        meta.insert("isolation".into(), json!(self.isolation.label()));
+        meta.insert("cgroup".into(), json!(run.cgroup));
+        meta.insert(
+            "memory_exceeded".into(),
+            json!(run.memory_exceeded_mib.is_some()),
+        );
         Ok(out)
     }
 }
