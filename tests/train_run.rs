@@ -395,6 +395,43 @@ fn sigterm_during_a_pending_mcp_handshake_stops_at_once_and_kills_the_server() {
     );
 }
 
+/// The same over Streamable HTTP: the server (a listener of this test) takes the connection
+/// and never answers `initialize`. A blocking HTTP request cannot be interrupted, so the
+/// handshake runs on a thread of its own that `train` stops waiting for on the signal.
+#[test]
+fn sigterm_during_a_pending_http_mcp_handshake_stops_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), 2, 2, 2, 1);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let mut text = std::fs::read_to_string(&cfg).unwrap();
+    text.push_str(&format!(
+        "\n[tools.silent]\ntype = \"mcp\"\nurl = \"http://127.0.0.1:{port}/mcp\"\ninit_timeout_secs = 600\n"
+    ));
+    std::fs::write(&cfg, text).unwrap();
+    let run = tmp.path().join("run");
+    let (tx, connected) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // Held open, never answered, until the test ends.
+        let _ = tx.send(listener.accept().map(|(stream, _)| stream));
+    });
+    let t = Trainer::start(&cfg, &run, false);
+    let _held = connected
+        .recv_timeout(trainer::PHASE_TIMEOUT)
+        .expect("train connects within the phase timeout")
+        .unwrap();
+    t.signal("TERM");
+    let (code, out, err) = t.finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("stopped by a signal while building the env and tools"),
+        "{err}"
+    );
+    let summary = last_json(&out);
+    assert_eq!(summary["interrupted"], true, "{summary}");
+    assert_eq!(summary["updates"], 0, "{summary}");
+}
+
 /// A batch with nothing to train on (here every prompt is longer than the context, so each
 /// episode ends before its first turn) skips its update with a warning and a counted
 /// reason; the run goes on to its last update and exits 0.

@@ -264,9 +264,16 @@ impl McpClient {
             starts: AtomicU64::new(0),
         });
         match &client.http {
-            Some(http) => http
-                .session(&client.next_id)
-                .map_err(|e| client.server_err(format!("initialize: {}", e.text())))?,
+            Some(_) => {
+                let this = client.clone();
+                unless_shutdown(move || {
+                    let http = this.http.as_ref().expect("an HTTP client");
+                    http.session(&this.next_id)
+                        .map_err(|e| e.text().to_string())
+                })
+                .and_then(|r| r)
+                .map_err(|e| client.server_err(format!("initialize: {e}")))?
+            }
             None => {
                 client.connection()?;
             }
@@ -524,8 +531,18 @@ impl McpClient {
         }
     }
 
-    /// All tools of the server (following `nextCursor` pages).
-    pub fn list_tools(&self) -> Result<Vec<McpToolInfo>> {
+    /// All tools of the server (following `nextCursor` pages). Like the handshake, gives up
+    /// at once when the process is asked to shut down.
+    pub fn list_tools(self: &Arc<Self>) -> Result<Vec<McpToolInfo>> {
+        if self.http.is_none() {
+            return self.list_pages(); // its waits watch for a shutdown themselves
+        }
+        let this = self.clone();
+        unless_shutdown(move || this.list_pages())
+            .map_err(|e| self.server_err(format!("tools/list: {e}")))?
+    }
+
+    fn list_pages(&self) -> Result<Vec<McpToolInfo>> {
         let limit = Duration::from_secs_f64(self.config.init_timeout_secs.max(0.1));
         let mut tools = Vec::new();
         let mut cursor: Option<String> = None;
@@ -548,6 +565,34 @@ impl McpClient {
             }
         }
         Ok(tools)
+    }
+}
+
+/// Runs a blocking setup step (an HTTP request, which cannot be interrupted) on a thread of
+/// its own and waits for it, giving up as soon as the process is asked to shut down (the
+/// step is left to end at its own deadline).
+fn unless_shutdown<T: Send + 'static>(
+    step: impl FnOnce() -> T + Send + 'static,
+) -> std::result::Result<T, String> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    std::thread::Builder::new()
+        .name("mcp-setup".into())
+        .spawn(move || {
+            let _ = tx.send(step());
+        })
+        .map_err(|e| format!("cannot start a thread: {e}"))?;
+    loop {
+        match rx.recv_timeout(Duration::from_millis(20)) {
+            Ok(done) => return Ok(done),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                return Err("the request's thread ended without an answer".into())
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if crate::shutdown::requested() {
+                    return Err("given up: the process is shutting down".into());
+                }
+            }
+        }
     }
 }
 
