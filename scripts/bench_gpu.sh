@@ -19,7 +19,9 @@
 # float32 on CPU), SHAPES (qwen2.5-0.5b,qwen2.5-1.5b; also qwen3-1.7b, llama3.2-1b, or the
 # preset tiny), BATCH_SIZES (1,64,256), PROMPT_LEN (512), NEW_TOKENS (256), REPEATS (2),
 # EPISODES (4096), BIN, PY (the Python with torch + transformers), OUT
-# (runs/bench_gpu), SKIP_HF=1 (no transformers baseline).
+# (runs/bench_gpu), SKIP_HF=1 (no transformers baseline), MEMORY_FRACTION (unset; e.g.
+# 0.8: `bench rollout` sizes its engine's rows, up to EPISODES, and parked-KV pool from that
+# share of the device and prints the plan).
 set -euo pipefail
 if [ -n "${BIN:-}" ]; then BIN=$(realpath "$BIN"); fi
 cd "$(dirname "$0")/.."
@@ -98,6 +100,7 @@ done
 echo "== agent-r1 bench rollout (${shapes[0]}, $EPISODES episodes)" >&2
 "$BIN" bench rollout --model "$first_model" --env synthetic_multihop --device "$DEVICE" \
   --episodes "$EPISODES" --concurrency "$EPISODES" --json \
+  ${MEMORY_FRACTION:+--memory-fraction "$MEMORY_FRACTION" --max-batch "$EPISODES"} \
   | sed "s/^{/{\"shape\":\"${shapes[0]}\",/" >>"$OUT/rollout.jsonl"
 
 "$PY" - "$OUT" <<'EOF' | tee "$OUT/summary.txt"

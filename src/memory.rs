@@ -5,6 +5,7 @@
 
 use std::path::Path;
 
+use agent_r1_actors::device::memory;
 use agent_r1_actors::memory_plan::{EnginePlan, MemoryPlan, PlanInput};
 use agent_r1_actors::model::presets::{preset, shape};
 use agent_r1_actors::model::{ModelConfig, Placement};
@@ -74,27 +75,20 @@ pub fn plan(
             rows: r.concurrency.max(1),
             max_context: r.max_context_length,
             parked_kv_bytes: r.parked_kv_mib.saturating_mul(1 << 20),
+            share_bytes: r.memory_fraction.and_then(|f| {
+                device_capacity(placement.device).map(|total| (f * total as f64) as u64)
+            }),
         }),
         action_tokens: None,
     }))
 }
 
 /// Bytes of memory `device` has for the run: a GPU's total (from `nvidia-smi`), the
-/// host's total for the CPU (not what is free now: the verdict must not depend on what else
+/// host's total for the CPU, or this process's memory limit where lower (not what is free now: the verdict must not depend on what else
 /// the machine is running); `None` where it cannot be read.
 pub fn device_capacity(device: Device) -> Option<u64> {
     match device {
-        Device::Cpu => {
-            let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-            let kib: u64 = info
-                .lines()
-                .find(|l| l.starts_with("MemTotal:"))?
-                .split_whitespace()
-                .nth(1)?
-                .parse()
-                .ok()?;
-            Some(kib * 1024)
-        }
+        Device::Cpu => memory::now(Device::Cpu).ok().map(|m| m.total),
         Device::Cuda(i) => {
             let out = std::process::Command::new("nvidia-smi")
                 .args([

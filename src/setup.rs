@@ -111,6 +111,7 @@ pub fn engine(
 ) -> anyhow::Result<EngineHandle> {
     let dir: PathBuf = model.to_path_buf();
     let load = Arc::new(move || PolicyModel::load(&dir, placement, false));
+    let planned = config.memory_fraction.is_some();
     let (handle, _actor) = rt
         .block_on(start_supervised(
             load,
@@ -119,6 +120,12 @@ pub fn engine(
             EngineRestartPolicy::default(),
         ))
         .with_context(|| format!("starting the engine on {}", model.display()))?;
+    if planned {
+        let stats = rt.block_on(handle.stats())?;
+        if let Some(share) = stats.memory_plan {
+            eprintln!("engine memory on {:?}: {share}", placement.device);
+        }
+    }
     Ok(handle)
 }
 

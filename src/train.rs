@@ -1246,6 +1246,7 @@ pub(crate) fn start_engines(
         max_context: r.max_context_length,
         parked_kv_bytes: r.parked_kv_mib.saturating_mul(1 << 20),
         prefault_parked_kv: r.prefault_parked_kv,
+        memory_fraction: r.memory_fraction,
         seed: cfg.training.seed as i64,
         kv_reuse,
         ..Default::default()

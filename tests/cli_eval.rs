@@ -258,3 +258,58 @@ fn bad_input_exits_2_naming_the_flag() {
         }
     }
 }
+
+/// `rollout --memory-fraction`: the engine sizes itself from the machine's memory and says
+/// so in one line; a share too small for one row is one line and exit 2, before any episode.
+#[test]
+fn rollout_sizes_its_engine_from_a_memory_fraction() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("model");
+    init_tiny(&model);
+    let m = model.to_str().unwrap();
+    let out_dir = tmp.path().join("trajectories.jsonl");
+    let args = |fraction: &'static str| {
+        vec![
+            "rollout",
+            "--model",
+            m,
+            "--episodes",
+            "16",
+            "--concurrency",
+            "16",
+            "--max-batch",
+            "16",
+            "--max-context",
+            "512",
+            "--memory-fraction",
+            fraction,
+            "--out",
+            out_dir.to_str().unwrap(),
+        ]
+    };
+    let out = agent_r1(&args("0.000000001"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("memory_fraction = 0.000000001") && err.contains("less than one row"),
+        "{err}"
+    );
+    let written = std::fs::read(&out_dir).unwrap_or_default();
+    assert!(written.is_empty(), "no episode ran");
+
+    let out = agent_r1(&args("0.005"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("engine memory on Cpu: "))
+        .unwrap_or_else(|| panic!("no plan in {err}"));
+    let rows: usize = line
+        .split(", ")
+        .find_map(|part| part.split_once(" rows of slots").map(|(n, _)| n))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no rows in {line}"));
+    assert!((1..=16).contains(&rows), "{line}");
+    assert!(err.contains("16 completed, 0 failed"), "{err}");
+}

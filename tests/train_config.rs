@@ -213,6 +213,8 @@ fn every_wait_is_configurable_and_bounded() {
         ("stall", "engine_secs", "inf"),
         ("stall", "checkpoint_secs", "1e9"),
         ("checkpoint", "retries", "11"),
+        ("rollout", "memory_fraction", "0"),
+        ("rollout", "memory_fraction", "1.5"),
     ] {
         let cfg =
             TrainConfig::from_toml_str(&format!("{base}[{section}]\n{key} = {value}\n")).unwrap();

@@ -1,5 +1,7 @@
 //! Choosing where tensors live: `--device cpu|cuda|cuda:N|auto` and `--dtype`.
 
+pub mod memory;
+
 use tch::{Device, Kind};
 
 use crate::model::Placement;

@@ -69,6 +69,12 @@ pub struct EngineConfig {
     /// index in a set), so several engines' gauges stay apart.
     #[serde(default = "first_engine")]
     pub metrics_label: String,
+    /// The share of its device's total memory the engine may use, weights included. Set,
+    /// it decides the rows of the running batch (at most `max_batch_rows`) and the
+    /// parked-KV pool (instead of `parked_kv_bytes`) from the device's memory once the
+    /// weights are loaded ([`crate::memory_plan::engine_share`]); too little for one row fails the start.
+    #[serde(default)]
+    pub memory_fraction: Option<f64>,
 }
 
 fn first_engine() -> String {
@@ -92,6 +98,7 @@ impl Default for EngineConfig {
             kv_reuse: true,
             prefault_parked_kv: true,
             metrics_label: first_engine(),
+            memory_fraction: None,
         }
     }
 }
@@ -173,6 +180,9 @@ pub struct EngineStats {
     pub parked_episodes: u64,
     /// Bytes of the slot storage of the running batch.
     pub slot_bytes: u64,
+    /// What the engine took of its device, when `memory_fraction` decided it.
+    #[serde(default)]
+    pub memory_plan: Option<crate::memory_plan::EngineShare>,
     /// Seconds inside model forward passes and sampling.
     pub forward_seconds: f64,
     /// Of those, seconds in decode steps (the rest is prefill).

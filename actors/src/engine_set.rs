@@ -427,6 +427,8 @@ pub fn total(each: &[EngineStats]) -> EngineStats {
             prefill_passes,
             prefill_padding_tokens,
             device_to_host_copies,
+            // Per engine (each has its own device share); see `stats_each`.
+            memory_plan: _,
         } = s;
         sum.decode_steps += decode_steps;
         sum.decode_rows += decode_rows;

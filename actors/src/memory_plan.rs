@@ -13,12 +13,16 @@
 //! or with recomputation each layer's input plus one layer's worth. `agent-r1 bench learner`
 //! prints this prediction beside the measured peak.
 
+pub mod engine_share;
+
 use std::fmt;
 
 use tch::{Device, Kind};
 
 use crate::learner::LearnerConfig;
 use crate::model::ModelConfig;
+
+pub use engine_share::{EngineShare, ShareRequest};
 
 /// Fixed cost of a process using the device: the CUDA context and libraries' workspaces on
 /// a GPU; libtorch's code, the tokenizer and the process's own heap on a CPU.
@@ -40,6 +44,9 @@ pub struct EnginePlan {
     pub max_context: usize,
     /// The parked-KV pool, reserved in full.
     pub parked_kv_bytes: usize,
+    /// Each engine's share of the device, bytes, where `rollout.memory_fraction` sizes it
+    /// (then the engine takes exactly that, whatever `rows` and `parked_kv_bytes` say).
+    pub share_bytes: Option<u64>,
 }
 
 /// What a run puts on one device.
@@ -82,7 +89,7 @@ pub struct MemoryPlan {
 }
 
 /// Bytes of one element of `kind`.
-fn element_bytes(kind: Kind) -> u64 {
+pub(crate) fn element_bytes(kind: Kind) -> u64 {
     match kind {
         Kind::BFloat16 | Kind::Half => 2,
         Kind::Double => 8,
@@ -90,8 +97,15 @@ fn element_bytes(kind: Kind) -> u64 {
     }
 }
 
-/// Bytes autograd keeps per token for one decoder layer in a plain training pass.
-fn layer_activation_bytes_per_token(m: &ModelConfig, s: u64) -> u64 {
+/// Bytes of the logits of `rows` rows' last positions (float32) and the sampler's float64
+/// working copies (probabilities, their running sum, the draws' comparison).
+pub fn engine_step_bytes(m: &ModelConfig, rows: u64) -> u64 {
+    rows * m.vocab_size as u64 * (4 + 3 * 8)
+}
+
+/// Bytes autograd keeps per token for one decoder layer in a plain training pass (also an
+/// upper bound of what one layer of an inference pass holds at once).
+pub(crate) fn layer_activation_bytes_per_token(m: &ModelConfig, s: u64) -> u64 {
     let h = m.hidden_size as u64;
     let i = m.intermediate_size as u64;
     let q = (m.num_attention_heads * m.head_dim) as u64;
@@ -184,7 +198,18 @@ impl MemoryPlan {
             },
             "algorithm.kl.placement = \"off\"",
         );
-        if let Some(e) = input.engine {
+        if let Some(EnginePlan {
+            engines,
+            share_bytes: Some(share),
+            ..
+        }) = input.engine
+        {
+            term(
+                "engine share (weights, KV, activations)",
+                engines as u64 * share,
+                "rollout.memory_fraction",
+            );
+        } else if let Some(e) = input.engine {
             let n = e.engines as u64;
             term("engine weights", n * params * s, "rollout.devices");
             let kv_per_token = m.kv_bytes_per_token(s as usize) as u64;
@@ -201,7 +226,7 @@ impl MemoryPlan {
             // Logits of the rows' last positions and the sampler's float64 working copies.
             term(
                 "engine step (logits, sampling)",
-                n * e.rows as u64 * m.vocab_size as u64 * (4 + 3 * 8),
+                n * engine_step_bytes(m, e.rows as u64),
                 "rollout.concurrency",
             );
         }
@@ -377,6 +402,7 @@ mod tests {
             rows: 128,
             max_context: 8192,
             parked_kv_bytes: 16 << 30,
+            share_bytes: None,
         };
         let p = plan(&l, Kind::BFloat16, Some(engine));
         // Two engines on the device (`rollout.devices = ["cuda:0", "cuda:0"]`): every
@@ -401,6 +427,21 @@ mod tests {
         // 28 layers x 2 x 2 KV heads x 128 dims x 2 bytes = 28 KiB per token.
         assert_eq!(bytes(&p, "engine slots (KV)"), 128 * 8193 * 28 * 1024);
         assert_eq!(bytes(&p, "parked-KV pool"), 16 << 30);
+        // Sized by a share of the device instead: one term, the share per engine.
+        let shared = plan(
+            &l,
+            Kind::BFloat16,
+            Some(EnginePlan {
+                engines: 2,
+                share_bytes: Some(20 << 30),
+                ..engine
+            }),
+        );
+        assert_eq!(
+            bytes(&shared, "engine share (weights, KV, activations)"),
+            40 << 30
+        );
+        assert_eq!(bytes(&shared, "engine slots (KV)"), 0);
         let e = p.check(Device::Cuda(0), 80 << 30).unwrap_err();
         assert!(e.starts_with("predicted peak"), "{e}");
         assert!(e.contains("80.0 GiB of cuda:0"), "{e}");

@@ -7,6 +7,7 @@
 
 pub mod call_guard;
 pub mod config;
+pub mod control_groups;
 pub mod dataset;
 pub mod demo;
 pub mod env;

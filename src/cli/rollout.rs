@@ -66,6 +66,11 @@ pub(crate) struct RolloutArgs {
     /// Size of the pool of KV parked for episodes waiting on tools (MiB).
     #[arg(long, default_value_t = 2048)]
     parked_kv_mib: usize,
+    /// The share of the device's total memory the engine may use, its weights included: it
+    /// then sizes its rows (at most --max-batch) and parked-KV pool from the device's memory
+    /// (instead of --parked-kv-mib) and prints the plan.
+    #[arg(long, value_parser = memory_fraction)]
+    memory_fraction: Option<f64>,
     /// Fault the parked-KV pool's memory in as it is first used, instead of touching all of
     /// it when the engine starts (resident memory then grows with what is parked).
     #[arg(long)]
@@ -191,6 +196,7 @@ fn execute(
             seed: a.seed as i64,
             kv_reuse: !a.no_kv_reuse,
             prefault_parked_kv: !a.lazy_parked_kv,
+            memory_fraction: a.memory_fraction,
             ..Default::default()
         },
     )?;
@@ -329,4 +335,12 @@ pub(crate) fn run_bench(cmd: BenchRolloutCmd) -> anyhow::Result<()> {
     });
     println!("{out}");
     Ok(())
+}
+
+/// `--memory-fraction`: a share in (0, 1].
+fn memory_fraction(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(f) if f > 0.0 && f <= 1.0 => Ok(f),
+        _ => Err(format!("`{text}` is not a share of memory in (0, 1]")),
+    }
 }

@@ -45,6 +45,14 @@ pub struct RolloutSection {
     /// The engine's pool of KV parked for episodes waiting on tools (MiB); 0 parks nothing
     /// (every turn then recomputes its episode's context past the shared prompt).
     pub parked_kv_mib: usize,
+    /// The share of its device's total memory each engine may use, its weights included
+    /// (like vLLM's `gpu_memory_utilization`). Set, each engine decides from the device's
+    /// memory, once its weights are loaded, its rows (at most `concurrency`) and its
+    /// parked-KV pool (instead of `parked_kv_mib`), and prints the plan; too little for one
+    /// row of `max_context_length` fails the start. In `train` the learner shares
+    /// `model.device`: leave it room.
+    #[schemars(extend("exclusiveMinimum" = 0), range(max = 1.0))]
+    pub memory_fraction: Option<f64>,
     /// Touch the parked-KV pool when the engine starts (resident from the start, no page
     /// faults on the engine's critical path); false faults it in as it is first used.
     pub prefault_parked_kv: bool,
@@ -78,6 +86,7 @@ impl Default for RolloutSection {
             concurrency: 64,
             devices: Vec::new(),
             parked_kv_mib: 2048,
+            memory_fraction: None,
             prefault_parked_kv: true,
             generate_timeout_secs: 1800.0,
             tool_queue_timeout_secs: 60.0,

@@ -12,7 +12,9 @@ use super::kv_pool::KvPool;
 use super::parked::{ParkedStore, SpareSlots};
 use super::slots::{ParkedKv, SlotCache};
 use super::{Command, EngineConfig, EngineStats, TurnOutput, TurnRequest};
+use crate::device::memory;
 use crate::error::panic_message;
+use crate::memory_plan::{engine_share, EngineShare, ShareRequest};
 use crate::model::generate::FinishReason;
 use crate::model::sampling::{sample_batch, token_draw, RowSampling};
 use crate::model::PolicyModel;
@@ -227,6 +229,31 @@ impl Exit {
     }
 }
 
+/// The engine's share of its device for `model` under `config` (see [`engine_share`]).
+fn plan_memory(
+    model: &PolicyModel,
+    config: &EngineConfig,
+    fraction: f64,
+) -> std::result::Result<EngineShare, String> {
+    let p = model.placement();
+    let weights_bytes = model
+        .var_store()
+        .variables()
+        .values()
+        .map(|t| t.numel() as u64 * t.kind().elt_size_in_bytes() as u64)
+        .sum();
+    let request = ShareRequest {
+        fraction,
+        model: model.config(),
+        kind: p.kind,
+        weights_bytes,
+        max_context: config.max_context as u64,
+        wanted_rows: config.max_batch_rows as u64,
+        max_batch_tokens: config.max_batch_tokens as u64,
+    };
+    engine_share::plan(&request, memory::now(p.device)?)
+}
+
 /// Answers `turns` with `EngineStopped(reason)`.
 pub(super) fn fail_turns(turns: Vec<Waiting>, reason: &str) {
     for w in turns {
@@ -244,11 +271,11 @@ pub(super) fn run(
 ) -> Exit {
     let Start {
         tokenizer,
-        config,
+        mut config,
         rx,
         heartbeat,
         carried,
-        stats,
+        mut stats,
         hold_until,
     } = start;
     let not_started = |reason: String, carried, stats| Exit {
@@ -283,6 +310,21 @@ pub(super) fn run(
         return not_started(reason, carried, stats);
     }
     let p = model.placement();
+    if let Some(fraction) = config.memory_fraction {
+        match plan_memory(&model, &config, fraction) {
+            Ok(plan) => {
+                config.max_batch_rows = plan.rows as usize;
+                config.parked_kv_bytes = plan.parked_bytes as usize;
+                stats.memory_plan = Some(plan);
+            }
+            Err(message) => {
+                let e = Error::invalid("engine memory_fraction", message);
+                let reason = e.to_string();
+                ready(Err(e));
+                return not_started(reason, carried, stats);
+            }
+        }
+    }
     let slots = SlotCache::new(
         c.num_hidden_layers,
         config.max_batch_rows as i64,

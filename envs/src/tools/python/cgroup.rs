@@ -19,6 +19,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
+use crate::control_groups::OwnGroups;
+
 /// Where call groups are made.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Hierarchy {
@@ -82,72 +84,22 @@ const CFS_PERIOD_US: u64 = 100_000;
 type Settings = Vec<(&'static str, String)>;
 
 fn detect() -> Result<Hierarchy, String> {
-    let own =
-        fs::read_to_string("/proc/self/cgroup").map_err(|e| format!("/proc/self/cgroup: {e}"))?;
-    let mounts = fs::read_to_string("/proc/self/mountinfo")
-        .map_err(|e| format!("/proc/self/mountinfo: {e}"))?;
-    let mounts = parse_mounts(&mounts);
+    let own = OwnGroups::read()?;
     let mut why = vec![];
-    match v2(&own, &mounts) {
+    match v2(&own) {
         Ok(h) => return Ok(h),
         Err(e) => why.push(format!("v2: {e}")),
     }
-    match v1(&own, &mounts) {
+    match v1(&own) {
         Ok(h) => return Ok(h),
         Err(e) => why.push(format!("v1: {e}")),
     }
     Err(why.join("; "))
 }
 
-/// A cgroup file system mounted here: its mount point, the hierarchy path mounted there, and
-/// (v1) its controllers.
-#[derive(Debug, Clone, PartialEq)]
-struct Mount {
-    point: PathBuf,
-    root: String,
-    v2: bool,
-    controllers: Vec<String>,
-}
-
-fn parse_mounts(mountinfo: &str) -> Vec<Mount> {
-    mountinfo
-        .lines()
-        .filter_map(|line| {
-            let (left, right) = line.split_once(" - ")?;
-            let left: Vec<&str> = left.split(' ').collect();
-            let right: Vec<&str> = right.split(' ').collect();
-            let (root, point) = (*left.get(3)?, *left.get(4)?);
-            let fstype = *right.first()?;
-            let options = right.get(2).copied().unwrap_or_default();
-            (fstype == "cgroup" || fstype == "cgroup2").then(|| Mount {
-                point: PathBuf::from(point),
-                root: root.to_string(),
-                v2: fstype == "cgroup2",
-                controllers: options.split(',').map(str::to_string).collect(),
-            })
-        })
-        .collect()
-}
-
-/// This process's group in `mount` (`/proc/self/cgroup`'s path under the mounted root).
-fn own_dir(mount: &Mount, path: &str) -> Option<PathBuf> {
-    let rest = path.strip_prefix(mount.root.trim_end_matches('/'))?;
-    if !(rest.is_empty() || rest.starts_with('/')) {
-        return None;
-    }
-    let dir = mount.point.join(rest.trim_start_matches('/'));
-    dir.is_dir().then_some(dir)
-}
-
-fn v2(own: &str, mounts: &[Mount]) -> Result<Hierarchy, String> {
-    let path = own
-        .lines()
-        .find_map(|l| l.strip_prefix("0::"))
-        .ok_or("not in a unified hierarchy")?;
-    let dir = mounts
-        .iter()
-        .filter(|m| m.v2)
-        .find_map(|m| own_dir(m, path))
+fn v2(own: &OwnGroups) -> Result<Hierarchy, String> {
+    let dir = own
+        .v2_dir()
         .ok_or("no cgroup2 mount holds this process's group")?;
     let available = fs::read_to_string(dir.join("cgroup.controllers")).unwrap_or_default();
     let available: Vec<&str> = available.split_whitespace().collect();
@@ -176,21 +128,8 @@ fn v2(own: &str, mounts: &[Mount]) -> Result<Hierarchy, String> {
     Ok(h)
 }
 
-fn v1(own: &str, mounts: &[Mount]) -> Result<Hierarchy, String> {
-    let dir_of = |controller: &str| -> Option<PathBuf> {
-        let path = own.lines().find_map(|l| {
-            let mut parts = l.splitn(3, ':');
-            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-            controllers
-                .split(',')
-                .any(|c| c == controller)
-                .then_some(path)
-        })?;
-        mounts
-            .iter()
-            .filter(|m| !m.v2 && m.controllers.iter().any(|c| c == controller))
-            .find_map(|m| own_dir(m, path))
-    };
+fn v1(own: &OwnGroups) -> Result<Hierarchy, String> {
+    let dir_of = |controller: &str| own.v1_dir(controller);
     let memory = dir_of("memory").ok_or("the memory controller is not mounted")?;
     let pids = dir_of("pids").ok_or("the pids controller is not mounted")?;
     let cpu = dir_of("cpu");
@@ -482,47 +421,4 @@ fn remove_left_over() {
 
 fn with_path(path: &Path, e: std::io::Error) -> std::io::Error {
     std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn mountinfo_lines_name_cgroup_mounts_and_their_controllers() {
-        let info = "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n\
-                    35 31 0:32 /docker/x /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n\
-                    32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n\
-                    41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw";
-        let m = parse_mounts(info);
-        assert_eq!(m.len(), 3);
-        assert_eq!(m[0].point, Path::new("/sys/fs/cgroup/memory"));
-        assert_eq!(m[0].root, "/docker/x");
-        assert!(!m[0].v2 && m[0].controllers.contains(&"memory".to_string()));
-        assert!(m[1].controllers.contains(&"cpu".to_string()));
-        assert!(m[2].v2);
-    }
-
-    #[test]
-    fn the_own_group_is_found_under_the_mounted_root() {
-        let tmp = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(tmp.path().join("job/7")).unwrap();
-        let mount = Mount {
-            point: tmp.path().to_path_buf(),
-            root: "/docker/x".into(),
-            v2: true,
-            controllers: vec![],
-        };
-        assert_eq!(
-            own_dir(&mount, "/docker/x/job/7"),
-            Some(tmp.path().join("job/7"))
-        );
-        assert_eq!(own_dir(&mount, "/elsewhere"), None);
-        assert_eq!(own_dir(&mount, "/docker/xyz"), None);
-        let at_root = Mount {
-            root: "/".into(),
-            ..mount
-        };
-        assert_eq!(own_dir(&at_root, "/"), Some(tmp.path().to_path_buf()));
-    }
 }
