@@ -348,6 +348,21 @@ fn sigterm_during_the_warm_start_stops_at_the_next_step_and_saves_no_model() {
 /// A SIGTERM while an MCP server's handshake is pending (the server, `sleep`, never answers;
 /// the handshake would wait 600 s) ends the run at once: exit 0, nothing trained, the server
 /// killed.
+/// Sends SIGTERM to a run still building its tools, and requires it to end at once, cleanly,
+/// with an interrupted summary and no update.
+fn stop_while_building_tools(t: Trainer) {
+    t.signal("TERM");
+    let (code, out, err) = t.finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("stopped by a signal while building the env and tools"),
+        "{err}"
+    );
+    let summary = last_json(&out);
+    assert_eq!(summary["interrupted"], true, "{summary}");
+    assert_eq!(summary["updates"], 0, "{summary}");
+}
+
 #[test]
 fn sigterm_during_a_pending_mcp_handshake_stops_at_once_and_kills_the_server() {
     let tmp = tempfile::tempdir().unwrap();
@@ -378,16 +393,7 @@ fn sigterm_during_a_pending_mcp_handshake_stops_at_once_and_kills_the_server() {
         .trim()
         .parse()
         .unwrap();
-    t.signal("TERM");
-    let (code, out, err) = t.finish();
-    assert_eq!(code, Some(0), "{err}");
-    assert!(
-        err.contains("stopped by a signal while building the env and tools"),
-        "{err}"
-    );
-    let summary = last_json(&out);
-    assert_eq!(summary["interrupted"], true, "{summary}");
-    assert_eq!(summary["updates"], 0, "{summary}");
+    stop_while_building_tools(t);
     let state = std::fs::read_to_string(format!("/proc/{server}/stat")).unwrap_or_default();
     assert!(
         state.is_empty() || state.contains(") Z "),
@@ -420,16 +426,7 @@ fn sigterm_during_a_pending_http_mcp_handshake_stops_at_once() {
         .recv_timeout(trainer::PHASE_TIMEOUT)
         .expect("train connects within the phase timeout")
         .unwrap();
-    t.signal("TERM");
-    let (code, out, err) = t.finish();
-    assert_eq!(code, Some(0), "{err}");
-    assert!(
-        err.contains("stopped by a signal while building the env and tools"),
-        "{err}"
-    );
-    let summary = last_json(&out);
-    assert_eq!(summary["interrupted"], true, "{summary}");
-    assert_eq!(summary["updates"], 0, "{summary}");
+    stop_while_building_tools(t);
 }
 
 /// A batch with nothing to train on (here every prompt is longer than the context, so each

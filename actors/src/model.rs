@@ -228,6 +228,15 @@ impl PolicyModel {
         self.placement
     }
 
+    /// Bytes of the weights as loaded (every variable, in its own precision).
+    pub fn weights_bytes(&self) -> u64 {
+        self.vs
+            .variables()
+            .values()
+            .map(|t| t.numel() as u64 * t.kind().elt_size_in_bytes() as u64)
+            .sum()
+    }
+
     /// The weights (for optimizers and weight sync).
     pub fn var_store(&self) -> &VarStore {
         &self.vs

@@ -34,13 +34,9 @@ fn config(fraction: f64) -> EngineConfig {
 }
 
 fn weights_bytes(dir: &Path) -> u64 {
-    let model = PolicyModel::load(dir, Placement::default(), false).unwrap();
-    model
-        .var_store()
-        .variables()
-        .values()
-        .map(|t| t.numel() as u64 * t.kind().elt_size_in_bytes() as u64)
-        .sum()
+    PolicyModel::load(dir, Placement::default(), false)
+        .unwrap()
+        .weights_bytes()
 }
 
 #[test]

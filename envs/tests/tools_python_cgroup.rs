@@ -12,6 +12,8 @@
 #[path = "../../tests/support/debian.rs"]
 #[allow(dead_code)]
 mod debian;
+#[path = "support/hostile.rs"]
+mod hostile;
 
 use agent_r1_envs::tool::Tool;
 use agent_r1_envs::tools::python::{cgroup, isolation, Isolation, PythonConfig, PythonTool};
@@ -103,49 +105,13 @@ async fn a_fork_bomb_stops_at_the_process_limit_and_nothing_outlives_the_call() 
     let Some(t) = plain(|c| c.max_processes = 16) else {
         return;
     };
-    let (text, _) = call(
-        &t,
-        "import os, time\n\
-         n = 0\n\
-         try:\n\
-         \x20   for _ in range(200):\n\
-         \x20       if os.fork() == 0:\n\
-         \x20           time.sleep(30); os._exit(0)\n\
-         \x20       n += 1\n\
-         except OSError as e:\n\
-         \x20   print('fork refused after', n, e.strerror)\n\
-         print('forked', n)",
-    )
-    .await;
-    let forked: usize = text
-        .lines()
-        .find_map(|l| l.strip_prefix("forked "))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or(usize::MAX);
-    assert!(text.contains("fork refused after") && forked < 16, "{text}");
+    let (text, _) = call(&t, &hostile::fork_bomb(30)).await;
+    hostile::assert_fork_refused_before(&text, 16);
 
     // A new session's child leaves the process group, not the control group.
     let tag = format!("{}.{}", std::process::id(), 434343);
-    call(
-        &t,
-        &format!(
-            "import os\n\
-             if os.fork() == 0:\n\
-             \x20   os.setsid()\n\
-             \x20   os.execv('/bin/sleep', ['/bin/sleep', '{tag}'])\n\
-             print('forked')"
-        ),
-    )
-    .await;
-    let survivors: Vec<String> = std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| {
-            let cmd = std::fs::read(e.ok()?.path().join("cmdline")).ok()?;
-            let cmd = String::from_utf8_lossy(&cmd).into_owned();
-            cmd.contains(&tag).then_some(cmd)
-        })
-        .collect();
-    assert!(survivors.is_empty(), "left behind: {survivors:?}");
+    call(&t, &hostile::new_session_child(&tag)).await;
+    hostile::assert_no_process_with(&tag);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

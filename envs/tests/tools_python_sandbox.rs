@@ -12,6 +12,8 @@
 #[path = "../../tests/support/debian.rs"]
 #[allow(dead_code)]
 mod debian;
+#[path = "support/hostile.rs"]
+mod hostile;
 
 use std::net::TcpListener;
 
@@ -163,49 +165,12 @@ async fn a_hostile_snippet_is_refused_at_every_probe() {
 
     // Nothing survives the call, not even a new session's child.
     let tag = format!("{}.{}", std::process::id(), 424242);
-    run(
-        &t,
-        &format!(
-            "import os, subprocess\n\
-             if os.fork() == 0:\n\
-             \x20   os.setsid()\n\
-             \x20   os.execv('/bin/sleep', ['/bin/sleep', '{tag}'])\n\
-             print('forked')"
-        ),
-    )
-    .await;
-    let survivors: Vec<String> = std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| {
-            let cmd = std::fs::read(e.ok()?.path().join("cmdline")).ok()?;
-            String::from_utf8_lossy(&cmd)
-                .contains(&tag)
-                .then(|| String::from_utf8_lossy(&cmd).into_owned())
-        })
-        .collect();
-    assert!(survivors.is_empty(), "left behind: {survivors:?}");
+    run(&t, &hostile::new_session_child(&tag)).await;
+    hostile::assert_no_process_with(&tag);
 
     // A fork bomb stops at the process limit; memory at its limit.
-    let text = run(
-        &t,
-        "import os, time\n\
-         n = 0\n\
-         try:\n\
-         \x20   for _ in range(200):\n\
-         \x20       if os.fork() == 0:\n\
-         \x20           time.sleep(5); os._exit(0)\n\
-         \x20       n += 1\n\
-         except OSError as e:\n\
-         \x20   print('fork refused after', n, e.strerror)\n\
-         print('forked', n)",
-    )
-    .await;
-    let forked: usize = text
-        .lines()
-        .find_map(|l| l.strip_prefix("forked "))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or(usize::MAX);
-    assert!(text.contains("fork refused after") && forked < 32, "{text}");
+    let text = run(&t, &hostile::fork_bomb(5)).await;
+    hostile::assert_fork_refused_before(&text, 32);
     let text = run(&t, "x = bytearray(1 << 30)\nprint('allocated')").await;
     assert!(
         text.contains("MemoryError") && !text.contains("allocated"),

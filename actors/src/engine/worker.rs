@@ -236,17 +236,11 @@ fn plan_memory(
     fraction: f64,
 ) -> std::result::Result<EngineShare, String> {
     let p = model.placement();
-    let weights_bytes = model
-        .var_store()
-        .variables()
-        .values()
-        .map(|t| t.numel() as u64 * t.kind().elt_size_in_bytes() as u64)
-        .sum();
     let request = ShareRequest {
         fraction,
         model: model.config(),
         kind: p.kind,
-        weights_bytes,
+        weights_bytes: model.weights_bytes(),
         max_context: config.max_context as u64,
         wanted_rows: config.max_batch_rows as u64,
         max_batch_tokens: config.max_batch_tokens as u64,
