@@ -2,8 +2,8 @@
 //! everything the snippet starts, killed as a group when the call ends.
 //!
 //! cgroup v2 is used where this process's own cgroup can enable the `memory` and `pids`
-//! controllers for children (a delegated subtree with no processes of its own, or the root of
-//! a cgroup namespace); else cgroup v1 where the `memory` and `pids` hierarchies are mounted
+//! controllers for children (a delegated group holding no process, as a group with processes
+//! cannot; this process does not move itself into a leaf); else cgroup v1 where the `memory` and `pids` hierarchies are mounted
 //! and this process may create groups in them (root on a v1 host). Detected once, by making
 //! and removing a probe group.
 //!
