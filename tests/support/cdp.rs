@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use serde_json::{json, Value};
 
-/// The longest one command, page load or wait may take.
-pub const STEP_TIMEOUT: Duration = Duration::from_secs(120);
+/// The longest one command, page load or wait may take: a bound against a hang (some waits
+/// are for the run's progress, which a loaded machine slows many times over).
+pub const STEP_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// A running headless Chromium with one page attached.
 pub struct Browser {
