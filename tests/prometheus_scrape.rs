@@ -23,8 +23,9 @@ const BIN: &str = env!("CARGO_BIN_EXE_agent-r1");
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 /// What `$__rate_interval` becomes: several 1 s scrapes, and longer than a tiny update.
 const RATE_INTERVAL: &str = "30s";
-/// From the trainer's start until every panel has data.
-const RUN_TIMEOUT: Duration = Duration::from_secs(170);
+/// From the trainer's start until every panel has data: a bound against a hang, far above an
+/// idle machine's time (about 40 s), so a loaded machine stays within it.
+const RUN_TIMEOUT: Duration = Duration::from_secs(900);
 
 #[path = "support/debian.rs"]
 mod debian;
@@ -330,11 +331,11 @@ fn every_dashboard_query_has_data_in_a_real_prometheus() {
     );
     let prom_log =
         || std::fs::read_to_string(tmp.path().join("prometheus.log")).unwrap_or_default();
-    let ready_by = Instant::now() + Duration::from_secs(30);
+    let ready_by = Instant::now() + Duration::from_secs(300);
     while !http_get(prom_addr, "/-/ready").is_ok_and(|(s, _)| s == 200) {
         assert!(
             Instant::now() < ready_by,
-            "prometheus not ready on {prom_addr} within 30s; its log:\n{}",
+            "prometheus not ready on {prom_addr} within 300s; its log:\n{}",
             prom_log()
         );
         std::thread::sleep(Duration::from_millis(200));

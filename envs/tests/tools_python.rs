@@ -50,9 +50,11 @@ async fn wall_clock_timeout_kills_the_whole_group() {
                 subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n\
                 print('started', flush=True)\ntime.sleep(60)";
     let (text, meta) = run(&t, code).await;
+    // Killed by the limit, not after the snippet's 60 s (bounded far above the limit, so a
+    // loaded machine's slow start stays within it).
     assert!(
-        start.elapsed() < Duration::from_secs(5),
-        "killed near the limit"
+        start.elapsed() < Duration::from_secs(40),
+        "killed by the limit"
     );
     assert!(text.starts_with("started\n"), "partial output kept: {text}");
     assert!(
@@ -67,17 +69,14 @@ async fn memory_and_cpu_limits_hold() {
     let t = tool(|c| {
         c.memory_mib = 256;
         c.cpu_secs = 1;
-        c.timeout_secs = 10.0;
+        // Far above the CPU limit's wall time even on a loaded machine: the CPU limit ends it.
+        c.timeout_secs = 120.0;
     });
     let (text, _) = run(&t, "x = bytearray(1 << 30)\nprint('allocated')").await;
     assert!(text.contains("MemoryError"), "{text}");
     assert!(!text.contains("allocated"), "{text}");
-    let start = Instant::now();
     let (text, meta) = run(&t, "while True:\n    pass").await;
-    assert!(
-        start.elapsed() < Duration::from_secs(8),
-        "CPU limit, not the wall clock"
-    );
+    // SIGXCPU, and not the wall clock.
     assert!(text.contains("CPU time limit exceeded"), "{text}");
     assert_eq!(meta["timed_out"], json!(false));
 }
