@@ -363,11 +363,15 @@ impl CallGroup {
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
             self.kill_all();
         }
-        let dirs = std::mem::take(&mut self.dirs);
+        self.remove_dirs()
+    }
+
+    /// Removes the group's directories; one that still holds an exiting process is left for
+    /// the next group made to remove.
+    fn remove_dirs(&mut self) -> std::io::Result<()> {
         let mut first_error = None;
-        for dir in dirs {
+        for dir in std::mem::take(&mut self.dirs) {
             if let Err(e) = fs::remove_dir(&dir) {
-                // A killed process leaves its group a moment later: removed by the next call.
                 first_error.get_or_insert(with_path(&dir, e));
                 LEFT_OVER
                     .lock()
@@ -385,9 +389,7 @@ impl Drop for CallGroup {
             return;
         }
         self.kill_all();
-        let dirs = std::mem::take(&mut self.dirs);
-        let mut left = LEFT_OVER.lock().unwrap_or_else(|p| p.into_inner());
-        left.extend(dirs.into_iter().filter(|d| fs::remove_dir(d).is_err()));
+        let _ = self.remove_dirs();
     }
 }
 
