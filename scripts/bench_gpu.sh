@@ -21,7 +21,9 @@
 # EPISODES (4096), BIN, PY (the Python with torch + transformers), OUT
 # (runs/bench_gpu), SKIP_HF=1 (no transformers baseline), MEMORY_FRACTION (unset; e.g.
 # 0.8: `bench rollout` sizes its engine's rows, up to EPISODES, and parked-KV pool from that
-# share of the device and prints the plan).
+# share of the device and prints the plan), CUDA_GRAPHS (1; 0 decodes without CUDA graphs),
+# VERIFY (0; N re-scores N sequences per batch size with a plain forward pass and reports the
+# largest log-probability difference).
 set -euo pipefail
 if [ -n "${BIN:-}" ]; then BIN=$(realpath "$BIN"); fi
 cd "$(dirname "$0")/.."
@@ -70,6 +72,8 @@ fi
   if [ "$DEVICE" != cpu ]; then nvidia-smi -L; fi
 } >"$OUT/env.txt" 2>&1
 
+no_graphs=()
+if [ "${CUDA_GRAPHS:-1}" = 0 ]; then no_graphs=(--no-cuda-graphs); fi
 : >"$OUT/decode.jsonl"
 : >"$OUT/hf.jsonl"
 : >"$OUT/rollout.jsonl"
@@ -89,7 +93,8 @@ for shape in "${shapes[@]}"; do
   echo "== agent-r1 bench decode ($shape)" >&2
   "$BIN" bench decode --model "$model" --device "$DEVICE" --dtype "$DTYPE" \
     --batch-sizes "$BATCH_SIZES" --prompt-len "$PROMPT_LEN" --new-tokens "$NEW_TOKENS" \
-    --repeats "$REPEATS" | sed "s/^{/{\"shape\":\"$shape\",/" >>"$OUT/decode.jsonl"
+    --repeats "$REPEATS" --verify "${VERIFY:-0}" ${no_graphs[@]+"${no_graphs[@]}"} \
+    | sed "s/^{/{\"shape\":\"$shape\",/" >>"$OUT/decode.jsonl"
   if [ "${SKIP_HF:-0}" != 1 ]; then
     echo "== transformers generate ($shape)" >&2
     "$PY" scripts/hf_generate_bench.py --model "$model" --device "$DEVICE" --dtype "$DTYPE" \
@@ -99,7 +104,7 @@ for shape in "${shapes[@]}"; do
 done
 echo "== agent-r1 bench rollout (${shapes[0]}, $EPISODES episodes)" >&2
 "$BIN" bench rollout --model "$first_model" --env synthetic_multihop --device "$DEVICE" \
-  --episodes "$EPISODES" --concurrency "$EPISODES" --json \
+  --episodes "$EPISODES" --concurrency "$EPISODES" --json ${no_graphs[@]+"${no_graphs[@]}"} \
   ${MEMORY_FRACTION:+--memory-fraction "$MEMORY_FRACTION" --max-batch "$EPISODES"} \
   | sed "s/^{/{\"shape\":\"${shapes[0]}\",/" >>"$OUT/rollout.jsonl"
 
@@ -111,15 +116,19 @@ def rows(name):
         return [json.loads(l) for l in f if l.startswith("{")]
 decode, hf, rollout = rows("decode"), rows("hf"), rows("rollout")
 baseline = {(r["shape"], r["batch"]): r["tokens_per_s"] for r in hf}
-print("| shape | batch | agent-r1 tokens/s | step ms | floor ms | of floor | transformers tokens/s | speed-up |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+print("| shape | batch | agent-r1 tokens/s | step ms | floor ms | of floor | transformers tokens/s | speed-up | graph steps | max |Δ logprob| |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 summary = {"decode": [], "rollout": []}
 for r in decode:
     hf_tps = baseline.get((r["shape"], r["batch"]))
     ratio = r["tokens_per_s"] / hf_tps if hf_tps else None
     print(f"| {r['shape']} | {r['batch']} | {r['tokens_per_s']:,.0f} | {r['step_ms']:.2f} | "
           f"{r['floor_ms']:.2f} | {r['floor_fraction']:.0%} | "
-          f"{'-' if hf_tps is None else f'{hf_tps:,.0f}'} | {'-' if ratio is None else f'{ratio:.2f}x'} |")
+          f"{'-' if hf_tps is None else f'{hf_tps:,.0f}'} | {'-' if ratio is None else f'{ratio:.2f}x'} | "
+          f"{r.get('graph_decode_steps', 0)}/{r['decode_steps']} | "
+          f"{'-' if not r.get('verify') else format(r['verify']['max_abs_logprob_diff'], '.3g')} |")
+    if r.get("cuda_graphs_off"):
+        print(f"|   | CUDA graphs off: {r['cuda_graphs_off']} |")
     summary["decode"].append({**r, "hf_tokens_per_s": hf_tps, "speedup": ratio})
 for r in rollout:
     print(f"\nbench rollout ({r['shape']}): {r['episodes_completed']} of {r['episodes']} episodes completed, "

@@ -112,6 +112,7 @@ pub fn engine(
     let dir: PathBuf = model.to_path_buf();
     let load = Arc::new(move || PolicyModel::load(&dir, placement, false));
     let planned = config.memory_fraction.is_some();
+    let config_graphs = config.cuda_graphs;
     let (handle, _actor) = rt
         .block_on(start_supervised(
             load,
@@ -120,10 +121,25 @@ pub fn engine(
             EngineRestartPolicy::default(),
         ))
         .with_context(|| format!("starting the engine on {}", model.display()))?;
-    if planned {
+    if planned || placement.device.is_cuda() {
         let stats = rt.block_on(handle.stats())?;
         if let Some(share) = stats.memory_plan {
             eprintln!("engine memory on {:?}: {share}", placement.device);
+        }
+        if placement.device.is_cuda() {
+            match (config_graphs, stats.cuda_graphs_off) {
+                (false, _) => eprintln!(
+                    "engine on {:?}: CUDA graphs off (configured)",
+                    placement.device
+                ),
+                (true, Some(why)) => {
+                    eprintln!("engine on {:?}: CUDA graphs off: {why}", placement.device)
+                }
+                (true, None) => eprintln!(
+                    "engine on {:?}: decode steps replay CUDA graphs",
+                    placement.device
+                ),
+            }
         }
     }
     Ok(handle)

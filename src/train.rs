@@ -1247,6 +1247,7 @@ pub(crate) fn start_engines(
         parked_kv_bytes: r.parked_kv_mib.saturating_mul(1 << 20),
         prefault_parked_kv: r.prefault_parked_kv,
         memory_fraction: r.memory_fraction,
+        cuda_graphs: r.cuda_graphs,
         seed: cfg.training.seed as i64,
         kv_reuse,
         ..Default::default()

@@ -1,5 +1,6 @@
 //! Choosing where tensors live: `--device cpu|cuda|cuda:N|auto` and `--dtype`.
 
+pub mod cuda;
 pub mod memory;
 
 use tch::{Device, Kind};

@@ -11,6 +11,7 @@
 //! turn reports the version it was admitted under (the oldest that produced any of its
 //! tokens) and the version it finished under.
 
+mod decode_graph;
 mod kv_pool;
 mod parked;
 mod slots;
@@ -75,6 +76,11 @@ pub struct EngineConfig {
     /// weights are loaded ([`crate::memory_plan::engine_share`]); too little for one row fails the start.
     #[serde(default)]
     pub memory_fraction: Option<f64>,
+    /// Whether decode steps on a GPU replay CUDA graphs (bf16 or f16 weights, a build with
+    /// the CUDA shim). Where a graph cannot be captured the engine says why once and decodes
+    /// without them.
+    #[serde(default = "on_by_default")]
+    pub cuda_graphs: bool,
 }
 
 fn first_engine() -> String {
@@ -99,6 +105,7 @@ impl Default for EngineConfig {
             prefault_parked_kv: true,
             metrics_label: first_engine(),
             memory_fraction: None,
+            cuda_graphs: true,
         }
     }
 }
@@ -235,6 +242,15 @@ pub struct EngineStats {
     /// (its sampled tokens and their log-probabilities together).
     #[serde(default)]
     pub device_to_host_copies: u64,
+    /// Decode steps run by replaying a CUDA graph.
+    #[serde(default)]
+    pub graph_decode_steps: u64,
+    /// CUDA graphs captured (one per bucket of rows and sampling mode met).
+    #[serde(default)]
+    pub graphs_captured: u64,
+    /// Why decode steps run without CUDA graphs on this engine's GPU, if they do.
+    #[serde(default)]
+    pub cuda_graphs_off: Option<String>,
 }
 
 impl EngineStats {

@@ -427,6 +427,9 @@ pub fn total(each: &[EngineStats]) -> EngineStats {
             prefill_passes,
             prefill_padding_tokens,
             device_to_host_copies,
+            graph_decode_steps,
+            graphs_captured,
+            cuda_graphs_off,
             // Per engine (each has its own device share); see `stats_each`.
             memory_plan: _,
         } = s;
@@ -457,6 +460,11 @@ pub fn total(each: &[EngineStats]) -> EngineStats {
         sum.prefill_passes += prefill_passes;
         sum.prefill_padding_tokens += prefill_padding_tokens;
         sum.device_to_host_copies += device_to_host_copies;
+        sum.graph_decode_steps += graph_decode_steps;
+        sum.graphs_captured += graphs_captured;
+        if sum.cuda_graphs_off.is_none() {
+            sum.cuda_graphs_off.clone_from(cuda_graphs_off);
+        }
     }
     sum
 }

@@ -22,7 +22,7 @@ use tch::nn::{self, Module, VarStore};
 use tch::{Device, Kind, Tensor};
 
 pub use config::ModelConfig;
-pub use kv_cache::{KvCache, KvStore};
+pub use kv_cache::{KeyLengths, KvCache, KvStore};
 pub use recompute::LayerCheckpoints;
 pub use sampling::SamplingParams;
 
@@ -285,11 +285,20 @@ impl PolicyModel {
         };
         let (cos, sin) = self.rotary.cos_sin(&positions, self.placement.kind);
         let group = (self.config.num_attention_heads / self.config.num_key_value_heads) as i64;
-        let bias = attention_bias(&mask, group, self.placement.kind);
+        let lengths = cache.as_ref().and_then(|c| c.key_lengths());
+        let bias = match lengths {
+            Some(_) => None,
+            None => Some(attention_bias(&mask, group, self.placement.kind)),
+        };
+        let attend = match (&lengths, &bias) {
+            (Some(lengths), _) => AttnMask::Lengths(lengths),
+            (None, Some(bias)) => AttnMask::Bias(bias),
+            (None, None) => unreachable!("a bias is made whenever there are no key lengths"),
+        };
         let mut x = self.embed_tokens.forward(ids);
         for (i, layer) in self.layers.iter().enumerate() {
             let layer_cache = cache.as_mut().map(|c| (&mut **c as &mut dyn KvStore, i));
-            x = layer.forward(&x, &cos, &sin, AttnMask::Bias(&bias), layer_cache);
+            x = layer.forward(&x, &cos, &sin, attend, layer_cache);
         }
         if let Some(cache) = cache {
             cache.end_chunk(t);

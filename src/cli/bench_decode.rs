@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use agent_r1_actors::device::parse_placement;
-use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle, TurnRequest};
+use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle, TurnOutput, TurnRequest};
 use agent_r1_actors::model::{ModelConfig, Placement, SamplingParams};
 use anyhow::Context;
 use tch::{Device, Kind, Tensor};
@@ -38,6 +38,13 @@ pub(crate) struct DecodeBench {
     /// float32, bf16 (CUDA) or auto.
     #[arg(long, default_value = "auto")]
     dtype: String,
+    /// Decode without CUDA graphs (on a GPU they are used where they can be captured).
+    #[arg(long)]
+    no_cuda_graphs: bool,
+    /// Re-score this many of the last repeat's sequences with a plain forward pass (no KV
+    /// cache, no graph) and report how far the engine's log-probabilities are from it.
+    #[arg(long, default_value_t = 0)]
+    verify: usize,
 }
 
 pub(crate) fn run(args: DecodeBench) -> anyhow::Result<()> {
@@ -80,11 +87,12 @@ pub(crate) fn run(args: DecodeBench) -> anyhow::Result<()> {
         // Warm-up: the first passes pay for allocator growth and kernel selection.
         runtime.block_on(run_batch(&engine, 1, u64::MAX - 1, &prompt, &params))?;
         let mut best: Option<Measured> = None;
+        let mut last = Vec::new();
         for repeat in 0..args.repeats {
             let before = runtime.block_on(engine.stats())?;
             let began = Instant::now();
             let first = (repeat * batch) as u64;
-            runtime.block_on(run_batch(&engine, batch, first, &prompt, &params))?;
+            last = runtime.block_on(run_batch(&engine, batch, first, &prompt, &params))?;
             let wall = began.elapsed().as_secs_f64();
             let after = runtime.block_on(engine.stats())?;
             let m = Measured {
@@ -98,7 +106,12 @@ pub(crate) fn run(args: DecodeBench) -> anyhow::Result<()> {
                 best = Some(m);
             }
         }
+        let stats = runtime.block_on(engine.stats())?;
         engine.shutdown();
+        let verified = match args.verify {
+            0 => None,
+            n => Some(verify(&args, placement, &last, n, &prompt)?),
+        };
         let m = best.expect("at least one repeat");
         let step_s = m.decode_seconds / m.steps.max(1) as f64;
         let floor = Floor::of(&config, placement, batch, &args).seconds(bandwidth);
@@ -121,6 +134,10 @@ pub(crate) fn run(args: DecodeBench) -> anyhow::Result<()> {
             "copy_bandwidth_gb_s": bandwidth / 1e9,
             "parameters": config.num_parameters(),
             "peak_rss_mb": peak_rss_mb(),
+            "graph_decode_steps": stats.graph_decode_steps,
+            "graphs_captured": stats.graphs_captured,
+            "cuda_graphs_off": stats.cuda_graphs_off,
+            "verify": verified,
         });
         println!("{out}");
     }
@@ -173,6 +190,7 @@ fn start_engine(
         parked_kv_bytes: 0,
         kv_reuse: false,
         prefault_parked_kv: false,
+        cuda_graphs: !args.no_cuda_graphs,
         ..Default::default()
     };
     let (engine, _join) = spawn_engine(
@@ -196,7 +214,7 @@ async fn run_batch(
     first: u64,
     prompt: &dyn Fn(u64) -> Vec<u32>,
     params: &SamplingParams,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Vec<(u64, TurnOutput)>> {
     let turns: Vec<_> = (0..batch as u64)
         .map(|i| {
             let engine = engine.clone();
@@ -206,13 +224,67 @@ async fn run_batch(
                 params: params.clone(),
                 stop_strings: vec![],
             };
-            tokio::spawn(async move { engine.generate(request).await })
+            let episode = request.episode;
+            tokio::spawn(async move { engine.generate(request).await.map(|out| (episode, out)) })
         })
         .collect();
+    let mut outputs = Vec::with_capacity(batch);
     for turn in turns {
-        turn.await??;
+        outputs.push(turn.await??);
     }
-    Ok(())
+    Ok(outputs)
+}
+
+/// The engine's log-probabilities of the first `n` sequences of `outputs` against a plain
+/// forward pass of the same tokens (the model loaded again, no KV cache, no graph): the
+/// largest and mean absolute difference over every generated token.
+fn verify(
+    args: &DecodeBench,
+    placement: Placement,
+    outputs: &[(u64, TurnOutput)],
+    n: usize,
+    prompt: &dyn Fn(u64) -> Vec<u32>,
+) -> anyhow::Result<serde_json::Value> {
+    let model = args
+        .model
+        .choice()
+        .build(placement, false)
+        .context("loading the model again to verify")?;
+    let (mut max, mut sum, mut count) = (0f64, 0f64, 0usize);
+    for (episode, out) in outputs.iter().take(n) {
+        let mut ids = prompt(*episode);
+        let context = ids.len();
+        ids.extend(&out.token_ids);
+        let logits = model.sequence_logits(&ids[..ids.len() - 1])?;
+        let scale = if args.temperature > 0.0 {
+            args.temperature
+        } else {
+            1.0
+        };
+        let generated = out.token_ids.len() as i64;
+        let tokens: Vec<i64> = out.token_ids.iter().map(|&t| t as i64).collect();
+        let tokens = Tensor::from_slice(&tokens).to_device(placement.device);
+        let reference: Vec<f64> = Vec::try_from(
+            (logits.narrow(0, context as i64 - 1, generated) / scale)
+                .log_softmax(-1, Kind::Float)
+                .gather(1, &tokens.unsqueeze(1), false)
+                .to_kind(Kind::Double)
+                .view([-1])
+                .to_device(Device::Cpu),
+        )?;
+        for (&reference, &engine) in reference.iter().zip(&out.logprobs) {
+            let diff = (reference - engine as f64).abs();
+            max = max.max(diff);
+            sum += diff;
+            count += 1;
+        }
+    }
+    Ok(serde_json::json!({
+        "sequences": n.min(outputs.len()),
+        "tokens": count,
+        "max_abs_logprob_diff": max,
+        "mean_abs_logprob_diff": sum / count.max(1) as f64,
+    }))
 }
 
 /// Bytes per second of a large device-to-device copy (each byte read once and written once).

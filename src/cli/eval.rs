@@ -271,6 +271,7 @@ pub(crate) fn run(a: EvalArgs, registries: &Registries) -> anyhow::Result<()> {
             max_context: r.max_context_length,
             seed: a.seed.unwrap_or(cfg.training.seed) as i64,
             memory_fraction: r.memory_fraction,
+            cuda_graphs: r.cuda_graphs,
             ..Default::default()
         },
     )?;

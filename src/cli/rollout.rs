@@ -71,6 +71,9 @@ pub(crate) struct RolloutArgs {
     /// (instead of --parked-kv-mib) and prints the plan.
     #[arg(long, value_parser = memory_fraction)]
     memory_fraction: Option<f64>,
+    /// Decode without CUDA graphs (on a GPU they are used where they can be captured).
+    #[arg(long)]
+    no_cuda_graphs: bool,
     /// Fault the parked-KV pool's memory in as it is first used, instead of touching all of
     /// it when the engine starts (resident memory then grows with what is parked).
     #[arg(long)]
@@ -197,6 +200,7 @@ fn execute(
             kv_reuse: !a.no_kv_reuse,
             prefault_parked_kv: !a.lazy_parked_kv,
             memory_fraction: a.memory_fraction,
+            cuda_graphs: !a.no_cuda_graphs,
             ..Default::default()
         },
     )?;
@@ -292,7 +296,7 @@ pub(crate) fn run_bench(cmd: BenchRolloutCmd) -> anyhow::Result<()> {
     let wall = outcome.wall.as_secs_f64();
     let s = &outcome.report.summary;
     let e = &outcome.engine;
-    let out = json!({
+    let mut out = json!({
         "episodes": cmd.common.episodes,
         "concurrency": cmd.common.concurrency,
         "max_batch": cmd.common.max_batch,
@@ -333,6 +337,9 @@ pub(crate) fn run_bench(cmd: BenchRolloutCmd) -> anyhow::Result<()> {
         "kv_evicted_tokens": e.evicted_tokens,
         "kv_slot_mb": e.slot_bytes as f64 / 1048576.0,
     });
+    out["decode_steps"] = json!(e.decode_steps);
+    out["graph_decode_steps"] = json!(e.graph_decode_steps);
+    out["cuda_graphs_off"] = json!(e.cuda_graphs_off);
     println!("{out}");
     Ok(())
 }

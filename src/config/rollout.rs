@@ -53,6 +53,10 @@ pub struct RolloutSection {
     /// `model.device`: leave it room.
     #[schemars(extend("exclusiveMinimum" = 0), range(max = 1.0))]
     pub memory_fraction: Option<f64>,
+    /// Decode steps on a GPU replay CUDA graphs (bf16 or f16 weights): one launch per step
+    /// instead of one per kernel. Where a graph cannot be captured the engine says why when
+    /// it starts and decodes without them; false always decodes without them.
+    pub cuda_graphs: bool,
     /// Touch the parked-KV pool when the engine starts (resident from the start, no page
     /// faults on the engine's critical path); false faults it in as it is first used.
     pub prefault_parked_kv: bool,
@@ -87,6 +91,7 @@ impl Default for RolloutSection {
             devices: Vec::new(),
             parked_kv_mib: 2048,
             memory_fraction: None,
+            cuda_graphs: true,
             prefault_parked_kv: true,
             generate_timeout_secs: 1800.0,
             tool_queue_timeout_secs: 60.0,

@@ -19,7 +19,7 @@ use tch::{Device, Kind, Tensor};
 #[cfg(doc)]
 use super::kv_pool::KvPool;
 use super::kv_pool::Lease;
-use crate::model::KvStore;
+use crate::model::{KeyLengths, KvStore};
 
 /// Keys and values of one sequence, moved out of the batch while it waits for tools.
 ///
@@ -194,6 +194,44 @@ impl SlotCache {
         self.lens[row] = len;
     }
 
+    /// Rows `0..rows` each took one token outside a [`SlotChunk`] (a replayed decode graph,
+    /// whose [`GraphChunk`] wrote their keys and values on the device).
+    pub(crate) fn advance(&mut self, rows: usize) {
+        for len in &mut self.lens[..rows] {
+            *len += 1;
+        }
+    }
+
+    /// Keys and values of `positions` [rows, 1] written at `write_index` [rows * kv_heads]
+    /// (both on the device, computed by the graph from what the host uploaded), attended by
+    /// [`KeyLengths`] over rows `0..rows` of the whole store: a decode step whose shapes do
+    /// not change from step to step.
+    pub(crate) fn graph_chunk(
+        &self,
+        rows: i64,
+        positions: Tensor,
+        write_index: Tensor,
+        lengths: KeyLengths,
+    ) -> GraphChunk<'_> {
+        GraphChunk {
+            cache: self,
+            rows,
+            positions,
+            write_index,
+            lengths,
+        }
+    }
+
+    /// Slots per row in the store (the spare slot included): the stride of a row's keys.
+    pub(crate) fn slots_per_row(&self) -> i64 {
+        self.capacity + 1
+    }
+
+    /// KV heads per row.
+    pub(crate) fn kv_heads(&self) -> i64 {
+        self.kv_heads
+    }
+
     /// A chunk over rows `first..first + counts.len()`, row b adding `counts[b]` tokens.
     pub(crate) fn chunk(&mut self, first: usize, counts: Vec<i64>) -> SlotChunk<'_> {
         SlotChunk {
@@ -296,5 +334,45 @@ impl KvStore for SlotChunk<'_> {
         for (b, &count) in self.counts.iter().enumerate() {
             self.cache.lens[self.first + b] += count;
         }
+    }
+}
+
+/// One decode step's view of the slot storage inside a CUDA graph: nothing from the host,
+/// the same shapes every step (see [`SlotCache::graph_chunk`]).
+pub(crate) struct GraphChunk<'a> {
+    cache: &'a SlotCache,
+    rows: i64,
+    positions: Tensor,
+    write_index: Tensor,
+    lengths: KeyLengths,
+}
+
+impl KvStore for GraphChunk<'_> {
+    fn begin_chunk(&mut self, input_mask: &Tensor) -> (Tensor, Tensor) {
+        // The mask is not used: `key_lengths` says which keys each row sees.
+        (self.positions.shallow_clone(), input_mask.shallow_clone())
+    }
+
+    fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> (Tensor, Tensor) {
+        let c = self.cache;
+        let total = c.keys[layer].size()[0] * c.kv_heads * (c.capacity + 1);
+        let flat = [total, c.head_dim];
+        let new = [self.rows * c.kv_heads, c.head_dim];
+        let _ = c.keys[layer]
+            .view(flat)
+            .index_copy_(0, &self.write_index, &k.reshape(new));
+        let _ = c.values[layer]
+            .view(flat)
+            .index_copy_(0, &self.write_index, &v.reshape(new));
+        (
+            c.keys[layer].narrow(0, 0, self.rows),
+            c.values[layer].narrow(0, 0, self.rows),
+        )
+    }
+
+    fn end_chunk(&mut self, _t: i64) {}
+
+    fn key_lengths(&self) -> Option<KeyLengths> {
+        Some(self.lengths.shallow_clone())
     }
 }

@@ -8,6 +8,7 @@ use crossbeam::channel::{Receiver, RecvTimeoutError};
 use tch::{Kind, Tensor};
 use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
+use super::decode_graph::DecodeGraphs;
 use super::kv_pool::KvPool;
 use super::parked::{ParkedStore, SpareSlots};
 use super::slots::{ParkedKv, SlotCache};
@@ -86,6 +87,8 @@ struct Worker {
     tokenizer: Option<Arc<HfTokenizer>>,
     config: EngineConfig,
     slots: SlotCache,
+    /// Captured decode steps, on a GPU where they can be made.
+    graphs: Option<DecodeGraphs>,
     parked: ParkedStore,
     /// Where parked KV lives (the episodes' own; the shared prefix is a heap tensor).
     pool: KvPool,
@@ -350,8 +353,23 @@ pub(super) fn run(
             return not_started(reason, carried, stats);
         }
     };
+    let graphs = match (config.cuda_graphs, p.device) {
+        (true, tch::Device::Cuda(_)) => match DecodeGraphs::new(&model, config.max_batch_rows) {
+            Ok(graphs) => Some(graphs),
+            Err(e) => {
+                tracing::warn!(
+                    "engine {}: decoding without CUDA graphs: {e}",
+                    config.metrics_label
+                );
+                stats.cuda_graphs_off = Some(e.to_string());
+                None
+            }
+        },
+        _ => None,
+    };
     let label = config.metrics_label.clone();
     let mut worker = Worker {
+        graphs,
         parked: ParkedStore::default(),
         pool,
         shared_prefix: None,
@@ -775,16 +793,22 @@ impl Worker {
             .iter()
             .map(|r| *r.generated.last().expect("every running row has sampled") as i64)
             .collect();
-        let ids = Tensor::from_slice(&ids)
-            .view([rows as i64, 1])
-            .to_device(device);
-        let mask = ids.ones_like().to_kind(Kind::Bool);
-        let logits = tch::no_grad(|| {
-            let mut chunk = self.slots.chunk(0, vec![1; rows]);
-            let hidden = self.model.forward(&ids, &mask, Some(&mut chunk));
-            self.model.logits(&hidden.squeeze_dim(1))
-        });
-        let stop_check = self.sample_into(0, rows, &logits)?;
+        let sampled = match self.graphed_decode(&ids) {
+            Some(sampled) => sampled,
+            None => {
+                let ids = Tensor::from_slice(&ids)
+                    .view([rows as i64, 1])
+                    .to_device(device);
+                let mask = ids.ones_like().to_kind(Kind::Bool);
+                let logits = tch::no_grad(|| {
+                    let mut chunk = self.slots.chunk(0, vec![1; rows]);
+                    let hidden = self.model.forward(&ids, &mask, Some(&mut chunk));
+                    self.model.logits(&hidden.squeeze_dim(1))
+                });
+                sample_batch(&logits, &row_sampling(&self.running, self.config.seed))
+            }
+        };
+        let stop_check = self.take_sampled(0, &sampled)?;
         self.stats.decode_steps += 1;
         self.stats.decode_rows += rows as u64;
         let forward = began.elapsed().as_secs_f64() - stop_check;
@@ -800,23 +824,45 @@ impl Worker {
     /// rows that finished. Returns the seconds spent on stop-string checks, which are not
     /// model work.
     fn sample_into(&mut self, start: usize, end: usize, logits: &Tensor) -> Result<f64> {
-        let rows = end - start;
-        let running = &self.running[start..end];
-        let draws: Vec<RowSampling<'_>> = running
-            .iter()
-            .map(|r| {
-                let position = (r.request.context.len() + r.generated.len()) as u64;
-                // The policy version is part of the stream: callers that number episodes
-                // from 0 in every rollout still get fresh draws after each update.
-                let stream = (self.config.seed as u64) ^ r.version.wrapping_mul(0x9e37_79b9);
-                RowSampling {
-                    params: &r.request.params,
-                    draw: token_draw(stream, r.request.episode, position),
-                }
-            })
-            .collect();
-        let sampled = sample_batch(logits, &draws);
-        let picked = self.copy_to_host(&sampled)?;
+        let sampled = sample_batch(
+            logits,
+            &row_sampling(&self.running[start..end], self.config.seed),
+        );
+        self.take_sampled(start, &sampled)
+    }
+
+    /// The decode step of the running rows by a CUDA graph, where this engine has them;
+    /// `None` sends the step down the eager path (and, after a graph failed, every later
+    /// one: the failure is logged once and kept in the stats).
+    fn graphed_decode(&mut self, ids: &[i64]) -> Option<Tensor> {
+        let graphs = self.graphs.as_mut()?;
+        let rows = row_sampling(&self.running, self.config.seed);
+        let stepped = tch::no_grad(|| graphs.step(&self.model, &self.slots, ids, &rows));
+        self.stats.graphs_captured = graphs.captured() as u64;
+        match stepped {
+            Ok(sampled) => {
+                self.slots.advance(ids.len());
+                self.stats.graph_decode_steps += 1;
+                Some(sampled)
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "engine {}: decoding without CUDA graphs from now on: {e}",
+                    self.config.metrics_label
+                );
+                self.stats.cuda_graphs_off = Some(e.to_string());
+                self.graphs = None;
+                None
+            }
+        }
+    }
+
+    /// Brings rows `start..`'s sampled [n, 2] (token, log-probability) back in one copy and
+    /// marks rows that finished. Returns the seconds spent on stop-string checks, which are
+    /// not model work.
+    fn take_sampled(&mut self, start: usize, sampled: &Tensor) -> Result<f64> {
+        let picked = self.copy_to_host(sampled)?;
+        let rows = picked.len() / 2;
         let capacity = self.slots.capacity() as usize;
         let checking = Instant::now();
         for (b, pick) in picked.chunks_exact(2).enumerate() {
@@ -993,4 +1039,22 @@ fn hits_stop_string(tokenizer: Option<&HfTokenizer>, r: &Running) -> bool {
             .any(|s| text.contains(s.as_str())),
         Err(_) => false,
     }
+}
+
+/// Each row's sampling settings and its draw: a pure function of (seed, policy version,
+/// episode, position), so what a row samples does not depend on the batch.
+fn row_sampling(running: &[Running], seed: i64) -> Vec<RowSampling<'_>> {
+    running
+        .iter()
+        .map(|r| {
+            let position = (r.request.context.len() + r.generated.len()) as u64;
+            // The policy version is part of the stream: callers that number episodes from 0
+            // in every rollout still get fresh draws after each update.
+            let stream = (seed as u64) ^ r.version.wrapping_mul(0x9e37_79b9);
+            RowSampling {
+                params: &r.request.params,
+                draw: token_draw(stream, r.request.episode, position),
+            }
+        })
+        .collect()
 }

@@ -22,6 +22,38 @@ pub trait KvStore {
     fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> (Tensor, Tensor);
     /// Commits the chunk after every layer appended.
     fn end_chunk(&mut self, t: i64);
+    /// Keys given by lengths instead of the mask `begin_chunk` returns: attention then runs
+    /// over packed sequences without a mask tensor (one query token per row, on a GPU).
+    fn key_lengths(&self) -> Option<KeyLengths> {
+        None
+    }
+}
+
+/// Which keys each row's single query sees, given as lengths: the `group` query heads that
+/// share KV head `j` of row `r` are sequence `r * kv_heads + j`, whose keys are slots
+/// `cu_k[i]..cu_k[i] + used[i]` of the flattened `[rows * kv_heads * slots, dim]` store.
+#[derive(Debug)]
+pub struct KeyLengths {
+    /// Query offsets [n + 1] int32 (`i * group`).
+    pub cu_q: Tensor,
+    /// Key offsets [n + 1] int32 (`i * slots`).
+    pub cu_k: Tensor,
+    /// Keys used per sequence [n] int32.
+    pub used: Tensor,
+    /// Slots per sequence (the longest it may use).
+    pub max_k: i64,
+}
+
+impl KeyLengths {
+    /// Another handle on the same tensors.
+    pub fn shallow_clone(&self) -> Self {
+        Self {
+            cu_q: self.cu_q.shallow_clone(),
+            cu_k: self.cu_k.shallow_clone(),
+            used: self.used.shallow_clone(),
+            max_k: self.max_k,
+        }
+    }
 }
 
 /// Per-layer keys and values of a batch, plus which slots hold real tokens.

@@ -7,7 +7,7 @@ use tch::nn;
 use tch::{Kind, Tensor};
 
 use super::config::{ModelConfig, RopeScaling};
-use super::kv_cache::KvStore;
+use super::kv_cache::{KeyLengths, KvStore};
 
 /// Root-mean-square layer norm, computed in float32 as transformers does.
 #[derive(Debug)]
@@ -140,6 +140,10 @@ pub(crate) enum AttnMask<'a> {
     /// token never sees the padding after it), and no mask tensor exists, so attention
     /// runs in a fused kernel that keeps no `[T x S]` tensor for the backward pass.
     Causal,
+    /// Keys by per-sequence lengths over the whole slot store (decode steps on a GPU): flash
+    /// attention reads each row's used keys and nothing else, with shapes that do not change
+    /// from step to step (which CUDA graphs need).
+    Lengths(&'a KeyLengths),
 }
 
 /// The additive attention bias for a boolean mask `[B, 1, T, S]` (true = attended), laid out
@@ -147,13 +151,22 @@ pub(crate) enum AttnMask<'a> {
 /// head with `group * T` query rows (see [`Attention::forward`]), so row `g * T + t` is row
 /// `t`'s mask. Made once per forward pass: the fused kernel takes it as it is, where a
 /// boolean mask would be repeated and converted in every layer.
+///
+/// On a GPU its rows are padded to a multiple of 16 keys in memory (a view of the first `S`
+/// is returned), the alignment the memory-efficient kernel needs.
 pub(crate) fn attention_bias(mask: &Tensor, group: i64, kind: Kind) -> Tensor {
     let mask = if group > 1 {
         mask.repeat([1, 1, group, 1])
     } else {
         mask.shallow_clone()
     };
-    Tensor::zeros(mask.size(), (kind, mask.device()))
+    let mut size = mask.size();
+    let keys = size[3];
+    if mask.device().is_cuda() {
+        size[3] = (keys + 15) / 16 * 16;
+    }
+    Tensor::zeros(size, (kind, mask.device()))
+        .narrow(3, 0, keys)
         .masked_fill_(&mask.logical_not(), f64::NEG_INFINITY)
 }
 
@@ -235,6 +248,7 @@ impl Attention {
                 group > 1,
             ),
             AttnMask::Bias(bias) => Self::biased(&q, &k, &v, bias, group),
+            AttnMask::Lengths(lengths) => Self::by_lengths(&q, &k, &v, lengths, group),
         };
         let out = out
             .transpose(1, 2)
@@ -247,8 +261,58 @@ impl Attention {
     fn biased(q: &Tensor, k: &Tensor, v: &Tensor, bias: &Tensor, group: i64) -> Tensor {
         let (b, heads, t, d) = q.size4().expect("queries are [B, heads, T, D]");
         let grouped = q.reshape([b, heads / group, group * t, d]);
-        Tensor::scaled_dot_product_attention(&grouped, k, v, Some(bias), 0.0, false, None, false)
-            .reshape([b, heads, t, d])
+        let out = if q.device().is_cuda() {
+            // Not `scaled_dot_product_attention`: on Hopper it picks cuDNN's kernel, which
+            // builds an execution plan for every new shape, and a decode step's key count
+            // grows by one every step (tens of milliseconds a step, measured on an H200).
+            let bias = bias.expand([b, heads / group, group * t, k.size()[2]], false);
+            Tensor::internal_scaled_dot_product_efficient_attention(
+                &grouped,
+                k,
+                v,
+                Some(&bias),
+                false,
+                0.0,
+                false,
+                None,
+            )
+            .0
+        } else {
+            Tensor::scaled_dot_product_attention(
+                &grouped,
+                k,
+                v,
+                Some(bias),
+                0.0,
+                false,
+                None,
+                false,
+            )
+        };
+        out.reshape([b, heads, t, d])
+    }
+
+    /// Attention of one query token per row over the keys [`KeyLengths`] gives: `q` `[B,
+    /// heads, 1, D]`, `k`/`v` the whole slot store `[B, kv_heads, slots, D]`.
+    fn by_lengths(q: &Tensor, k: &Tensor, v: &Tensor, lengths: &KeyLengths, group: i64) -> Tensor {
+        let (b, heads, t, d) = q.size4().expect("queries are [B, heads, T, D]");
+        assert_eq!(
+            t, 1,
+            "attention by key lengths takes one query token per row"
+        );
+        let packed = |x: &Tensor| x.view([-1, 1, d]);
+        crate::device::cuda::flash_varlen(
+            &q.reshape([b * heads, 1, d]),
+            &packed(k),
+            &packed(v),
+            &lengths.cu_q,
+            &lengths.cu_k,
+            &lengths.used,
+            group,
+            lengths.max_k,
+            1.0 / (d as f64).sqrt(),
+        )
+        .view([b, heads, 1, d])
     }
 }
 

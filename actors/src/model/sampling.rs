@@ -105,13 +105,56 @@ pub struct RowSampling<'a> {
 /// [B, 2] float64 (token id, log-probability), so that one device-to-host copy brings the
 /// whole batch back. The settings go to the device in one copy too.
 pub fn sample_batch(logits: &Tensor, rows: &[RowSampling<'_>]) -> Tensor {
-    let n = rows.len();
-    let device = logits.device();
     let vocab = logits.size()[1];
-    let logits = logits.to_kind(Kind::Float);
-    // [temperature (1 when greedy), top_k (vocab when off), top_p (2 when off), draw (-1
-    // when greedy)] per row.
-    let mut host = Vec::with_capacity(4 * n);
+    let settings = Tensor::from_slice(&row_settings(rows, vocab))
+        .view([4, rows.len() as i64])
+        .to_device(logits.device());
+    sample_with_settings(logits, &settings, SampleMode::of(rows, vocab))
+}
+
+/// Which operations a batch's rows need from the sampler: a pass runs only those, and a
+/// CUDA graph of a decode step is captured for one mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SampleMode {
+    /// Every row is greedy.
+    pub all_greedy: bool,
+    /// Some row is greedy.
+    pub any_greedy: bool,
+    /// Some sampled row truncates by top-k or top-p.
+    pub truncates: bool,
+}
+
+impl SampleMode {
+    /// The mode of `rows` over a vocabulary of `vocab` tokens.
+    pub fn of(rows: &[RowSampling<'_>], vocab: i64) -> Self {
+        let greedy = rows.iter().filter(|r| r.params.greedy()).count();
+        Self {
+            all_greedy: greedy == rows.len(),
+            any_greedy: greedy > 0,
+            truncates: rows.iter().any(|r| {
+                !r.params.greedy()
+                    && ((r.params.top_k > 0 && (r.params.top_k as i64) < vocab)
+                        || r.params.top_p < 1.0)
+            }),
+        }
+    }
+
+    /// The mode once greedy padding rows ([`PADDING_SETTINGS`]) join the batch.
+    pub fn with_padding(self) -> Self {
+        Self {
+            any_greedy: true,
+            ..self
+        }
+    }
+}
+
+/// A padding row's settings in [`row_settings`]' layout: greedy, nothing truncated.
+pub const PADDING_SETTINGS: [f64; 4] = [1.0, f64::INFINITY, 2.0, -1.0];
+
+/// Each row's [temperature (1 when greedy), top_k (vocab when off), top_p (2 when off), draw
+/// (-1 when greedy)], laid out as [4, n] (all temperatures first).
+pub fn row_settings(rows: &[RowSampling<'_>], vocab: i64) -> Vec<f64> {
+    let mut host = Vec::with_capacity(4 * rows.len());
     host.extend(rows.iter().map(|r| match r.params.greedy() {
         true => 1.0,
         false => r.params.temperature,
@@ -128,32 +171,33 @@ pub fn sample_batch(logits: &Tensor, rows: &[RowSampling<'_>]) -> Tensor {
         true => -1.0,
         false => r.draw,
     }));
-    let settings = Tensor::from_slice(&host)
-        .view([4, n as i64])
-        .to_device(device);
+    host
+}
+
+/// [`sample_batch`] with the settings already on the device ([4, B] float64, as
+/// [`row_settings`] lays them out) and the mode of the rows: no host work, no copy, so a
+/// CUDA graph can hold it.
+pub fn sample_with_settings(logits: &Tensor, settings: &Tensor, mode: SampleMode) -> Tensor {
+    let vocab = logits.size()[1];
+    let logits = logits.to_kind(Kind::Float);
     let column = |i: i64| settings.get(i).unsqueeze(-1);
     let scaled = &logits / column(0).to_kind(Kind::Float);
-    let greedy_rows = rows.iter().filter(|r| r.params.greedy()).count();
-    let tokens = if greedy_rows == n {
+    let tokens = if mode.all_greedy {
         logits.argmax(-1, false)
     } else {
-        let truncates = rows.iter().any(|r| {
-            !r.params.greedy()
-                && ((r.params.top_k > 0 && (r.params.top_k as i64) < vocab) || r.params.top_p < 1.0)
-        });
-        let filtered = match truncates {
+        let filtered = match mode.truncates {
             true => truncate_rows(
                 &scaled,
-                &column(1).to_kind(Kind::Int64),
+                &column(1).clamp_max(vocab as f64).to_kind(Kind::Int64),
                 &column(2).to_kind(Kind::Float),
             ),
             false => scaled.shallow_clone(),
         };
         let draws = column(3);
         let sampled = inverse_cdf(&filtered, &draws);
-        match greedy_rows {
-            0 => sampled,
-            _ => logits
+        match mode.any_greedy {
+            false => sampled,
+            true => logits
                 .argmax(-1, false)
                 .where_self(&draws.squeeze_dim(-1).lt(0.0), &sampled),
         }
@@ -412,6 +456,44 @@ mod tests {
                     "round {round} row {i} {p:?}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn greedy_padding_rows_change_nothing_for_the_real_rows() {
+        // A decode graph pads its batch with rows of PADDING_SETTINGS and samples in the
+        // padded mode: the real rows must pick what they pick alone.
+        tch::manual_seed(5);
+        let params = mixed_rows();
+        let n = params.len();
+        let pad = 3;
+        let logits = Tensor::randn([(n + pad) as i64, 40], (Kind::Float, tch::Device::Cpu)) * 2.0;
+        let draws: Vec<f64> = (0..n as u64).map(|i| token_draw(11, i, 2)).collect();
+        let rows: Vec<RowSampling<'_>> = params
+            .iter()
+            .zip(&draws)
+            .map(|(params, &draw)| RowSampling { params, draw })
+            .collect();
+        let alone: Vec<f64> =
+            Vec::try_from(sample_batch(&logits.narrow(0, 0, n as i64), &rows).view([-1])).unwrap();
+        let settings = row_settings(&rows, 40);
+        let mut padded = Vec::new();
+        for (column, padding) in PADDING_SETTINGS.iter().enumerate() {
+            padded.extend_from_slice(&settings[column * n..(column + 1) * n]);
+            padded.extend(std::iter::repeat_n(*padding, pad));
+        }
+        let settings = Tensor::from_slice(&padded).view([4, (n + pad) as i64]);
+        let mode = SampleMode::of(&rows, 40).with_padding();
+        let together: Vec<f64> =
+            Vec::try_from(sample_with_settings(&logits, &settings, mode).view([-1])).unwrap();
+        assert_eq!(&together[..2 * n], &alone[..]);
+        // The padding rows are greedy.
+        for p in 0..pad {
+            let row = (n + p) as i64;
+            assert_eq!(
+                together[2 * (n + p)] as i64,
+                logits.get(row).argmax(0, false).int64_value(&[])
+            );
         }
     }
 
