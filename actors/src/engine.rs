@@ -76,6 +76,12 @@ pub struct EngineConfig {
     /// weights are loaded ([`crate::memory_plan::engine_share`]); too little for one row fails the start.
     #[serde(default)]
     pub memory_fraction: Option<f64>,
+    /// Most tokens (rows x their longest prompt, padding included) one prefill pass runs:
+    /// admitted turns are prefilled in passes up to this size, so the activations of a pass
+    /// are bounded whatever the batch (a turn longer than this gets a pass of its own).
+    /// `memory_fraction` reserves the activations of one such pass.
+    #[serde(default = "default_max_prefill_tokens")]
+    pub max_prefill_tokens: usize,
     /// Whether decode steps on a GPU replay CUDA graphs (bf16 or f16 weights, a build with
     /// the CUDA shim). Where a graph cannot be captured the engine says why once and decodes
     /// without them.
@@ -89,6 +95,10 @@ fn first_engine() -> String {
 
 fn on_by_default() -> bool {
     true
+}
+
+fn default_max_prefill_tokens() -> usize {
+    16_384
 }
 
 impl Default for EngineConfig {
@@ -105,6 +115,7 @@ impl Default for EngineConfig {
             prefault_parked_kv: true,
             metrics_label: first_engine(),
             memory_fraction: None,
+            max_prefill_tokens: default_max_prefill_tokens(),
             cuda_graphs: true,
         }
     }

@@ -657,6 +657,69 @@ fn every_forward_pass_copies_to_the_host_once() {
     );
 }
 
+#[test]
+fn prefill_passes_hold_at_most_max_prefill_tokens() {
+    let tmp = tempfile::tempdir().unwrap();
+    make_model(tmp.path());
+    let cap = 120;
+    let engine = start(
+        tmp.path(),
+        EngineConfig {
+            max_batch_rows: 8,
+            max_context: 256,
+            max_prefill_tokens: cap,
+            kv_reuse: false,
+            ..Default::default()
+        },
+    );
+    let rt = runtime();
+    let outputs = rt.block_on(async {
+        let turns: Vec<_> = (0..8u32)
+            .map(|i| {
+                let engine = engine.clone();
+                tokio::spawn(async move {
+                    engine
+                        .generate(TurnRequest {
+                            episode: i as u64,
+                            context: prompt(i, 50),
+                            params: greedy(3),
+                            stop_strings: vec![],
+                        })
+                        .await
+                        .unwrap()
+                })
+            })
+            .collect();
+        let mut outputs = Vec::new();
+        for t in turns {
+            outputs.push(t.await.unwrap());
+        }
+        outputs
+    });
+    let stats = rt.block_on(engine.stats()).unwrap();
+    assert_eq!(stats.prefill_tokens, 8 * 50, "{stats:?}");
+    // 50-token prompts: at most 2 rows (100 tokens) fit one pass, so 8 prompts take at least
+    // 4 passes however they arrived, and no pass ran more than the cap.
+    assert!(stats.prefill_passes >= 4, "{stats:?}");
+    assert!(
+        stats.prefill_tokens + stats.prefill_padding_tokens <= stats.prefill_passes * cap as u64,
+        "{stats:?}"
+    );
+    // Split passes sample what a turn samples alone.
+    let alone = start(tmp.path(), EngineConfig::default());
+    for (i, out) in outputs.iter().enumerate() {
+        let single = rt
+            .block_on(alone.generate(TurnRequest {
+                episode: i as u64,
+                context: prompt(i as u32, 50),
+                params: greedy(3),
+                stop_strings: vec![],
+            }))
+            .unwrap();
+        assert_eq!(out.token_ids, single.token_ids, "turn {i}");
+    }
+}
+
 // `memory_fraction`: the engine sizes its running batch and its parked-KV pool from its
 // device's memory once its weights are loaded, and refuses to start when not one row fits.
 // On the CPU, whose total memory the test reads the same way the engine does, so the fraction
@@ -692,6 +755,7 @@ fn a_memory_fraction_decides_the_rows_and_the_pool() {
         max_context: cfg.max_context as u64,
         wanted_rows: cfg.max_batch_rows as u64,
         max_batch_tokens: cfg.max_batch_tokens as u64,
+        max_prefill_tokens: cfg.max_prefill_tokens as u64,
     };
     // Room for 3 rows and 64 KiB more, of the 8 asked for.
     let needs = |rows| request.slot_bytes(rows) + request.activation_bytes(rows);

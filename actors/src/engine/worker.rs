@@ -247,6 +247,7 @@ fn plan_memory(
         max_context: config.max_context as u64,
         wanted_rows: config.max_batch_rows as u64,
         max_batch_tokens: config.max_batch_tokens as u64,
+        max_prefill_tokens: config.max_prefill_tokens as u64,
     };
     engine_share::plan(&request, memory::now(p.device)?)
 }
@@ -714,13 +715,19 @@ impl Worker {
     }
 
     /// Prefills rows `first..` (sorted by prefill length) in buckets of similar length, so
-    /// padding stays small, and samples each row's first token.
+    /// padding stays small, of at most `max_prefill_tokens` (a longer turn alone), and
+    /// samples each row's first token.
     fn prefill(&mut self, first: usize) -> Result<()> {
+        let cap = self.config.max_prefill_tokens.max(1);
         let mut start = first;
         while start < self.running.len() {
             let shortest = self.running[start].prefill;
             let mut end = start + 1;
-            while end < self.running.len() && self.running[end].prefill <= shortest.max(16) * 2 {
+            // Rows are sorted by prefill length, so row `end` is the bucket's longest.
+            while end < self.running.len()
+                && self.running[end].prefill <= shortest.max(16) * 2
+                && (end + 1 - start) * self.running[end].prefill <= cap
+            {
                 end += 1;
             }
             self.prefill_bucket(start, end)?;

@@ -6,9 +6,11 @@
 //! are planned when the asked ones do not fit; not even one row is an error.
 //!
 //! The activation reserve is an estimate, on the high side, of the largest pass the engine
-//! runs: a prefill of `min(max_batch_tokens, rows x max_context)` tokens (hidden states,
-//! MLP intermediates, queries, keys and values of one layer at a time, and the attention
-//! bias over the whole context), plus the logits and the sampling buffers of every row.
+//! runs: a prefill of `max(max_prefill_tokens, max_context)` tokens at most (a pass holds up
+//! to `max_prefill_tokens`, or one turn's whole context; and never more than
+//! `min(max_batch_tokens, rows x max_context)`): hidden states, MLP intermediates, queries,
+//! keys and values of one layer at a time, and the attention bias of the grouped query
+//! heads over the whole context; plus the logits and the sampling buffers of every row.
 
 use std::fmt;
 
@@ -34,8 +36,11 @@ pub struct ShareRequest<'a> {
     pub max_context: u64,
     /// Rows asked for (the most the plan gives).
     pub wanted_rows: u64,
-    /// Tokens of one prefill pass at most.
+    /// Tokens of the running batch's budget (context + new tokens, summed over rows).
     pub max_batch_tokens: u64,
+    /// Tokens of one prefill pass at most (one turn's context may exceed it: it then gets a
+    /// pass of its own).
+    pub max_prefill_tokens: u64,
 }
 
 impl ShareRequest<'_> {
@@ -43,11 +48,18 @@ impl ShareRequest<'_> {
     pub fn activation_bytes(&self, rows: u64) -> u64 {
         let s = element_bytes(self.kind);
         let tokens = self
-            .max_batch_tokens
+            .max_prefill_tokens
+            .max(self.max_context)
+            .min(self.max_batch_tokens)
             .min(rows.saturating_mul(self.max_context));
-        // One layer at a time, and the float32 attention bias over the whole context.
+        // One layer at a time, and the attention bias (in the weights' precision, one row per
+        // query head of a group, the boolean masks it is made from beside it) over the whole
+        // context.
         let layer = tokens.saturating_mul(layer_activation_bytes_per_token(self.model, s));
-        let bias = tokens.saturating_mul(self.max_context).saturating_mul(4);
+        let group = (self.model.num_attention_heads / self.model.num_key_value_heads) as u64;
+        let bias = tokens
+            .saturating_mul(self.max_context)
+            .saturating_mul(group * s + group + 1);
         layer
             .saturating_add(bias)
             .saturating_add(engine_step_bytes(self.model, rows))
@@ -160,6 +172,7 @@ mod tests {
             max_context: 4096,
             wanted_rows,
             max_batch_tokens: 64 * 2048,
+            max_prefill_tokens: 16_384,
         }
     }
 
@@ -209,6 +222,28 @@ mod tests {
         };
         let p = plan(&r, memory).unwrap();
         assert_eq!(p.slot_bytes + p.activation_bytes + p.parked_bytes, 10 * GIB);
+    }
+
+    #[test]
+    fn the_activation_reserve_is_one_prefill_pass_not_every_row_at_once() {
+        let m = shape("qwen2.5-0.5b").unwrap().0;
+        let mut r = qwen_half_b(&m, 0.8, 4096);
+        r.max_batch_tokens = 4096 * 4096;
+        let step = engine_step_bytes(&m, 700);
+        // Past 16,384 tokens of prefill the reserve grows only by the rows' logits.
+        let prefill = r.activation_bytes(700) - step;
+        assert_eq!(r.activation_bytes(4) - engine_step_bytes(&m, 4), prefill);
+        // A prefill pass is never smaller than one whole context: with a 64-token cap the
+        // reserve is one 4,096-token pass.
+        r.max_prefill_tokens = 64;
+        let one_context = r.activation_bytes(700) - step;
+        assert!(one_context < prefill / 3, "{one_context} vs {prefill}");
+        assert_eq!(
+            r.activation_bytes(1) - engine_step_bytes(&m, 1),
+            one_context
+        );
+        // 16,384 tokens at this shape: about 1 GiB of layer activations and 0.9 GiB of bias.
+        assert!((GIB..3 * GIB).contains(&prefill), "{prefill}");
     }
 
     #[test]
