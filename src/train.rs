@@ -1248,6 +1248,7 @@ pub(crate) fn start_engines(
         prefault_parked_kv: r.prefault_parked_kv,
         memory_fraction: r.memory_fraction,
         cuda_graphs: r.cuda_graphs,
+        max_prefill_tokens: r.max_prefill_tokens,
         seed: cfg.training.seed as i64,
         kv_reuse,
         ..Default::default()

@@ -272,6 +272,7 @@ pub(crate) fn run(a: EvalArgs, registries: &Registries) -> anyhow::Result<()> {
             seed: a.seed.unwrap_or(cfg.training.seed) as i64,
             memory_fraction: r.memory_fraction,
             cuda_graphs: r.cuda_graphs,
+            max_prefill_tokens: r.max_prefill_tokens,
             ..Default::default()
         },
     )?;

@@ -74,6 +74,9 @@ pub(crate) struct RolloutArgs {
     /// Decode without CUDA graphs (on a GPU they are used where they can be captured).
     #[arg(long)]
     no_cuda_graphs: bool,
+    /// Most tokens one prefill pass runs (a longer turn gets a pass of its own).
+    #[arg(long, default_value_t = 16_384, value_parser = clap::value_parser!(u64).range(1..))]
+    max_prefill_tokens: u64,
     /// Fault the parked-KV pool's memory in as it is first used, instead of touching all of
     /// it when the engine starts (resident memory then grows with what is parked).
     #[arg(long)]
@@ -201,6 +204,7 @@ fn execute(
             prefault_parked_kv: !a.lazy_parked_kv,
             memory_fraction: a.memory_fraction,
             cuda_graphs: !a.no_cuda_graphs,
+            max_prefill_tokens: a.max_prefill_tokens as usize,
             ..Default::default()
         },
     )?;

@@ -53,6 +53,11 @@ pub struct RolloutSection {
     /// `model.device`: leave it room.
     #[schemars(extend("exclusiveMinimum" = 0), range(max = 1.0))]
     pub memory_fraction: Option<f64>,
+    /// Most tokens one prefill pass runs (rows x their longest new context, padding
+    /// included); a turn longer than this is prefilled in a pass of its own. Bounds the
+    /// activations of a pass, which `memory_fraction` reserves.
+    #[schemars(range(min = 1))]
+    pub max_prefill_tokens: usize,
     /// Decode steps on a GPU replay CUDA graphs (bf16 or f16 weights): one launch per step
     /// instead of one per kernel. Where a graph cannot be captured the engine says why when
     /// it starts and decodes without them; false always decodes without them.
@@ -91,6 +96,7 @@ impl Default for RolloutSection {
             devices: Vec::new(),
             parked_kv_mib: 2048,
             memory_fraction: None,
+            max_prefill_tokens: 16_384,
             cuda_graphs: true,
             prefault_parked_kv: true,
             generate_timeout_secs: 1800.0,
