@@ -604,6 +604,27 @@ fn turns_whose_caller_stopped_waiting_are_dropped_queued_or_running() {
 /// A forward pass brings its results to the host in one copy: the tokens and
 /// log-probabilities of the whole batch together, whatever mix of sampling settings the
 /// rows have; nothing else is read back per step.
+/// Sends every request at once and waits for all the outputs, in request order.
+fn all_at_once(
+    rt: &tokio::runtime::Runtime,
+    engine: &EngineHandle,
+    requests: impl Iterator<Item = TurnRequest>,
+) -> Vec<agent_r1_actors::engine::TurnOutput> {
+    rt.block_on(async {
+        let turns: Vec<_> = requests
+            .map(|request| {
+                let engine = engine.clone();
+                tokio::spawn(async move { engine.generate(request).await.unwrap() })
+            })
+            .collect();
+        let mut outputs = Vec::with_capacity(turns.len());
+        for t in turns {
+            outputs.push(t.await.unwrap());
+        }
+        outputs
+    })
+}
+
 #[test]
 fn every_forward_pass_copies_to_the_host_once() {
     let tmp = tempfile::tempdir().unwrap();
@@ -624,27 +645,16 @@ fn every_forward_pass_copies_to_the_host_once() {
         ..Default::default()
     };
     let rt = runtime();
-    rt.block_on(async {
-        let turns: Vec<_> = (0..12u32)
-            .map(|i| {
-                let engine = engine.clone();
-                tokio::spawn(async move {
-                    engine
-                        .generate(TurnRequest {
-                            episode: i as u64,
-                            context: prompt(i, 5 + i as usize),
-                            params: settings(i),
-                            stop_strings: vec![],
-                        })
-                        .await
-                        .unwrap()
-                })
-            })
-            .collect();
-        for t in turns {
-            t.await.unwrap();
-        }
-    });
+    all_at_once(
+        &rt,
+        &engine,
+        (0..12u32).map(|i| TurnRequest {
+            episode: i as u64,
+            context: prompt(i, 5 + i as usize),
+            params: settings(i),
+            stop_strings: vec![],
+        }),
+    );
     let stats = rt.block_on(engine.stats()).unwrap();
     assert!(
         stats.decode_steps > 0 && stats.prefill_passes > 0,
@@ -673,29 +683,16 @@ fn prefill_passes_hold_at_most_max_prefill_tokens() {
         },
     );
     let rt = runtime();
-    let outputs = rt.block_on(async {
-        let turns: Vec<_> = (0..8u32)
-            .map(|i| {
-                let engine = engine.clone();
-                tokio::spawn(async move {
-                    engine
-                        .generate(TurnRequest {
-                            episode: i as u64,
-                            context: prompt(i, 50),
-                            params: greedy(3),
-                            stop_strings: vec![],
-                        })
-                        .await
-                        .unwrap()
-                })
-            })
-            .collect();
-        let mut outputs = Vec::new();
-        for t in turns {
-            outputs.push(t.await.unwrap());
-        }
-        outputs
-    });
+    let outputs = all_at_once(
+        &rt,
+        &engine,
+        (0..8u32).map(|i| TurnRequest {
+            episode: i as u64,
+            context: prompt(i, 50),
+            params: greedy(3),
+            stop_strings: vec![],
+        }),
+    );
     let stats = rt.block_on(engine.stats()).unwrap();
     assert_eq!(stats.prefill_tokens, 8 * 50, "{stats:?}");
     // 50-token prompts: at most 2 rows (100 tokens) fit one pass, so 8 prompts take at least
