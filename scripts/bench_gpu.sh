@@ -23,7 +23,8 @@
 # 0.8: `bench rollout` sizes its engine's rows, up to EPISODES, and parked-KV pool from that
 # share of the device and prints the plan), CUDA_GRAPHS (1; 0 decodes without CUDA graphs),
 # VERIFY (0; N re-scores N sequences per batch size with a plain forward pass and reports the
-# largest log-probability difference).
+# largest log-probability difference), EAGER=1 (also decode every shape without CUDA graphs,
+# last: the table's "eager step ms").
 set -euo pipefail
 if [ -n "${BIN:-}" ]; then BIN=$(realpath "$BIN"); fi
 cd "$(dirname "$0")/.."
@@ -77,6 +78,7 @@ if [ "${CUDA_GRAPHS:-1}" = 0 ]; then no_graphs=(--no-cuda-graphs); fi
 : >"$OUT/decode.jsonl"
 : >"$OUT/hf.jsonl"
 : >"$OUT/rollout.jsonl"
+: >"$OUT/eager.jsonl"
 first_model=
 IFS=, read -ra shapes <<<"$SHAPES"
 for shape in "${shapes[@]}"; do
@@ -107,6 +109,14 @@ echo "== agent-r1 bench rollout (${shapes[0]}, $EPISODES episodes)" >&2
   --episodes "$EPISODES" --concurrency "$EPISODES" --json ${no_graphs[@]+"${no_graphs[@]}"} \
   ${MEMORY_FRACTION:+--memory-fraction "$MEMORY_FRACTION" --max-batch "$EPISODES"} \
   | sed "s/^{/{\"shape\":\"${shapes[0]}\",/" >>"$OUT/rollout.jsonl"
+if [ "${EAGER:-0}" = 1 ]; then
+  for shape in "${shapes[@]}"; do
+    echo "== agent-r1 bench decode --no-cuda-graphs ($shape)" >&2
+    "$BIN" bench decode --model "$OUT/model-$shape-$DTYPE" --device "$DEVICE" --dtype "$DTYPE" \
+      --batch-sizes "$BATCH_SIZES" --prompt-len "$PROMPT_LEN" --new-tokens "$NEW_TOKENS" \
+      --repeats "$REPEATS" --no-cuda-graphs | sed "s/^{/{\"shape\":\"$shape\",/" >>"$OUT/eager.jsonl"
+  done
+fi
 
 "$PY" - "$OUT" <<'EOF' | tee "$OUT/summary.txt"
 import json, sys
@@ -114,10 +124,11 @@ out = sys.argv[1]
 def rows(name):
     with open(f"{out}/{name}.jsonl") as f:
         return [json.loads(l) for l in f if l.startswith("{")]
-decode, hf, rollout = rows("decode"), rows("hf"), rows("rollout")
+decode, hf, rollout, eager = rows("decode"), rows("hf"), rows("rollout"), rows("eager")
 baseline = {(r["shape"], r["batch"]): r["tokens_per_s"] for r in hf}
-print("| shape | batch | agent-r1 tokens/s | step ms | floor ms | of floor | transformers tokens/s | speed-up | graph steps | max |Δ logprob| |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+eager_ms = {(r["shape"], r["batch"]): r["step_ms"] for r in eager}
+print("| shape | batch | agent-r1 tokens/s | step ms | floor ms | of floor | transformers tokens/s | speed-up | graph steps | max |Δ logprob| | eager step ms |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 summary = {"decode": [], "rollout": []}
 for r in decode:
     hf_tps = baseline.get((r["shape"], r["batch"]))
@@ -126,7 +137,8 @@ for r in decode:
           f"{r['floor_ms']:.2f} | {r['floor_fraction']:.0%} | "
           f"{'-' if hf_tps is None else f'{hf_tps:,.0f}'} | {'-' if ratio is None else f'{ratio:.2f}x'} | "
           f"{r.get('graph_decode_steps', 0)}/{r['decode_steps']} | "
-          f"{'-' if not r.get('verify') else format(r['verify']['max_abs_logprob_diff'], '.3g')} |")
+          f"{'-' if not r.get('verify') else format(r['verify']['max_abs_logprob_diff'], '.3g')} | "
+          f"{'-' if (r['shape'], r['batch']) not in eager_ms else format(eager_ms[(r['shape'], r['batch'])], '.2f')} |")
     if r.get("cuda_graphs_off"):
         print(f"|   | CUDA graphs off: {r['cuda_graphs_off']} |")
     summary["decode"].append({**r, "hf_tokens_per_s": hf_tps, "speedup": ratio})

@@ -1,7 +1,8 @@
 //! `scripts/bench_gpu.sh`, the engine's GPU benchmark, run as far as a CPU allows: the
 //! tiny preset at small sizes. Every step of the GPU run happens (model directory, `bench
-//! decode` against the bandwidth floor, transformers' `generate` on the same shapes, `bench
-//! rollout`, the table), so the command a GPU session runs is known to work. The speeds are
+//! decode` against the bandwidth floor with its `--verify` re-scoring, transformers'
+//! `generate` on the same shapes, `bench rollout`, the eager pass, the table), so the command
+//! a GPU session runs is known to work. The speeds are
 //! benchmark figures and are not asserted; what each step produced is.
 
 use std::path::Path;
@@ -31,6 +32,8 @@ fn the_gpu_benchmark_script_runs_on_the_cpu() {
         .env("NEW_TOKENS", "10")
         .env("REPEATS", "1")
         .env("EPISODES", "12")
+        .env("VERIFY", "2")
+        .env("EAGER", "1")
         .env("BIN", env!("CARGO_BIN_EXE_agent-r1"))
         .env("PY", Path::new(ROOT).join(".venv/bin/python"))
         .env("OUT", out.path())
@@ -66,6 +69,16 @@ fn the_gpu_benchmark_script_runs_on_the_cpu() {
             "{theirs}"
         );
         assert!(ours["decode_steps"].as_u64().unwrap() >= 9, "{ours}");
+        // The engine's log-probabilities against a plain forward pass (float32 on the CPU).
+        let verify = &ours["verify"];
+        assert_eq!(verify["tokens"].as_u64(), Some(batch.min(2) * 10), "{ours}");
+        assert!(
+            verify["max_abs_logprob_diff"].as_f64().unwrap() < 1e-4,
+            "{ours}"
+        );
+        // No CUDA graphs off a GPU, and nothing to say why.
+        assert_eq!(ours["graph_decode_steps"].as_u64(), Some(0), "{ours}");
+        assert!(ours["cuda_graphs_off"].is_null(), "{ours}");
         for key in [
             "floor_ms",
             "step_ms",
@@ -76,6 +89,9 @@ fn the_gpu_benchmark_script_runs_on_the_cpu() {
             assert!(v.is_finite() && v > 0.0, "{key}: {ours}");
         }
     }
+    let eager = lines(&out.path().join("eager.jsonl"));
+    assert_eq!(eager.len(), 2, "{eager:?}");
+    assert!(stdout.contains("| eager step ms |"), "{stdout}");
     let rollout = lines(&out.path().join("rollout.jsonl"));
     assert_eq!(rollout.len(), 1);
     assert_eq!(rollout[0]["episodes_completed"].as_u64(), Some(12));
