@@ -3,10 +3,21 @@
 //! keys of per-sequence lengths. The shim is compiled only where libtorch has CUDA and the
 //! CUDA headers are there (`cfg(agent_r1_cuda)`); elsewhere [`Graphs::new`] says why not.
 
-use std::ffi::{c_char, c_void, CStr};
+use std::ffi::c_void;
+#[cfg(agent_r1_cuda)]
+use std::ffi::{c_char, CStr};
+#[cfg(agent_r1_cuda)]
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use tch::{Device, Tensor};
+
+#[cfg(agent_r1_cuda)]
+use crate::error::panic_message;
+
+/// What a build without the shim says where a graph or flash attention is asked for.
+#[cfg(not(agent_r1_cuda))]
+const NO_SHIM: &str =
+    "this build has no CUDA shim (libtorch without CUDA, or no CUDA headers at build time)";
 
 /// Why a CUDA graph could not be made or run.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -67,27 +78,20 @@ fn check(e: *mut c_char) -> Result<(), GraphError> {
     Err(GraphError(message))
 }
 
-#[cfg(not(agent_r1_cuda))]
-#[allow(dead_code)]
-fn check(_e: *mut c_char) -> Result<(), GraphError> {
-    Ok(())
-}
-
-/// Whether this build can make CUDA graphs at all (the shim was compiled in).
-pub fn graphs_built() -> bool {
-    cfg!(agent_r1_cuda)
-}
-
 /// One engine's CUDA graphs: the side stream they are captured on and the memory pool they
 /// share. Owned by the engine's thread (not `Send`).
 #[derive(Debug)]
 pub struct Graphs {
+    // Never made without the shim (`Graphs::new` refuses first).
+    #[cfg_attr(not(agent_r1_cuda), allow(dead_code))]
     raw: *mut c_void,
 }
 
 /// One captured graph, replayed on the current stream.
 #[derive(Debug)]
 pub struct Graph {
+    // Never made without the shim (`Graphs::new` refuses first).
+    #[cfg_attr(not(agent_r1_cuda), allow(dead_code))]
     raw: *mut c_void,
 }
 
@@ -107,10 +111,7 @@ impl Graphs {
         #[cfg(not(agent_r1_cuda))]
         {
             let _ = index;
-            Err(GraphError(
-                "this build has no CUDA shim (libtorch without CUDA, or no CUDA headers at build time)"
-                    .into(),
-            ))
+            Err(GraphError(NO_SHIM.into()))
         }
     }
 
@@ -127,12 +128,12 @@ impl Graphs {
             check(unsafe { ffi::ar1_graphs_enter(self.raw) })?;
             let captured = (|| {
                 catch_unwind(AssertUnwindSafe(&mut body))
-                    .map_err(|p| GraphError(format!("warm-up failed: {}", panic_text(&p))))?;
+                    .map_err(|p| GraphError(format!("warm-up failed: {}", panic_message(&*p))))?;
                 check(unsafe { ffi::ar1_graph_capture_begin(self.raw, graph.raw) })?;
                 let out = catch_unwind(AssertUnwindSafe(&mut body));
                 let ended = check(unsafe { ffi::ar1_graph_capture_end(graph.raw) });
                 let out =
-                    out.map_err(|p| GraphError(format!("capture failed: {}", panic_text(&p))))?;
+                    out.map_err(|p| GraphError(format!("capture failed: {}", panic_message(&*p))))?;
                 ended.map(|()| out)
             })();
             let left = check(unsafe { ffi::ar1_graphs_leave(self.raw) });
@@ -143,8 +144,7 @@ impl Graphs {
         #[cfg(not(agent_r1_cuda))]
         {
             let _ = &mut body;
-            let _ = (catch_unwind::<fn(), ()>, AssertUnwindSafe(()));
-            Err(GraphError("this build has no CUDA shim".into()))
+            Err(GraphError(NO_SHIM.into()))
         }
     }
 }
@@ -167,7 +167,7 @@ impl Graph {
         }
         #[cfg(not(agent_r1_cuda))]
         {
-            Err(GraphError("this build has no CUDA shim".into()))
+            Err(GraphError(NO_SHIM.into()))
         }
     }
 }
@@ -179,14 +179,6 @@ impl Drop for Graph {
             ffi::ar1_graph_free(self.raw)
         };
     }
-}
-
-#[allow(dead_code)]
-fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
-    p.downcast_ref::<String>()
-        .cloned()
-        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "panic".into())
 }
 
 /// Flash attention over packed sequences, sequence `i` reading only the first `used[i]` of
@@ -233,7 +225,7 @@ pub fn flash_varlen(
     #[cfg(not(agent_r1_cuda))]
     {
         let _ = (q, k, v, cu_q, cu_k, used, max_q, max_k, scale);
-        panic!("flash attention: this build has no CUDA shim")
+        panic!("flash attention: {NO_SHIM}")
     }
 }
 

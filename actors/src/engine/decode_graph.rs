@@ -29,7 +29,6 @@ pub(super) struct DecodeGraphs {
     /// Row counts a step is padded up to, ascending; the last is the engine's most rows.
     buckets: Vec<i64>,
     captured: HashMap<(i64, SampleMode), Captured>,
-    vocab: i64,
 }
 
 struct Captured {
@@ -57,7 +56,6 @@ impl DecodeGraphs {
             graphs,
             buckets: buckets(max_rows as i64),
             captured: HashMap::new(),
-            vocab: model.config().vocab_size as i64,
         })
     }
 
@@ -83,11 +81,12 @@ impl DecodeGraphs {
             .iter()
             .find(|&&b| b >= n)
             .ok_or_else(|| GraphError(format!("{n} rows is more than the engine's rows")))?;
-        let mut mode = SampleMode::of(rows, self.vocab);
+        let vocab = model.config().vocab_size as i64;
+        let mut mode = SampleMode::of(rows, vocab);
         if n < bucket {
             mode = mode.with_padding();
         }
-        let host = Tensor::from_slice(&step_inputs(slots, bucket, ids, rows, self.vocab));
+        let host = Tensor::from_slice(&step_inputs(slots, bucket, ids, rows, vocab));
         if let Some(c) = self.captured.get_mut(&(bucket, mode)) {
             c.upload.copy_(&host);
             c.graph.replay()?;
@@ -120,8 +119,7 @@ fn step_inputs(
     let n = ids.len();
     let b = bucket as usize;
     let heads = slots.kv_heads();
-    let stride = slots.slots_per_row();
-    let spare = stride - 1;
+    let spare = slots.capacity();
     let mut host = Vec::with_capacity(b * (6 + heads as usize));
     host.extend(ids.iter().map(|&id| id as f64));
     host.resize(b, 0.0);
@@ -130,7 +128,7 @@ fn step_inputs(
     for r in 0..b {
         // Padding rows write their spare slot, which is never attended.
         let at = if r < n { slots.len(r) } else { spare };
-        host.extend((0..heads).map(|h| ((r as i64 * heads + h) * stride + at) as f64));
+        host.extend((0..heads).map(|h| slots.flat_slot(r as i64, h, at) as f64));
     }
     let settings = row_settings(rows, vocab);
     for (column, padding) in PADDING_SETTINGS.iter().enumerate() {

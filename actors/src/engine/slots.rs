@@ -222,6 +222,26 @@ impl SlotCache {
         }
     }
 
+    /// Index of `slot` of row `row`'s KV head `head` in a layer's keys (or values) viewed as
+    /// `[rows * kv_heads * (capacity + 1), dim]`: where [`SlotCache::write`] puts a token.
+    pub(crate) fn flat_slot(&self, row: i64, head: i64, slot: i64) -> i64 {
+        (row * self.kv_heads + head) * (self.capacity + 1) + slot
+    }
+
+    /// Writes layer `layer`'s new keys and values `[rows, kv_heads, t, dim]` at `index`
+    /// (`rows * kv_heads * t` [`SlotCache::flat_slot`]s, in (row, head, token) order).
+    fn write(&self, layer: usize, index: &Tensor, k: &Tensor, v: &Tensor) {
+        let total = self.keys[layer].size()[0] * self.kv_heads * (self.capacity + 1);
+        let flat = [total, self.head_dim];
+        let new = [-1, self.head_dim];
+        let _ = self.keys[layer]
+            .view(flat)
+            .index_copy_(0, index, &k.reshape(new));
+        let _ = self.values[layer]
+            .view(flat)
+            .index_copy_(0, index, &v.reshape(new));
+    }
+
     /// Slots per row in the store (the spare slot included): the stride of a row's keys.
     pub(crate) fn slots_per_row(&self) -> i64 {
         self.capacity + 1
@@ -259,7 +279,6 @@ impl KvStore for SlotChunk<'_> {
         let t = input_mask.size()[1];
         let rows = self.counts.len();
         let c = &*self.cache;
-        let stride = c.capacity + 1;
         let heads = c.kv_heads;
         let width = t as usize;
         // Everything the chunk needs from the host goes to the device in one copy:
@@ -277,10 +296,9 @@ impl KvStore for SlotChunk<'_> {
             let row = (self.first + b) as i64;
             let len = c.lens[self.first + b];
             for h in 0..heads {
-                let base = (row * heads + h) * stride;
                 host.extend((0..t).map(|j| {
                     // Padding tokens go to the row's spare slot, which is never attended.
-                    base + if j < count { len + j } else { c.capacity }
+                    c.flat_slot(row, h, if j < count { len + j } else { c.capacity })
                 }));
             }
         }
@@ -306,23 +324,13 @@ impl KvStore for SlotChunk<'_> {
     }
 
     fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> (Tensor, Tensor) {
-        let c = &mut *self.cache;
+        let c = &*self.cache;
         let rows = self.counts.len() as i64;
-        let t = k.size()[2];
         let index = self
             .write_index
             .as_ref()
             .expect("begin_chunk before append");
-        let total = c.keys[layer].size()[0] * c.kv_heads * (c.capacity + 1);
-        let flat_shape = [total, c.head_dim];
-        // [rows, kv_heads, t, dim] flattens in the write index's (row, head, token) order.
-        let new_shape = [rows * c.kv_heads * t, c.head_dim];
-        let _ = c.keys[layer]
-            .view(flat_shape)
-            .index_copy_(0, index, &k.reshape(new_shape));
-        let _ = c.values[layer]
-            .view(flat_shape)
-            .index_copy_(0, index, &v.reshape(new_shape));
+        c.write(layer, index, k, v);
         let view = |x: &Tensor| {
             x.narrow(0, self.first as i64, rows)
                 .narrow(2, 0, self.attend)
@@ -355,15 +363,7 @@ impl KvStore for GraphChunk<'_> {
 
     fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> (Tensor, Tensor) {
         let c = self.cache;
-        let total = c.keys[layer].size()[0] * c.kv_heads * (c.capacity + 1);
-        let flat = [total, c.head_dim];
-        let new = [self.rows * c.kv_heads, c.head_dim];
-        let _ = c.keys[layer]
-            .view(flat)
-            .index_copy_(0, &self.write_index, &k.reshape(new));
-        let _ = c.values[layer]
-            .view(flat)
-            .index_copy_(0, &self.write_index, &v.reshape(new));
+        c.write(layer, &self.write_index, k, v);
         (
             c.keys[layer].narrow(0, 0, self.rows),
             c.values[layer].narrow(0, 0, self.rows),
