@@ -15,22 +15,21 @@
 
 pub mod coordinator;
 pub mod leases;
+mod listener;
 pub mod tls;
 pub(crate) mod trainer;
 pub mod wire;
 pub mod worker;
 
 use std::collections::HashSet;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::Mutex;
 
 use anyhow::Context;
 use ractor::{Actor, ActorId, ActorRef};
 use ractor_cluster::node::NodeServerSessionInformation;
-use ractor_cluster::{
-    IncomingEncryptionMode, NodeEventSubscription, NodeServer, NodeServerMessage,
-};
+use ractor_cluster::{NodeEventSubscription, NodeServer, NodeServerMessage};
 use rustls_pki_types::ServerName;
 use tokio::sync::mpsc;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
@@ -116,30 +115,28 @@ pub struct Node {
     pub events: mpsc::UnboundedReceiver<SessionEvent>,
     /// TLS for the connections this node opens.
     client_tls: Option<(TlsConnector, ServerName<'static>)>,
+    /// Where peers connect, once [`Node::listen`] was called.
+    listener: Option<listener::Listener>,
 }
 
 impl Node {
-    /// Starts a node named `name` listening on `listen` (port 0: any), authenticating
-    /// peers with `cookie`; with `tls`, incoming connections must speak TLS.
-    pub async fn start(
-        name: &str,
-        role: &'static str,
-        listen: SocketAddr,
-        cookie: String,
-        tls: Option<TlsAcceptor>,
-    ) -> anyhow::Result<Self> {
+    /// Starts a node named `name` that authenticates peers with `cookie`. It accepts no
+    /// connections from elsewhere until [`Node::listen`]: ractor_cluster's own listener is
+    /// kept on a loopback port nobody is told of.
+    pub async fn start(name: &str, role: &'static str, cookie: String) -> anyhow::Result<Self> {
+        let loopback = IpAddr::from([127, 0, 0, 1]);
         let server = NodeServer::new(
-            listen.port(),
+            0,
             cookie,
             name.to_string(),
-            listen.ip().to_string(),
-            tls.map(IncomingEncryptionMode::Tls),
+            loopback.to_string(),
+            None,
             None,
         )
-        .with_listen_addr(listen.ip());
+        .with_listen_addr(loopback);
         let (server, _join) = Actor::spawn(None, server, ())
             .await
-            .map_err(|e| anyhow::anyhow!("starting the cluster node on {listen}: {e}"))?;
+            .map_err(|e| anyhow::anyhow!("starting the cluster node {name}: {e}"))?;
         metrics::counter!("agent_r1_cluster_refused_total").increment(0);
         let (tx, events) = mpsc::unbounded_channel();
         server
@@ -156,7 +153,23 @@ impl Node {
             server,
             events,
             client_tls: None,
+            listener: None,
         })
+    }
+
+    /// Accepts peers on `addr` (port 0: any free port); with `tls`, they must speak TLS.
+    /// Returns the address bound.
+    pub async fn listen(
+        &mut self,
+        addr: SocketAddr,
+        tls: Option<TlsAcceptor>,
+    ) -> anyhow::Result<SocketAddr> {
+        let listener = listener::Listener::start(addr, self.server.clone(), tls)
+            .await
+            .with_context(|| format!("listening on {addr}"))?;
+        let bound = listener.local_addr();
+        self.listener = Some(listener);
+        Ok(bound)
     }
 
     /// Opens its connections with TLS, checking the server's certificate and name.

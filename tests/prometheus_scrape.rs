@@ -145,7 +145,7 @@ fn query_range(prom: SocketAddr, expr: &str, start: f64) -> Result<usize, String
     Ok(finite)
 }
 
-fn train_config(dir: &Path, cluster_port: u16) -> PathBuf {
+fn train_config(dir: &Path) -> PathBuf {
     std::fs::write(dir.join("cookie"), "scrape-cookie\n").unwrap();
     let text = format!(
         r#"
@@ -209,7 +209,7 @@ address = "127.0.0.1:0"
 
 # One remote worker beside the trainer's own engine, so the Cluster row has data.
 [cluster]
-listen = "127.0.0.1:{cluster_port}"
+listen = "127.0.0.1:0"
 cookie_file = "{cookie}"
 min_workers = 1
 "#,
@@ -241,12 +241,11 @@ fn every_dashboard_query_has_data_in_a_real_prometheus() {
     // 1. The daemon, on a free loopback port (it prints the address it bound).
     let started = Instant::now();
     let start_unix = unix_now() - 1.0;
-    let cluster_port = free_port();
     let mut trainer = Killed(
         Command::new(BIN)
             .arg("train")
             .arg("--config")
-            .arg(train_config(tmp.path(), cluster_port))
+            .arg(train_config(tmp.path()))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .env("AGENT_R1_LOG", "warn")
@@ -277,32 +276,56 @@ fn every_dashboard_query_has_data_in_a_real_prometheus() {
     };
 
     // A worker, with its own metrics endpoint (its weight fetches), once the trainer listens.
-    loop {
+    // Both ask for port 0 and say what they bound, so no other process can take a port
+    // between its choice and its use.
+    const LISTENING: &str = "cluster: listening for workers on ";
+    let cluster: SocketAddr = loop {
         let line = lines
             .recv_timeout(Duration::from_secs(60))
-            .unwrap_or_else(|_| panic!("no `waiting for` line; log:\n{}", log.join("\n")));
+            .unwrap_or_else(|_| panic!("no `{LISTENING}` line; log:\n{}", log.join("\n")));
         log.push(line.clone());
-        if line.contains("cluster: waiting for 1 workers") {
-            break;
+        if let Some(rest) = line.split(LISTENING).nth(1) {
+            break rest.split([' ', ';']).next().unwrap().parse().unwrap();
         }
-    }
-    let worker_metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let _worker = Killed(
+    };
+    let mut worker = Killed(
         Command::new(BIN)
-            .args(["worker", "--join", &format!("127.0.0.1:{cluster_port}")])
+            .args(["worker", "--join", &cluster.to_string()])
             .arg("--cookie-file")
             .arg(tmp.path().join("cookie"))
             .args(["--name", "w1", "--concurrency", "2"])
             .arg("--dir")
             .arg(tmp.path().join("worker"))
-            .args(["--metrics-address", &worker_metrics.to_string()])
+            .args(["--metrics-address", "127.0.0.1:0"])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .env("AGENT_R1_LOG", "warn")
             .env("OMP_NUM_THREADS", "1")
             .spawn()
             .expect("starting agent-r1 worker"),
     );
+    let (tx, worker_lines) = mpsc::channel::<String>();
+    let stderr = worker.0.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut worker_log = Vec::new();
+    let worker_metrics: SocketAddr = loop {
+        let line = worker_lines
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| {
+                panic!(
+                    "no worker `metrics at` line; its log:\n{}",
+                    worker_log.join("\n")
+                )
+            });
+        worker_log.push(line.clone());
+        if let Some(rest) = line.split("metrics at http://").nth(1) {
+            break rest.trim_end_matches("/metrics").parse().unwrap();
+        }
+    };
 
     // 2. Prometheus scraping both every second.
     let prom_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();

@@ -59,9 +59,8 @@ impl TrainerCluster {
             None => None,
             Some(tls) => Some(super::tls::acceptor(tls)?),
         };
-        let node = Node::start("trainer", "trainer", listen, cookie, tls)
-            .await
-            .context("cluster.listen")?;
+        let mut node = Node::start("trainer", "trainer", cookie).await?;
+        let listen = node.listen(listen, tls).await.context("cluster.listen")?;
         let (wanted_tx, wanted) = watch::channel(0);
         let (members_tx, members) = watch::channel(0);
         let staleness = match cfg.training.mode {

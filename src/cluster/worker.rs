@@ -7,7 +7,6 @@
 //! trajectory of each episode), and leaves on SIGTERM, returning its leases.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -153,8 +152,7 @@ pub async fn run(
     };
     std::fs::create_dir_all(&args.dir)
         .with_context(|| format!("{}: cannot create the worker directory", args.dir.display()))?;
-    let any: SocketAddr = "127.0.0.1:0".parse().expect("a socket address");
-    let mut node = Node::start(&args.name, "worker", any, cookie, None).await?;
+    let mut node = Node::start(&args.name, "worker", cookie).await?;
     if let Some(ca) = &args.tls_ca {
         let host = args
             .join

@@ -13,8 +13,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct ClusterSection {
-    /// `IP:PORT` where workers join (ractor_cluster's node server). Empty: no workers. Keep
-    /// it on loopback or a trusted network: the cookie authenticates, nothing encrypts.
+    /// `IP:PORT` where workers join (ractor_cluster's node server; port 0: any free port, and
+    /// the trainer prints the address bound). Empty: no workers. The cookie authenticates;
+    /// without `[cluster.tls]` nothing encrypts, so keep it on loopback or a trusted network.
     pub listen: String,
     /// File whose first line is the shared secret (cookie) a worker must present. Required
     /// with `listen`.
