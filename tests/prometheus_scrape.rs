@@ -11,7 +11,7 @@
 //! `AGENT_R1_REQUIRE_PROMETHEUS=1` turns that skip into a failure.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -40,14 +40,6 @@ fn prometheus_and_promtool() -> Result<(PathBuf, PathBuf), String> {
         "PROMETHEUS",
     )?;
     Ok((found[0].clone(), found[1].clone()))
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Percent-encodes a query-string value.
@@ -327,8 +319,7 @@ fn every_dashboard_query_has_data_in_a_real_prometheus() {
         }
     };
 
-    // 2. Prometheus scraping both every second.
-    let prom_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    // 2. Prometheus scraping both every second, on a port of its choice (it logs it).
     let prom_config = tmp.path().join("prometheus.yml");
     std::fs::write(
         &prom_config,
@@ -346,7 +337,7 @@ fn every_dashboard_query_has_data_in_a_real_prometheus() {
                 "--storage.tsdb.path={}",
                 tmp.path().join("tsdb").display()
             ))
-            .arg(format!("--web.listen-address={prom_addr}"))
+            .arg("--web.listen-address=127.0.0.1:0")
             .stdout(Stdio::null())
             .stderr(prom_log)
             .spawn()
@@ -355,6 +346,17 @@ fn every_dashboard_query_has_data_in_a_real_prometheus() {
     let prom_log =
         || std::fs::read_to_string(tmp.path().join("prometheus.log")).unwrap_or_default();
     let ready_by = Instant::now() + Duration::from_secs(300);
+    let prom_addr: SocketAddr = loop {
+        let said = prom_log();
+        if let Some(rest) = said.split("msg=\"Listening on\" address=").nth(1) {
+            break rest.split_whitespace().next().unwrap().parse().unwrap();
+        }
+        assert!(
+            Instant::now() < ready_by,
+            "prometheus did not say where it listens within 300s; its log:\n{said}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
     while !http_get(prom_addr, "/-/ready").is_ok_and(|(s, _)| s == 200) {
         assert!(
             Instant::now() < ready_by,
