@@ -32,14 +32,16 @@ fn script() -> String {
         .to_string()
 }
 
-/// The SDK server over Streamable HTTP on a free port; killed when dropped.
+/// The SDK server over Streamable HTTP; killed when dropped.
 struct HttpServer {
     child: Child,
     url: String,
+    port: u16,
 }
 
 impl HttpServer {
-    /// Starts it and returns once uvicorn says it listens (a line on its stderr).
+    /// Starts it on `port` (0: one of the system's choice, so that nothing can take it between
+    /// a choice and its use) and returns once uvicorn says where it listens (on its stderr).
     fn start(py: &PathBuf, port: u16) -> Self {
         let mut child = Command::new(py)
             .args([script(), "http".into(), port.to_string()])
@@ -51,16 +53,26 @@ impl HttpServer {
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if line.contains("Uvicorn running on") {
-                    let _ = tx.send(());
+                if let Some(rest) = line.split("Uvicorn running on http://127.0.0.1:").nth(1) {
+                    let _ = tx.send(
+                        rest.split(|c: char| !c.is_ascii_digit())
+                            .next()
+                            .map(str::to_owned),
+                    );
                 }
             }
         });
-        rx.recv_timeout(Duration::from_secs(60))
+        let said = rx
+            .recv_timeout(Duration::from_secs(60))
             .expect("the SDK server did not start within 60 s");
+        let port: u16 = said
+            .and_then(|p| p.parse().ok())
+            .expect("uvicorn's `running on` line names its port");
+        assert_ne!(port, 0, "uvicorn names the port it bound");
         Self {
             child,
             url: format!("http://127.0.0.1:{port}/mcp"),
+            port,
         }
     }
 
@@ -74,14 +86,6 @@ impl Drop for HttpServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 async fn call(
@@ -112,7 +116,7 @@ async fn connect(config: McpServerConfig) -> HashMap<String, Arc<dyn Tool>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_calls_over_stdio_and_streamable_http() {
     let Some(py) = python() else { return };
-    let server = HttpServer::start(&py, free_port());
+    let server = HttpServer::start(&py, 0);
     let stdio = connect(McpServerConfig::new(&py, &[&script(), "stdio"])).await;
     let http = connect(McpServerConfig::http(&server.url)).await;
     let mut names: Vec<&String> = http.keys().collect();
@@ -140,8 +144,8 @@ async fn the_same_calls_over_stdio_and_streamable_http() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_http_a_hung_a_flooding_and_a_dead_server_end_in_errors_and_the_next_call_works() {
     let Some(py) = python() else { return };
-    let port = free_port();
-    let mut server = HttpServer::start(&py, port);
+    let mut server = HttpServer::start(&py, 0);
+    let port = server.port;
     let mut config = McpServerConfig::http(&server.url);
     config.timeout_secs = 2.0;
     config.max_line_bytes = 1 << 20;
