@@ -25,8 +25,10 @@ venv: $(STAMP)
 build: $(STAMP)
 	$(CARGO) build --release --bin agent-r1
 
+# No separate `cargo build` first: the tests' dev-dependencies turn on other features of
+# shared crates (metrics-util's `debugging`), so it would compile the workspace twice; the
+# test build makes target/release/agent-r1 too.
 test: $(STAMP)
-	$(CARGO) build --release --bin agent-r1
 	$(CARGO) test --workspace --release
 
 # A fresh run every time (same seed, same figures); the run directory is runs/demo.
