@@ -329,8 +329,7 @@ fn every_dashboard_query_has_data_in_a_real_prometheus() {
         ),
     )
     .unwrap();
-    let prom_log = std::fs::File::create(tmp.path().join("prometheus.log")).unwrap();
-    let _prometheus = Killed(
+    let mut prometheus_child = Killed(
         Command::new(&prometheus)
             .arg(format!("--config.file={}", prom_config.display()))
             .arg(format!(
@@ -339,23 +338,37 @@ fn every_dashboard_query_has_data_in_a_real_prometheus() {
             ))
             .arg("--web.listen-address=127.0.0.1:0")
             .stdout(Stdio::null())
-            .stderr(prom_log)
+            .stderr(Stdio::piped())
             .spawn()
             .expect("starting prometheus"),
     );
+    // Its log goes to a file (for failure messages) and, line by line, to the wait below.
+    let (tx, prom_lines) = mpsc::channel::<String>();
+    let stderr = prometheus_child.0.stderr.take().unwrap();
+    let mut log_file = std::fs::File::create(tmp.path().join("prometheus.log")).unwrap();
+    std::thread::spawn(move || {
+        use std::io::Write;
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = writeln!(log_file, "{line}");
+            let _ = tx.send(line);
+        }
+    });
+    let _prometheus = prometheus_child;
     let prom_log =
         || std::fs::read_to_string(tmp.path().join("prometheus.log")).unwrap_or_default();
     let ready_by = Instant::now() + Duration::from_secs(300);
     let prom_addr: SocketAddr = loop {
-        let said = prom_log();
-        if let Some(rest) = said.split("msg=\"Listening on\" address=").nth(1) {
+        let line = prom_lines
+            .recv_timeout(ready_by.saturating_duration_since(Instant::now()))
+            .unwrap_or_else(|_| {
+                panic!(
+                    "prometheus did not say where it listens within 300s; its log:\n{}",
+                    prom_log()
+                )
+            });
+        if let Some(rest) = line.split("msg=\"Listening on\" address=").nth(1) {
             break rest.split_whitespace().next().unwrap().parse().unwrap();
         }
-        assert!(
-            Instant::now() < ready_by,
-            "prometheus did not say where it listens within 300s; its log:\n{said}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
     };
     while !http_get(prom_addr, "/-/ready").is_ok_and(|(s, _)| s == 200) {
         assert!(
