@@ -8,6 +8,9 @@ STAMP := $(VENV)/.installed
 export PATH := $(VENV)/bin:$(PATH)
 CARGO ?= cargo
 BIN := target/release/agent-r1
+# libtorch's OpenMP workers spin less in barriers: see .cargo/config.toml and the README's
+# "CPU threads". A value set in the environment wins.
+export GOMP_SPINCOUNT ?= 10000
 
 .PHONY: all venv build test demo demo-math fmt clippy ci bench clean-venv
 
