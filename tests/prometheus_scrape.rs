@@ -357,27 +357,33 @@ fn every_dashboard_query_has_data_in_a_real_prometheus() {
     let prom_log =
         || std::fs::read_to_string(tmp.path().join("prometheus.log")).unwrap_or_default();
     let ready_by = Instant::now() + Duration::from_secs(300);
-    let prom_addr: SocketAddr = loop {
+    // Two lines of its log, in either order: where it listens (the port it chose) and that it
+    // is ready (the TSDB is open and the config loaded).
+    let mut listening: Option<SocketAddr> = None;
+    let mut ready_said = false;
+    let prom_addr = loop {
+        if let (Some(addr), true) = (listening, ready_said) {
+            break addr;
+        }
         let line = prom_lines
             .recv_timeout(ready_by.saturating_duration_since(Instant::now()))
             .unwrap_or_else(|_| {
                 panic!(
-                    "prometheus did not say where it listens within 300s; its log:\n{}",
+                    "prometheus did not say where it listens and that it is ready within 300s \
+                     (listening on {listening:?}, ready: {ready_said}); its log:\n{}",
                     prom_log()
                 )
             });
         if let Some(rest) = line.split("msg=\"Listening on\" address=").nth(1) {
-            break rest.split_whitespace().next().unwrap().parse().unwrap();
+            listening = Some(rest.split_whitespace().next().unwrap().parse().unwrap());
         }
+        ready_said |= line.contains("msg=\"Server is ready to receive web requests.\"");
     };
-    while !http_get(prom_addr, "/-/ready").is_ok_and(|(s, _)| s == 200) {
-        assert!(
-            Instant::now() < ready_by,
-            "prometheus not ready on {prom_addr} within 300s; its log:\n{}",
-            prom_log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let ready = http_get(prom_addr, "/-/ready");
+    assert!(
+        ready.as_ref().is_ok_and(|(s, _)| *s == 200),
+        "prometheus said it was ready, but /-/ready answered {ready:?}"
+    );
 
     // 3. Poll: fetch /metrics while the daemon runs, and run every panel query over the run
     //    so far, until all have data, the daemon has exited (one last round after that), or

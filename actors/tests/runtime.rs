@@ -65,6 +65,41 @@ impl Tool for Echo {
     }
 }
 
+/// Fault injection: `echo`, except that its `at`-th call shuts the engine down first.
+struct StopsEngineAtCall {
+    engine: EngineHandle,
+    at: u64,
+    calls: AtomicU64,
+}
+
+#[async_trait]
+impl Tool for StopsEngineAtCall {
+    fn name(&self) -> &str {
+        Echo.name()
+    }
+    fn description(&self) -> &str {
+        Echo.description()
+    }
+    fn parameters(&self) -> Value {
+        Echo.parameters()
+    }
+    fn timeout(&self) -> Duration {
+        Echo.timeout()
+    }
+    fn max_concurrency(&self) -> usize {
+        Echo.max_concurrency()
+    }
+    async fn call(&self, args: Value) -> agent_r1_envs::Result<ToolOutput> {
+        if self.calls.fetch_add(1, Ordering::SeqCst) + 1 == self.at {
+            let engine = self.engine.clone();
+            tokio::task::spawn_blocking(move || engine.shutdown())
+                .await
+                .unwrap();
+        }
+        Echo.call(args).await
+    }
+}
+
 /// Test double: calls `echo` on the first `calls` turns of each task, then stops; its
 /// `reset` panics for tasks named `bad-*`, and for `flaky-*` on the first attempt only.
 struct ScriptedEnv {
@@ -549,13 +584,14 @@ fn a_failing_engine_stops_the_run_with_its_error() {
         turns: Default::default(),
         resets: Default::default(),
     });
-    let engine = f.engine.clone();
-    std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(300));
-        engine.shutdown();
-    });
-    let slow = FaultyTool::new(Arc::new(Echo), 0.0, Duration::from_millis(50), 1);
-    let (report, trajectories) = run(&f, env, Arc::new(slow), tasks("t", 200));
+    // The engine stops at the 10th tool call: by then no episode can have finished its 3
+    // calls and the turn after them, whatever the machine's speed.
+    let stopper = StopsEngineAtCall {
+        engine: f.engine.clone(),
+        at: 10,
+        calls: AtomicU64::new(0),
+    };
+    let (report, trajectories) = run(&f, env, Arc::new(stopper), tasks("t", 200));
     let fatal = report
         .summary
         .fatal
