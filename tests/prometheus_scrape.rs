@@ -13,7 +13,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -55,6 +55,24 @@ fn encode(s: &str) -> String {
 }
 
 /// GET `path` (with its query string) over HTTP/1.0; `(status, body)`.
+/// The child's stderr, line by line, on a channel (and copied to `log` where given).
+fn stderr_lines(child: &mut Child, mut log: Option<std::fs::File>) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    let stderr = child.stderr.take().expect("stderr piped");
+    std::thread::spawn(move || {
+        use std::io::Write;
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(file) = log.as_mut() {
+                let _ = writeln!(file, "{line}");
+            }
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
 fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
         .map_err(|e| format!("connect {addr}: {e}"))?;
@@ -247,15 +265,7 @@ fn every_dashboard_query_has_data_in_a_real_prometheus() {
             .spawn()
             .expect("starting agent-r1 train"),
     );
-    let (tx, lines) = mpsc::channel::<String>();
-    let stderr = trainer.0.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let lines = stderr_lines(&mut trainer.0, None);
     let mut log = Vec::new();
     let metrics_addr: SocketAddr = loop {
         let line = lines
@@ -296,13 +306,7 @@ fn every_dashboard_query_has_data_in_a_real_prometheus() {
             .spawn()
             .expect("starting agent-r1 worker"),
     );
-    let (tx, worker_lines) = mpsc::channel::<String>();
-    let stderr = worker.0.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+    let worker_lines = stderr_lines(&mut worker.0, None);
     let mut worker_log = Vec::new();
     let worker_metrics: SocketAddr = loop {
         let line = worker_lines
@@ -343,16 +347,8 @@ fn every_dashboard_query_has_data_in_a_real_prometheus() {
             .expect("starting prometheus"),
     );
     // Its log goes to a file (for failure messages) and, line by line, to the wait below.
-    let (tx, prom_lines) = mpsc::channel::<String>();
-    let stderr = prometheus_child.0.stderr.take().unwrap();
-    let mut log_file = std::fs::File::create(tmp.path().join("prometheus.log")).unwrap();
-    std::thread::spawn(move || {
-        use std::io::Write;
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = writeln!(log_file, "{line}");
-            let _ = tx.send(line);
-        }
-    });
+    let log_file = std::fs::File::create(tmp.path().join("prometheus.log")).unwrap();
+    let prom_lines = stderr_lines(&mut prometheus_child.0, Some(log_file));
     let _prometheus = prometheus_child;
     let prom_log =
         || std::fs::read_to_string(tmp.path().join("prometheus.log")).unwrap_or_default();

@@ -5,6 +5,9 @@
 #[path = "support/venv.rs"]
 mod venv;
 
+#[path = "support/process.rs"]
+mod process;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -116,7 +119,7 @@ fn a_failing_a_hanging_and_a_mute_program_are_score_errors() {
         .parse()
         .unwrap();
     assert!(
-        process_ends(pid, 60_000),
+        process::process_ends(pid, 60_000),
         "the hung scorer {pid} still runs"
     );
 
@@ -143,23 +146,4 @@ fn command_options_are_checked_without_running_anything() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("scorer.timeout"), "{e}");
-}
-
-/// Whether process `pid` has ended (or ends within `limit_ms`).
-fn process_ends(pid: i32, limit_ms: i32) -> bool {
-    // SAFETY: pidfd_open and poll on a descriptor we own and close; no memory is shared.
-    unsafe {
-        let fd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as i32;
-        if fd < 0 {
-            return true; // no such process any more
-        }
-        let mut poll = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ready = libc::poll(&mut poll, 1, limit_ms);
-        libc::close(fd);
-        ready == 1
-    }
 }

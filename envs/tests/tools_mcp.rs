@@ -3,6 +3,9 @@
 //! `requirements.txt`. Set `AGENT_R1_MCP_TIME_SERVER` to use another install. When the server
 //! is missing the tests skip loudly, unless `CI` is set: then they fail.
 
+#[path = "support/process.rs"]
+mod process;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -128,33 +131,17 @@ async fn a_killed_server_is_restarted_on_the_next_call() {
     assert!(first.text.contains("UTC"), "{}", first.text);
     let pid = client.server_pid().expect("server running");
     assert_eq!(client.starts(), 1);
-    // The next call must find the server dead, not dying: a pidfd turns readable when the
-    // process has exited, however long the kill takes on a loaded machine.
-    // SAFETY: a pidfd of the server this test started, polled and closed here.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) } as i32;
-    assert!(
-        pidfd >= 0,
-        "pidfd_open: {}",
-        std::io::Error::last_os_error()
-    );
     // SAFETY: killing the server process this test started.
     unsafe {
         libc::kill(pid as libc::pid_t, libc::SIGKILL);
     }
-    let exited = tokio::task::spawn_blocking(move || {
-        let mut fd = libc::pollfd {
-            fd: pidfd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd; the fd is ours to close.
-        let ready = unsafe { libc::poll(&mut fd, 1, 60_000) };
-        unsafe { libc::close(pidfd) };
-        ready
-    })
-    .await
-    .unwrap();
-    assert_eq!(exited, 1, "the killed server had not exited within 60 s");
+    // The next call must find the server dead, not dying, however long the kill takes.
+    assert!(
+        tokio::task::spawn_blocking(move || process::process_ends(pid as i32, 60_000))
+            .await
+            .unwrap(),
+        "the killed server had not exited within 60 s"
+    );
     let again = tool.call(args).await.unwrap();
     assert!(again.text.contains("UTC"), "{}", again.text);
     assert_eq!(client.starts(), 2, "restarted once");
