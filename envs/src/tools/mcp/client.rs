@@ -399,7 +399,12 @@ impl McpClient {
             "capabilities": {},
             "clientInfo": {"name": "agent-r1", "version": env!("CARGO_PKG_VERSION")},
         });
-        let rx = self.send(&conn, "initialize", params)?;
+        let rx = self.send(&conn, "initialize", params)?.ok_or_else(|| {
+            self.server_err(format!(
+                "initialize: the server exited{}",
+                tail_text(&conn.stderr_tail)
+            ))
+        })?;
         let result = wait_blocking(rx, init_limit).map_err(|e| {
             self.server_err(format!("initialize: {e}{}", tail_text(&conn.stderr_tail)))
         })?;
@@ -425,10 +430,17 @@ impl McpClient {
         conn: &Connection,
         method: &str,
         params: Value,
-    ) -> Result<(u64, oneshot::Receiver<Reply>)> {
+    ) -> Result<Option<(u64, oneshot::Receiver<Reply>)>> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         lock(&conn.pending).insert(id, tx);
+        // The reader marks the connection dead before it fails every pending request, under
+        // the same lock: a request inserted after that drain would wait out its limit for an
+        // answer nobody will send. Seen here instead, it never reached the server.
+        if !conn.alive.load(Ordering::Acquire) {
+            lock(&conn.pending).remove(&id);
+            return Ok(None);
+        }
         let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         if let Err(e) = conn.write(&msg) {
             lock(&conn.pending).remove(&id);
@@ -438,7 +450,25 @@ impl McpClient {
                 tail_text(&conn.stderr_tail)
             )));
         }
-        Ok((id, rx))
+        Ok(Some((id, rx)))
+    }
+
+    /// Sends `method` on the live connection; when that connection turns out to have died
+    /// before the request was written, once more on a newly started server.
+    fn send_live(
+        &self,
+        method: &str,
+        params: Value,
+    ) -> Result<(Arc<Connection>, u64, oneshot::Receiver<Reply>)> {
+        for _ in 0..2 {
+            let conn = self.connection()?;
+            if let Some((id, rx)) = self.send(&conn, method, params.clone())? {
+                return Ok((conn, id, rx));
+            }
+        }
+        Err(self.server_err(format!(
+            "{method}: the server died twice before the request"
+        )))
     }
 
     /// Sends `method` and waits (blocking the thread) up to `limit`.
@@ -448,10 +478,8 @@ impl McpClient {
                 .request(&self.next_id, method, params, limit)
                 .map_err(|e| self.server_err(format!("{method}: {e}")));
         }
-        let conn = self.connection()?;
-        let rx = self.send(&conn, method, params)?;
-        let id = rx.0;
-        let outcome = wait_blocking(rx, limit);
+        let (conn, id, rx) = self.send_live(method, params)?;
+        let outcome = wait_blocking((id, rx), limit);
         self.settle(&conn, id, method, limit, outcome)
     }
 
@@ -509,10 +537,11 @@ impl McpClient {
             .map_err(|e| self.server_err(format!("request task failed: {e}")))?;
         }
         let this = self.clone();
-        let conn = tokio::task::spawn_blocking(move || this.connection())
-            .await
-            .map_err(|e| self.server_err(format!("start task failed: {e}")))??;
-        let (id, rx) = self.send(&conn, method, params)?;
+        let method_owned = method.to_string();
+        let (conn, id, rx) =
+            tokio::task::spawn_blocking(move || this.send_live(&method_owned, params))
+                .await
+                .map_err(|e| self.server_err(format!("start task failed: {e}")))??;
         let outcome = match tokio::time::timeout(limit, rx).await {
             Ok(Ok(reply)) => reply,
             Ok(Err(_)) => Err("the server closed the connection".to_string()),
