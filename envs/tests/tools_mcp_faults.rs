@@ -131,6 +131,161 @@ async fn each_fault_ends_in_an_answer_or_a_named_error_and_the_server_recovers()
     assert_eq!(client.starts(), 5);
 }
 
+/// A faulty server with a control directory (see the script), and a client of it.
+async fn controlled() -> Option<(Arc<McpClient>, tempfile::TempDir)> {
+    let py = python()?;
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/py/mcp_faulty_server.py");
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = std::ffi::CString::new(dir.path().join("release").to_str().unwrap()).unwrap();
+    // SAFETY: a plain syscall on a path we own.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    let mut config = McpServerConfig::new(py, &[script.to_str().unwrap()]);
+    config.env.insert(
+        "MCP_FAULTY_CONTROL".into(),
+        dir.path().to_str().unwrap().into(),
+    );
+    let client = tokio::task::spawn_blocking(move || McpClient::connect(config))
+        .await
+        .unwrap()
+        .unwrap();
+    Some((client, dir))
+}
+
+/// Waits (polling state, bounded far above any need) until `ready` holds.
+async fn until(what: &str, ready: impl Fn() -> bool) {
+    for _ in 0..120_000 {
+        if ready() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!("not reached within 120 s: {what}");
+}
+
+/// Answers the `initialize` that the server holds (its FIFO open blocks until it reads).
+async fn release(dir: &std::path::Path, line: &str) {
+    let (path, line) = (dir.join("release"), format!("{line}\n"));
+    tokio::task::spawn_blocking(move || std::fs::write(path, line))
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_waiting_on_a_server_hung_at_start_up_share_one_start_and_send_nothing_late() {
+    let Some((client, dir)) = controlled().await else {
+        return;
+    };
+    assert_eq!(act(&client, "count", 0, ANSWERED).await.unwrap(), "count 1");
+    std::fs::write(dir.path().join("hold_init"), "").unwrap();
+
+    // The server dies; four calls find it dead. One starts it again and the start hangs in
+    // `initialize`; the other three wait for that start instead of each starting one.
+    assert!(act(&client, "die", 0, ANSWERED)
+        .await
+        .unwrap_err()
+        .contains("exited"));
+    let calls: Vec<_> = (0..4)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move { act(&client, "ok", 0, ANSWERED).await })
+        })
+        .collect();
+    until("one start and three calls waiting for it", || {
+        client.starts() == 2 && client.waiting_for_start() == 3
+    })
+    .await;
+    // The start fails: every call waiting on it gets its error at once.
+    release(dir.path(), "fail").await;
+    for call in calls {
+        let e = call.await.unwrap().unwrap_err();
+        assert!(e.contains("initialize: the server exited"), "{e}");
+    }
+    assert_eq!(client.starts(), 2);
+
+    // The next call starts it again.
+    std::fs::remove_file(dir.path().join("hold_init")).unwrap();
+    assert!(act(&client, "ok", 0, ANSWERED)
+        .await
+        .unwrap()
+        .starts_with("ok "));
+    assert_eq!(client.starts(), 3);
+
+    // Calls that give up while a start hangs never reach the server later.
+    std::fs::write(dir.path().join("hold_init"), "").unwrap();
+    assert!(act(&client, "die", 0, ANSWERED)
+        .await
+        .unwrap_err()
+        .contains("exited"));
+    let starter = {
+        let client = client.clone();
+        tokio::spawn(async move { act(&client, "count", 0, ANSWERED).await })
+    };
+    until("a start held in initialize", || client.starts() == 4).await;
+    for _ in 0..3 {
+        // Their 2 s run out while the start is held: waited out by design.
+        let e = act(&client, "count", 0, UNANSWERED).await.unwrap_err();
+        assert!(e.contains("start"), "{e}");
+    }
+    std::fs::remove_file(dir.path().join("hold_init")).unwrap();
+    release(dir.path(), "go").await;
+    assert_eq!(starter.await.unwrap().unwrap(), "count 1");
+    assert_eq!(act(&client, "count", 0, ANSWERED).await.unwrap(), "count 2");
+    assert_eq!(client.starts(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_given_up_by_its_caller_is_withdrawn_and_cancelled() {
+    let Some((client, dir)) = controlled().await else {
+        return;
+    };
+    let log = dir.path().join("log");
+    let call = {
+        let client = client.clone();
+        tokio::spawn(async move { act(&client, "hang", 0, ANSWERED).await })
+    };
+    until("the server took the call", || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("hang "))
+    })
+    .await;
+    assert_eq!(client.in_flight(), 1);
+    // The episode gives up: its future is dropped.
+    call.abort();
+    assert!(call.await.unwrap_err().is_cancelled());
+    assert_eq!(client.in_flight(), 0, "the request is withdrawn");
+    let id = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("hang ").map(str::to_owned))
+        .unwrap();
+    let cancelled = act(&client, "cancelled", 0, ANSWERED).await.unwrap();
+    assert_eq!(cancelled, id, "the server was told");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_exits_while_its_helper_holds_stdout_fails_its_calls_at_once() {
+    let Some((client, dir)) = controlled().await else {
+        return;
+    };
+    // The server exits; a process it started in a session of its own keeps the server's
+    // stdout open, so the reader never sees it close. The call still ends with the exit,
+    // not after its 60 s.
+    let e = act(&client, "detach_die", 0, ANSWERED).await.unwrap_err();
+    let helper: i32 = std::fs::read_to_string(dir.path().join("helper"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    // SAFETY: a plain syscall on the helper the test double started.
+    unsafe { libc::kill(helper, libc::SIGKILL) };
+    assert!(e.contains("the server exited"), "{e}");
+    assert!(e.contains("still holds its output"), "{e}");
+    assert!(act(&client, "ok", 0, ANSWERED)
+        .await
+        .unwrap()
+        .starts_with("ok "));
+    assert_eq!(client.starts(), 2);
+}
+
 #[test]
 fn config_defaults_and_passthrough_parse() {
     let c: McpServerConfig = serde_json::from_value(json!({

@@ -7,6 +7,7 @@
 //! on the next call; a call past the timeout is cancelled with `notifications/cancelled`.
 
 pub mod client;
+mod current;
 mod http;
 
 use std::sync::Arc;

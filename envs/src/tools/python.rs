@@ -285,6 +285,8 @@ impl PythonTool {
                 if let Some(g) = &group {
                     g.kill_all();
                 }
+                // The snippet itself too, should it have moved to another process group.
+                let _ = child.start_kill();
                 let status = child.wait().await.ok();
                 (status, true)
             }

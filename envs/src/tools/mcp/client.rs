@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
+use super::current::{CancelOnDrop, Current};
 use super::http::HttpTransport;
 use crate::error::{Error, Result};
 
@@ -92,6 +93,12 @@ pub const BASE_ENV: [&str; 9] = [
 
 /// Messages queued for a server's stdin before it counts as not reading.
 const OUTBOX: usize = 64;
+/// How long the reader may go on after the server exited (reading what it wrote before)
+/// before the requests still waiting fail.
+const READER_GRACE: Duration = Duration::from_secs(2);
+/// How long past its deadline an HTTP call's async side waits for its blocking side, which
+/// keeps the deadline itself.
+const HTTP_GRACE: Duration = Duration::from_secs(1);
 
 fn default_call_timeout() -> f64 {
     30.0
@@ -200,20 +207,48 @@ impl Connection {
     /// marks the connection dead, so the next call starts a new server.
     fn abandon(&self) {
         self.alive.store(false, Ordering::Release);
-        // SAFETY: plain syscall on our child's process group.
-        unsafe {
-            libc::kill(-(self.child.id() as libc::pid_t), libc::SIGKILL);
-        }
+        kill_server(self.child.id());
+    }
+
+    fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
     }
 }
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        // SAFETY: plain syscall on our child's process group.
-        unsafe {
-            libc::kill(-(self.child.id() as libc::pid_t), libc::SIGKILL);
-        }
+        kill_server(self.child.id());
         let _ = self.child.wait();
+    }
+}
+
+/// Kills the server's process group, and the server itself should it have left its group.
+/// (Our child is reaped only when its `Connection` drops, so its pid cannot be reused
+/// before.)
+fn kill_server(pid: u32) {
+    // SAFETY: plain syscalls on our child and its process group.
+    unsafe {
+        libc::kill(-(pid as libc::pid_t), libc::SIGKILL);
+        libc::kill(pid as libc::pid_t, libc::SIGKILL);
+    }
+}
+
+/// A request sent and not yet settled: dropped armed (the caller's future was dropped), it
+/// withdraws the request and tells the server.
+struct Unanswered<'a> {
+    client: &'a McpClient,
+    conn: &'a Connection,
+    id: u64,
+    armed: bool,
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            lock(&self.conn.pending).remove(&self.id);
+            self.client
+                .cancel(self.conn, self.id, "the caller stopped waiting");
+        }
     }
 }
 
@@ -222,7 +257,7 @@ pub struct McpClient {
     config: McpServerConfig,
     /// Set for a server over Streamable HTTP (then `conn` stays empty).
     http: Option<HttpTransport>,
-    conn: Mutex<Option<Arc<Connection>>>,
+    conn: Current<Connection>,
     next_id: AtomicU64,
     starts: AtomicU64,
 }
@@ -259,7 +294,7 @@ impl McpClient {
         let client = Arc::new(Self {
             http,
             config,
-            conn: Mutex::new(None),
+            conn: Current::default(),
             next_id: AtomicU64::new(1),
             starts: AtomicU64::new(0),
         });
@@ -268,14 +303,16 @@ impl McpClient {
                 let this = client.clone();
                 unless_shutdown(move || {
                     let http = this.http.as_ref().expect("an HTTP client");
-                    http.session(&this.next_id)
-                        .map_err(|e| e.text().to_string())
+                    let deadline = Instant::now() + this.init_limit() + Duration::from_secs(1);
+                    http.session(&this.next_id, deadline, &AtomicBool::new(false))
+                        .map(drop)
                 })
                 .and_then(|r| r)
                 .map_err(|e| client.server_err(format!("initialize: {e}")))?
             }
             None => {
-                client.connection()?;
+                let deadline = Instant::now() + client.init_limit() + Duration::from_secs(1);
+                client.connection(deadline, &AtomicBool::new(false))?;
             }
         }
         Ok(client)
@@ -296,10 +333,7 @@ impl McpClient {
 
     /// The server process's id, while one runs.
     pub fn server_pid(&self) -> Option<u32> {
-        lock(&self.conn)
-            .as_ref()
-            .filter(|c| c.alive.load(Ordering::Acquire))
-            .map(|c| c.child.id())
+        self.conn.live(Connection::is_alive).map(|c| c.child.id())
     }
 
     /// `serverInfo` from the handshake of the current server.
@@ -307,21 +341,35 @@ impl McpClient {
         if let Some(http) = &self.http {
             return http.server_info();
         }
-        lock(&self.conn).as_ref().map(|c| c.server_info.clone())
+        self.conn.get().map(|c| c.server_info.clone())
     }
 
-    /// The live connection, (re)starting the server when there is none or it died.
-    fn connection(&self) -> Result<Arc<Connection>> {
-        let mut slot = lock(&self.conn);
-        if let Some(c) = slot.as_ref() {
-            if c.alive.load(Ordering::Acquire) {
-                return Ok(c.clone());
-            }
+    /// Requests sent and not yet answered, failed or given up.
+    pub fn in_flight(&self) -> usize {
+        if self.http.is_some() {
+            return 0; // each HTTP request waits on its own connection
         }
-        *slot = None;
-        let conn = Arc::new(self.start()?);
-        *slot = Some(conn.clone());
-        Ok(conn)
+        self.conn.get().map_or(0, |c| lock(&c.pending).len())
+    }
+
+    /// Calls now waiting for the server (or the HTTP session) that another call is starting.
+    pub fn waiting_for_start(&self) -> usize {
+        match &self.http {
+            Some(http) => http.waiting_for_start(),
+            None => self.conn.waiting(),
+        }
+    }
+
+    fn init_limit(&self) -> Duration {
+        Duration::from_secs_f64(self.config.init_timeout_secs.max(0.1))
+    }
+
+    /// The live connection, (re)starting the server when there is none or it died; when
+    /// another call is starting it, waits for that start up to `deadline`.
+    fn connection(&self, deadline: Instant, cancelled: &AtomicBool) -> Result<Arc<Connection>> {
+        self.conn
+            .get_or_start(deadline, cancelled, Connection::is_alive, || self.start())
+            .map_err(|e| self.server_err(e))
     }
 
     fn server_err(&self, message: impl std::fmt::Display) -> Error {
@@ -334,7 +382,8 @@ impl McpClient {
         }
     }
 
-    fn start(&self) -> Result<Connection> {
+    /// Starts the server and runs the handshake (errors as bare text, named by the caller).
+    fn start(&self) -> std::result::Result<Connection, String> {
         let cfg = &self.config;
         let mut cmd = Command::new(&cfg.command);
         cmd.env_clear();
@@ -356,14 +405,14 @@ impl McpClient {
         if let Some(dir) = &cfg.cwd {
             cmd.current_dir(dir);
         }
-        let mut child = cmd.spawn().map_err(|e| {
-            self.server_err(format!("cannot start `{}`: {e}", cfg.command.display()))
-        })?;
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start `{}`: {e}", cfg.command.display()))?;
         self.starts.fetch_add(1, Ordering::Relaxed);
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
-            return Err(self.server_err("server pipes missing"));
+            return Err("server pipes missing".into());
         };
         let pending: Pending = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
@@ -373,15 +422,21 @@ impl McpClient {
         let writing_since = Arc::new(AtomicU64::new(0));
         spawn_writer(stdin, queued, writing_since.clone(), epoch, alive.clone());
         spawn_stderr_reader(stderr, stderr_tail.clone());
+        let (reader_done, reader_ended) = std::sync::mpsc::channel::<()>();
+        let ends = Ends {
+            pending: pending.clone(),
+            alive: alive.clone(),
+            stderr_tail: stderr_tail.clone(),
+        };
         spawn_reader(
             stdout,
             outbox.clone(),
-            pending.clone(),
-            alive.clone(),
-            stderr_tail.clone(),
+            ends.clone(),
             cfg.max_line_bytes.max(1024),
             child.id(),
+            reader_done,
         );
+        spawn_exit_watcher(child.id(), reader_ended, ends);
         let mut conn = Connection {
             child,
             outbox,
@@ -393,34 +448,36 @@ impl McpClient {
             stderr_tail,
             server_info: Value::Null,
         };
-        let init_limit = Duration::from_secs_f64(cfg.init_timeout_secs.max(0.1));
+        let init_limit = self.init_limit();
         let params = json!({
             "protocolVersion": PROTOCOL_VERSION,
             "capabilities": {},
             "clientInfo": {"name": "agent-r1", "version": env!("CARGO_PKG_VERSION")},
         });
-        let rx = self.send(&conn, "initialize", params)?.ok_or_else(|| {
-            self.server_err(format!(
-                "initialize: the server exited{}",
-                tail_text(&conn.stderr_tail)
-            ))
-        })?;
-        let result = wait_blocking(rx, init_limit).map_err(|e| {
-            self.server_err(format!("initialize: {e}{}", tail_text(&conn.stderr_tail)))
-        })?;
+        let (_, rx) = self
+            .send(&conn, "initialize", params)
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| {
+                format!(
+                    "initialize: the server exited{}",
+                    tail_text(&conn.stderr_tail)
+                )
+            })?;
+        let result = wait_blocking(rx, Instant::now() + init_limit, init_limit)
+            .map_err(|e| format!("initialize: {e}{}", tail_text(&conn.stderr_tail)))?;
         let version = result
             .get("protocolVersion")
             .and_then(Value::as_str)
             .unwrap_or_default();
         if !SUPPORTED_VERSIONS.contains(&version) {
-            return Err(self.server_err(format!(
+            return Err(format!(
                 "server speaks protocol `{version}` (supported: {})",
                 SUPPORTED_VERSIONS.join(", ")
-            )));
+            ));
         }
         conn.server_info = result.get("serverInfo").cloned().unwrap_or(Value::Null);
         conn.write(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-            .map_err(|e| self.server_err(format!("notifications/initialized: {e}")))?;
+            .map_err(|e| format!("notifications/initialized: {e}"))?;
         Ok(conn)
     }
 
@@ -454,32 +511,47 @@ impl McpClient {
     }
 
     /// Sends `method` on the live connection; when that connection turns out to have died
-    /// before the request was written, once more on a newly started server.
+    /// before the request was written, once more on a newly started server. Waiting for a
+    /// start that another call runs ends at `deadline`.
     fn send_live(
         &self,
         method: &str,
-        params: Value,
+        params: &Value,
+        deadline: Instant,
+        cancelled: &AtomicBool,
     ) -> Result<(Arc<Connection>, u64, oneshot::Receiver<Reply>)> {
         for _ in 0..2 {
-            let conn = self.connection()?;
+            let conn = self.connection(deadline, cancelled)?;
             if let Some((id, rx)) = self.send(&conn, method, params.clone())? {
                 return Ok((conn, id, rx));
             }
         }
-        Err(self.server_err(format!(
-            "{method}: the server died twice before the request"
-        )))
+        Err(self.died_twice(method))
     }
 
-    /// Sends `method` and waits (blocking the thread) up to `limit`.
+    fn died_twice(&self, method: &str) -> Error {
+        self.server_err(format!(
+            "{method}: the server died twice before the request"
+        ))
+    }
+
+    /// Sends `method` and waits (blocking the thread) up to `limit`, start included.
     pub fn request_blocking(&self, method: &str, params: Value, limit: Duration) -> Result<Value> {
+        let deadline = Instant::now() + limit;
         if let Some(http) = &self.http {
             return http
-                .request(&self.next_id, method, params, limit)
+                .request(
+                    &self.next_id,
+                    method,
+                    params,
+                    limit,
+                    deadline,
+                    &AtomicBool::new(false),
+                )
                 .map_err(|e| self.server_err(format!("{method}: {e}")));
         }
-        let (conn, id, rx) = self.send_live(method, params)?;
-        let outcome = wait_blocking((id, rx), limit);
+        let (conn, id, rx) = self.send_live(method, &params, deadline, &AtomicBool::new(false))?;
+        let outcome = wait_blocking(rx, deadline, limit);
         self.settle(&conn, id, method, limit, outcome)
     }
 
@@ -519,34 +591,73 @@ impl McpClient {
         }
     }
 
-    /// Sends `method` and awaits the answer up to `limit`. A server that died is restarted
-    /// first (on a blocking thread).
+    /// Sends `method` and awaits the answer; `limit` bounds the whole call, a restart of
+    /// the server included. A server that died is restarted first, on a blocking thread, by
+    /// one call while the others wait for it. Dropping the future (the episode gave up)
+    /// withdraws the request and tells the server.
     pub async fn request(
         self: &Arc<Self>,
         method: &str,
         params: Value,
         limit: Duration,
     ) -> Result<Value> {
+        let deadline = Instant::now() + limit;
+        let cancel = CancelOnDrop::default();
         if self.http.is_some() {
-            let this = self.clone();
-            let method = method.to_string();
-            return tokio::task::spawn_blocking(move || {
-                this.request_blocking(&method, params, limit)
-            })
-            .await
-            .map_err(|e| self.server_err(format!("request task failed: {e}")))?;
+            let (this, method_owned, flag) = (self.clone(), method.to_string(), cancel.flag());
+            let call = tokio::task::spawn_blocking(move || {
+                let http = this.http.as_ref().expect("an HTTP client");
+                http.request(&this.next_id, &method_owned, params, limit, deadline, &flag)
+                    .map_err(|e| this.server_err(format!("{method_owned}: {e}")))
+            });
+            // The blocking side keeps the deadline itself; this is its backstop.
+            let backstop = tokio::time::Instant::from_std(deadline + HTTP_GRACE);
+            return match tokio::time::timeout_at(backstop, call).await {
+                Ok(joined) => {
+                    joined.map_err(|e| self.server_err(format!("request task failed: {e}")))?
+                }
+                Err(_) => Err(self.server_err(format!("{method}: no answer within {limit:?}"))),
+            };
         }
-        let this = self.clone();
-        let method_owned = method.to_string();
-        let (conn, id, rx) =
-            tokio::task::spawn_blocking(move || this.send_live(&method_owned, params))
-                .await
-                .map_err(|e| self.server_err(format!("start task failed: {e}")))??;
-        let outcome = match tokio::time::timeout(limit, rx).await {
+        let mut tries = 0;
+        let (conn, id, rx) = loop {
+            let conn = match self.conn.live(Connection::is_alive) {
+                Some(conn) => conn,
+                None => {
+                    let (this, flag) = (self.clone(), cancel.flag());
+                    let start =
+                        tokio::task::spawn_blocking(move || this.connection(deadline, &flag));
+                    match tokio::time::timeout_at(deadline.into(), start).await {
+                        Ok(joined) => joined
+                            .map_err(|e| self.server_err(format!("start task failed: {e}")))??,
+                        Err(_) => {
+                            return Err(self.server_err(format!(
+                                "{method}: the server did not start within {limit:?}"
+                            )))
+                        }
+                    }
+                }
+            };
+            if let Some((id, rx)) = self.send(&conn, method, params.clone())? {
+                break (conn, id, rx);
+            }
+            tries += 1;
+            if tries == 2 {
+                return Err(self.died_twice(method));
+            }
+        };
+        let mut unanswered = Unanswered {
+            client: self,
+            conn: &conn,
+            id,
+            armed: true,
+        };
+        let outcome = match tokio::time::timeout_at(deadline.into(), rx).await {
             Ok(Ok(reply)) => reply,
             Ok(Err(_)) => Err("the server closed the connection".to_string()),
             Err(_) => Err(format!("no answer within {limit:?}")),
         };
+        unanswered.armed = false;
         self.settle(&conn, id, method, limit, outcome)
     }
 
@@ -626,10 +737,10 @@ fn unless_shutdown<T: Send + 'static>(
 }
 
 fn wait_blocking(
-    (_, mut rx): (u64, oneshot::Receiver<Reply>),
+    mut rx: oneshot::Receiver<Reply>,
+    deadline: Instant,
     limit: Duration,
 ) -> std::result::Result<Value, String> {
-    let deadline = Instant::now() + limit;
     loop {
         match rx.try_recv() {
             Ok(reply) => return reply,
@@ -704,19 +815,40 @@ fn read_capped_line(r: &mut impl BufRead, buf: &mut Vec<u8>, cap: usize) -> std:
     }
 }
 
-fn spawn_reader(
-    stdout: impl Read + Send + 'static,
-    outbox: SyncSender<Vec<u8>>,
+/// What the threads that can see a server's end share: the requests waiting on it, whether
+/// it is alive, and its stderr tail.
+#[derive(Clone)]
+struct Ends {
     pending: Pending,
     alive: Arc<AtomicBool>,
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
+}
+
+impl Ends {
+    /// Marks the connection dead, then fails every waiting request with `why` and the
+    /// stderr tail (in that order, under the lock `send` inserts under: see there).
+    fn fail_all(&self, why: &str) {
+        self.alive.store(false, Ordering::Release);
+        let why = format!("{why}{}", tail_text(&self.stderr_tail));
+        for (_, tx) in lock(&self.pending).drain() {
+            let _ = tx.send(Err(why.clone()));
+        }
+    }
+}
+
+fn spawn_reader(
+    stdout: impl Read + Send + 'static,
+    outbox: SyncSender<Vec<u8>>,
+    ends: Ends,
     max_line_bytes: usize,
     pid: u32,
+    done: std::sync::mpsc::Sender<()>,
 ) {
     let answer = move |msg: &Value| {
         let _ = outbox.try_send(frame(msg));
     };
     std::thread::spawn(move || {
+        let _done = done; // dropped when this thread ends: the exit watcher's sign
         let mut reader = BufReader::new(stdout);
         let mut buf = Vec::new();
         let ended = loop {
@@ -725,10 +857,7 @@ fn spawn_reader(
                 Ok(false) => break "the server exited".to_string(),
                 Err(e) => {
                     // A runaway line: the server is broken; kill it rather than read on.
-                    // SAFETY: plain syscall on our child's process group.
-                    unsafe {
-                        libc::kill(-(pid as libc::pid_t), libc::SIGKILL);
-                    }
+                    kill_server(pid);
                     break format!("{e}; restarted");
                 }
             }
@@ -760,17 +889,50 @@ fn spawn_reader(
                         )),
                         (None, None) => Err("response without result or error".into()),
                     };
-                    if let Some(tx) = lock(&pending).remove(&id) {
+                    if let Some(tx) = lock(&ends.pending).remove(&id) {
                         let _ = tx.send(reply);
                     }
                 }
                 (None, None) => {}
             }
         };
-        alive.store(false, Ordering::Release);
-        let tail = tail_text(&stderr_tail);
-        for (_, tx) in lock(&pending).drain() {
-            let _ = tx.send(Err(format!("{ended}{tail}")));
+        ends.fail_all(&ended);
+    });
+}
+
+/// Watches the server process itself. Its stdout closing is the usual sign that it exited,
+/// but a process it started outside its group (`setsid`) can hold stdout open after it
+/// exited, and the calls waiting on it would each wait out their limit. Once the server has
+/// exited, the reader gets `READER_GRACE` to read what was written before; when it is still
+/// reading after that, the connection is marked dead and the waiting requests fail. (The
+/// reader thread then ends when that other process closes its stdout.)
+fn spawn_exit_watcher(pid: u32, reader_ended: std::sync::mpsc::Receiver<()>, ends: Ends) {
+    // SAFETY: a plain syscall; a negative result is an error, checked below.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) } as libc::c_int;
+    if fd < 0 {
+        return; // a kernel before 5.3: the reader's end of input is the only sign
+    }
+    std::thread::spawn(move || {
+        let mut watched = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        loop {
+            // SAFETY: one valid pollfd; the pidfd becomes readable when the process exits.
+            let ready = unsafe { libc::poll(&mut watched, 1, -1) };
+            if ready > 0
+                || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted
+            {
+                break;
+            }
+        }
+        // SAFETY: our own descriptor, closed once.
+        unsafe { libc::close(fd) };
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+            reader_ended.recv_timeout(READER_GRACE)
+        {
+            ends.fail_all("the server exited (a process it started still holds its output)");
         }
     });
 }

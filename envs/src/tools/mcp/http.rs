@@ -7,21 +7,23 @@
 //!
 //! Blocking (ureq), run on the blocking pool: each request has the call's deadline, the
 //! answer is read up to `max_line_bytes`, and a failed or timed-out request drops the
-//! session so the next call starts a fresh one ("restart" for a server the client does not
-//! own).
+//! session it used (not a newer one) so the next call starts a fresh one ("restart" for a
+//! server the client does not own). One call at a time runs the `initialize` handshake;
+//! the others wait for it.
 
 use std::io::{BufRead, BufReader, Read};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 use super::client::{McpServerConfig, PROTOCOL_VERSION, SUPPORTED_VERSIONS};
+use super::current::Current;
 
 /// One session with a Streamable HTTP server.
 #[derive(Debug, Clone)]
-struct Session {
+pub(crate) struct Session {
     id: Option<String>,
     protocol: String,
     server_info: Value,
@@ -34,7 +36,7 @@ pub(crate) struct HttpTransport {
     max_bytes: usize,
     init_limit: Duration,
     restart_after: u32,
-    session: Mutex<Option<Session>>,
+    session: Current<Session>,
     /// Sessions started (1 + restarts).
     pub(crate) starts: AtomicU64,
     timeouts: AtomicU32,
@@ -68,33 +70,39 @@ impl HttpTransport {
             max_bytes: config.max_line_bytes,
             init_limit: Duration::from_secs_f64(config.init_timeout_secs),
             restart_after: config.restart_after_timeouts.max(1),
-            session: Mutex::new(None),
+            session: Current::default(),
             starts: AtomicU64::new(0),
             timeouts: AtomicU32::new(0),
         }
     }
 
-    fn current(&self) -> Option<Session> {
-        self.session
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    fn set(&self, session: Option<Session>) {
-        *self.session.lock().unwrap_or_else(|p| p.into_inner()) = session;
-    }
-
     /// `serverInfo` of the current session.
     pub(crate) fn server_info(&self) -> Option<Value> {
-        self.current().map(|s| s.server_info)
+        self.session.get().map(|s| s.server_info.clone())
     }
 
-    /// The current session, or a new one (the `initialize` handshake).
-    pub(crate) fn session(&self, next_id: &AtomicU64) -> Result<(), Failure> {
-        if self.current().is_some() {
-            return Ok(());
-        }
+    /// Calls waiting for the `initialize` handshake another call runs.
+    pub(crate) fn waiting_for_start(&self) -> usize {
+        self.session.waiting()
+    }
+
+    /// The current session, or a new one (the handshake, run by one caller at a time; the
+    /// others wait for it up to `deadline`).
+    pub(crate) fn session(
+        &self,
+        next_id: &AtomicU64,
+        deadline: Instant,
+        cancelled: &AtomicBool,
+    ) -> Result<Arc<Session>, String> {
+        self.session.get_or_start(
+            deadline,
+            cancelled,
+            |_| true,
+            || self.initialize(next_id).map_err(|e| e.text().to_string()),
+        )
+    }
+
+    fn initialize(&self, next_id: &AtomicU64) -> Result<Session, Failure> {
         let id = next_id.fetch_add(1, Ordering::Relaxed);
         let init = json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
             "protocolVersion": PROTOCOL_VERSION,
@@ -128,54 +136,69 @@ impl HttpTransport {
                 }
             })?;
         self.starts.fetch_add(1, Ordering::Relaxed);
-        self.set(Some(session));
-        Ok(())
+        Ok(session)
     }
 
-    /// Sends request `method` and returns its result. A failure drops the session when it
-    /// was not a timeout, or after `restart_after_timeouts` timeouts in a row; a 404 (the
-    /// session ended) starts a new session and tries once more.
+    /// Sends request `method` and returns its result, all by `deadline` (`limit` from the
+    /// call's start, named in a timeout's message). A failure drops the
+    /// session when it was not a timeout, or after `restart_after_timeouts` timeouts in a
+    /// row; a 404 (the session ended) starts a new session and tries once more.
     pub(crate) fn request(
         &self,
         next_id: &AtomicU64,
         method: &str,
         params: Value,
         limit: Duration,
+        deadline: Instant,
+        cancelled: &AtomicBool,
     ) -> Result<Value, String> {
+        let timed_out = || Failure::Timeout(format!("no answer within {limit:?}"));
         for attempt in 0..2 {
-            self.session(next_id).map_err(|e| self.failed(e))?;
-            let session = self.current();
+            let session = self.session(next_id, deadline, cancelled)?;
+            if cancelled.load(Ordering::Acquire) {
+                return Err("the call was given up".into());
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(self.failed(timed_out(), &session));
+            }
             let id = next_id.fetch_add(1, Ordering::Relaxed);
             let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-            match self.post(&msg, session.as_ref(), Some(id), limit) {
+            match self.post(&msg, Some(&session), Some(id), left) {
                 Ok((Some(answer), _)) => {
                     self.timeouts.store(0, Ordering::Relaxed);
                     return answer_of(answer, id);
                 }
-                Ok((None, _)) => return Err(self.failed(Failure::Other("no answer".into()))),
-                Err(Failure::Other(m)) if m.starts_with("HTTP 404") && attempt == 0 => {
-                    self.set(None); // the session ended on the server: start another
+                Ok((None, _)) => {
+                    return Err(self.failed(Failure::Other("no answer".into()), &session))
                 }
-                Err(e) => return Err(self.failed(e)),
+                Err(Failure::Other(m)) if m.starts_with("HTTP 404") && attempt == 0 => {
+                    // The session ended on the server: start another.
+                    self.session.clear_if(&session);
+                }
+                Err(Failure::Timeout(_)) => return Err(self.failed(timed_out(), &session)),
+                Err(e) => return Err(self.failed(e, &session)),
             }
         }
-        Err(self.failed(Failure::Other("the session ended twice".into())))
+        Err("the session ended twice".into())
     }
 
-    fn failed(&self, failure: Failure) -> String {
+    /// The text of a failure of a request on `session`, which it drops when the failure
+    /// calls for a new session.
+    fn failed(&self, failure: Failure, session: &Arc<Session>) -> String {
         match failure {
             Failure::Timeout(m) => {
                 let missed = self.timeouts.fetch_add(1, Ordering::Relaxed) + 1;
                 if missed >= self.restart_after {
                     self.timeouts.store(0, Ordering::Relaxed);
-                    self.set(None);
+                    self.session.clear_if(session);
                     format!("{m} ({missed} in a row; a new session is started)")
                 } else {
                     m
                 }
             }
             Failure::Other(m) => {
-                self.set(None);
+                self.session.clear_if(session);
                 format!("{m} (a new session is started)")
             }
         }
