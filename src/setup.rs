@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use agent_r1_actors::chat_template::{ChatTemplate, TemplateVars, QWEN2_5_CHAT_TEMPLATE};
 use agent_r1_actors::engine::{start_supervised, EngineConfig, EngineHandle, EngineRestartPolicy};
@@ -155,12 +156,46 @@ pub fn engine(
 /// of the engine thread's time before, and finishing turns fell from 2.1 s to 0.7 s per 42 s
 /// run with it. The episodes still get their fair share of CPU time; only wake-up preemption
 /// changes.
-pub fn actor_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+pub fn actor_runtime() -> anyhow::Result<ActorRuntime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .on_thread_start(batch_scheduling)
         .build()
+        .map(|rt| ActorRuntime(Some(rt)))
         .context("starting the async runtime")
+}
+
+/// How long a command's end waits for the runtime's blocking work.
+const RUNTIME_SHUTDOWN: Duration = Duration::from_secs(5);
+
+/// The actor runtime of a command. Dropped on any return (an error included), it waits at
+/// most `RUNTIME_SHUTDOWN` for blocking work: a plain runtime's drop waits for good, and a
+/// hung env or tool call of an episode that already timed out would keep the process alive,
+/// with its signal handling gone.
+pub struct ActorRuntime(Option<tokio::runtime::Runtime>);
+
+impl ActorRuntime {
+    /// Shuts down now, waiting at most `limit` for blocking work.
+    pub fn shutdown_timeout(mut self, limit: Duration) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_timeout(limit);
+        }
+    }
+}
+
+impl std::ops::Deref for ActorRuntime {
+    type Target = tokio::runtime::Runtime;
+    fn deref(&self) -> &Self::Target {
+        self.0.as_ref().expect("the runtime lives until dropped")
+    }
+}
+
+impl Drop for ActorRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_timeout(RUNTIME_SHUTDOWN);
+        }
+    }
 }
 
 #[cfg(target_os = "linux")]

@@ -611,6 +611,9 @@ impl Run {
         {
             self.engine.inject_panic_after(steps)?;
         }
+        if self.faults.engine_stop_after_first_update && self.step == 0 {
+            self.engine.shutdown();
+        }
         if let Some(cluster) = &self.cluster {
             let remote = cluster.publish(&self.learner, self.version);
             self.sampler.while_sampling(remote).await??;

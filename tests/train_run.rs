@@ -538,3 +538,19 @@ fn two_engines_on_the_cpu_train_end_to_end_both_sample_and_survive_a_crash() {
         assert_eq!(row["stale_tokens_dropped"], 0, "{row}");
     }
 }
+
+/// A rollout that fails as a whole ends the run with its reason: once the first update is
+/// published, the engine stops for good (fault injection, as one past its restart policy
+/// does). The sampler waits on trajectories from a channel it also holds a sender of, so it
+/// must see the service's end itself rather than wait for the channel to close.
+#[test]
+fn a_rollout_that_stops_for_good_ends_the_run_with_its_reason() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), 3, 2, 4, 10);
+    let run = tmp.path().join("run");
+    let (code, _, err) =
+        Trainer::start_with(&cfg, &run, &["--inject-engine-stop-after-update"]).finish();
+    assert_ne!(code, Some(0), "{err}");
+    assert!(err.contains("the rollout stopped"), "{err}");
+    assert!(err.contains("inference engine stopped"), "{err}");
+}

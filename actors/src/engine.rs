@@ -444,9 +444,14 @@ impl EngineHandle {
         self.check_not_stopped()?;
         match tokio::time::timeout_at(deadline, rx).await {
             Err(_) => Err(timed_out()),
-            Ok(Err(_)) => Err(Error::EngineStopped(
-                "the engine dropped the request (it failed or shut down)".into(),
-            )),
+            // Dropped by an engine that stopped for good (it records why first), or by a
+            // thread that failed and was restarted: then only this turn is lost.
+            Ok(Err(_)) => match self.failure.get() {
+                Some(_) => Err(self.stopped()),
+                None => Err(Error::TurnFailed(
+                    "the engine dropped the request (its thread failed)".into(),
+                )),
+            },
             Ok(Ok(result)) => result,
         }
     }

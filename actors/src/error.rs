@@ -41,6 +41,10 @@ pub enum Error {
     /// The inference engine stopped (its thread failed or was shut down).
     #[error("inference engine stopped: {0}")]
     EngineStopped(String),
+    /// The engine gave up on one turn (its thread failed while running it) and goes on
+    /// serving others: the episode can be tried again.
+    #[error("the inference engine gave up on this turn: {0}")]
+    TurnFailed(String),
     /// A wait ran past its limit.
     #[error("timed out after {after:?} waiting for {what}")]
     Timeout {

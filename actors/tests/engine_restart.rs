@@ -197,7 +197,7 @@ fn a_turn_in_two_crashes_fails_and_too_many_crashes_stop_the_engine_with_the_rea
             .unwrap();
         let err = long_turn.await.unwrap().unwrap_err();
         assert!(
-            matches!(&err, Error::EngineStopped(m) if m.contains("crashed 2 times while running this turn")),
+            matches!(&err, Error::TurnFailed(m) if m.contains("crashed 2 times while running this turn")),
             "{err}"
         );
         wait_for_restarts(&engine, 2).await;

@@ -45,6 +45,10 @@ pub(crate) struct TrainCmdArgs {
     /// published, every engine thread panics after this many decode steps.
     #[arg(long, hide = true)]
     inject_engine_panic_after: Option<u64>,
+    /// Fault injection for the sampler's test: once the first update's weights are
+    /// published, every engine stops for good.
+    #[arg(long, hide = true)]
+    inject_engine_stop_after_update: bool,
 }
 
 pub(crate) fn run(args: TrainCmdArgs, registries: Registries) -> anyhow::Result<()> {
@@ -64,6 +68,7 @@ pub(crate) fn run(args: TrainCmdArgs, registries: Registries) -> anyhow::Result<
             hang: args.inject_hang,
             tool_fault_rate: args.inject_tool_faults,
             engine_panic_after_steps: args.inject_engine_panic_after,
+            engine_stop_after_first_update: args.inject_engine_stop_after_update,
         },
     })?;
     println!("{}", train::summary_table(&summary));

@@ -74,6 +74,9 @@ pub struct Faults {
     /// Once the first update's weights are published, every engine thread panics after this
     /// many more decode steps (and its actor restarts it).
     pub engine_panic_after_steps: Option<u64>,
+    /// Once the first update's weights are published, every engine stops for good (as one
+    /// past its restart policy does), so the rollout fails as a whole.
+    pub engine_stop_after_first_update: bool,
 }
 
 impl Faults {

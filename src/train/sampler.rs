@@ -29,6 +29,8 @@ use super::tasks::TaskStream;
 
 /// Trajectories buffered between the service and the batcher.
 const TRAJECTORY_BUFFER: usize = 256;
+/// How long a failed feeder waits for the service's end, to report its reason.
+const SERVICE_END: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Where the feeder is in the stream.
 #[derive(Debug, Default)]
@@ -316,9 +318,36 @@ impl Sampler {
                     )
                 }
             },
+            // The sampler's own sink keeps the channel open: the service's end is seen here.
+            () = async { self.service.as_ref().expect("guarded").stopped().await },
+                if self.service.is_some() && !self.closed =>
+            {
+                while let Ok(t) = self.trajectories.try_recv() {
+                    self.take_in(t);
+                }
+                self.closed = true;
+                let report = self.service.take().expect("guarded").finish().await?;
+                anyhow::bail!(
+                    "the rollout stopped: {}",
+                    report.summary.fatal.unwrap_or_else(|| "it ended without a reason".into())
+                )
+            }
             r = async { self.feeder.as_mut().expect("guarded").await }, if self.feeder.is_some() => {
                 self.feeder = None;
-                r.context("the task feeder panicked")?
+                let fed = r.context("the task feeder panicked")?;
+                if fed.is_err() && !self.closed {
+                    // A feeder fails when the service stops taking tasks: the service's own
+                    // reason is the one to report.
+                    let service = self.service.as_ref().expect("open while not closed");
+                    if tokio::time::timeout(SERVICE_END, service.stopped()).await.is_ok() {
+                        self.closed = true;
+                        let report = self.service.take().expect("guarded").finish().await?;
+                        if let Some(fatal) = report.summary.fatal {
+                            anyhow::bail!("the rollout stopped: {fatal}");
+                        }
+                    }
+                }
+                fed
             }
         }
     }

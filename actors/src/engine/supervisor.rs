@@ -24,7 +24,7 @@ use crossbeam::channel::Receiver;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::oneshot;
 
-use super::worker::{self, fail_turns, Exit, Start};
+use super::worker::{self, give_up_turns, Exit, Start};
 use super::{check_config, Command, EngineConfig, EngineHandle, EngineStats};
 use crate::model::PolicyModel;
 use crate::tokenizer::HfTokenizer;
@@ -240,7 +240,7 @@ impl Actor for EngineActor {
                 let (poisoned, carried) = std::mem::take(&mut exit.carried)
                     .into_iter()
                     .partition(|w| w.crashes >= CRASHES_PER_TURN);
-                fail_turns(
+                give_up_turns(
                     poisoned,
                     &format!(
                         "the engine thread crashed {CRASHES_PER_TURN} times while running this \

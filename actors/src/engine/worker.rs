@@ -252,6 +252,14 @@ fn plan_memory(
     engine_share::plan(&request, memory::now(p.device)?)
 }
 
+/// Answers `turns` the engine gives up on, while it goes on serving, with
+/// `TurnFailed(reason)`.
+pub(super) fn give_up_turns(turns: Vec<Waiting>, reason: &str) {
+    for w in turns {
+        let _ = w.reply.send(Err(Error::TurnFailed(reason.to_string())));
+    }
+}
+
 /// Answers `turns` with `EngineStopped(reason)`.
 pub(super) fn fail_turns(turns: Vec<Waiting>, reason: &str) {
     for w in turns {

@@ -185,7 +185,9 @@ fn serve(
                 tokenizer_from,
                 reply,
             } => {
-                let _ = reply.send(learner.save(&dir, tokenizer_from.as_deref()));
+                let _ = reply.send(guarded("saving the policy", || {
+                    learner.save(&dir, tokenizer_from.as_deref())
+                }));
             }
             Command::SaveOptimizer { path, reply } => {
                 let _ = reply.send(guarded("saving the optimizer state", || {

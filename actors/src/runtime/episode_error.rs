@@ -115,3 +115,16 @@ impl From<crate::Error> for EpisodeError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_turn_the_engine_gave_up_on_is_retried_and_a_stopped_engine_ends_the_run() {
+        let gave_up = EpisodeError::from(crate::Error::TurnFailed("crashed twice".into()));
+        assert!(!gave_up.is_fatal() && gave_up.worth_retrying(), "{gave_up}");
+        let stopped = EpisodeError::from(crate::Error::EngineStopped("shut down".into()));
+        assert!(stopped.is_fatal(), "{stopped}");
+    }
+}

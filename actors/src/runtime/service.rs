@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{Actor, ActorRef};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::episode::Shared;
@@ -50,6 +50,8 @@ pub struct RolloutService {
     supervisor: ActorRef<SupervisorMsg>,
     supervisor_join: JoinHandle<()>,
     done: oneshot::Receiver<super::RolloutSummary>,
+    /// Set once the supervisor has stopped.
+    ended: watch::Receiver<bool>,
     pools: Vec<(String, ActorRef<ToolPoolMsg>, JoinHandle<()>)>,
 }
 
@@ -111,14 +113,20 @@ impl RolloutService {
             shared,
             done: done_tx,
         };
-        let (supervisor, supervisor_join) = Actor::spawn(None, RolloutSupervisor, args)
+        let (supervisor, actor_join) = Actor::spawn(None, RolloutSupervisor, args)
             .await
             .map_err(|e| spawn_err("the rollout supervisor", e))?;
+        let (ended_tx, ended) = watch::channel(false);
+        let supervisor_join = tokio::spawn(async move {
+            let _ = actor_join.await;
+            ended_tx.send_replace(true);
+        });
         Ok(Self {
             tasks: Some(TaskSender(tx)),
             supervisor,
             supervisor_join,
             done,
+            ended,
             pools,
         })
     }
@@ -134,6 +142,14 @@ impl RolloutService {
     /// Submits one episode.
     pub async fn submit(&self, request: EpisodeRequest) -> Result<()> {
         self.tasks().submit(request).await
+    }
+
+    /// Resolves once the service has stopped on its own: a fatal failure (its summary's
+    /// `fatal` says which) or an abort. A consumer waiting for trajectories selects on it,
+    /// since other senders of its channel may outlive the service.
+    pub async fn stopped(&self) {
+        let mut ended = self.ended.clone();
+        let _ = ended.wait_for(|&ended| ended).await;
     }
 
     /// Takes no more tasks; the episodes in flight (and their retries) still finish.
