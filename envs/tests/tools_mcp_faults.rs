@@ -165,8 +165,10 @@ async fn until(what: &str, ready: impl Fn() -> bool) {
 /// Answers the `initialize` that the server holds (its FIFO open blocks until it reads).
 async fn release(dir: &std::path::Path, line: &str) {
     let (path, line) = (dir.join("release"), format!("{line}\n"));
-    tokio::task::spawn_blocking(move || std::fs::write(path, line))
+    let write = tokio::task::spawn_blocking(move || std::fs::write(path, line));
+    tokio::time::timeout(Duration::from_secs(120), write)
         .await
+        .expect("the server opens its release FIFO within 120 s")
         .unwrap()
         .unwrap();
 }
@@ -221,14 +223,18 @@ async fn calls_waiting_on_a_server_hung_at_start_up_share_one_start_and_send_not
         let client = client.clone();
         tokio::spawn(async move { act(&client, "count", 0, ANSWERED).await })
     };
-    until("a start held in initialize", || client.starts() == 4).await;
+    let log = dir.path().join("log");
+    until("a fourth server in initialize", || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.matches("start ").count() == 4)
+    })
+    .await;
     for _ in 0..3 {
         // Their 2 s run out while the start is held: waited out by design.
         let e = act(&client, "count", 0, UNANSWERED).await.unwrap_err();
         assert!(e.contains("start"), "{e}");
     }
-    std::fs::remove_file(dir.path().join("hold_init")).unwrap();
     release(dir.path(), "go").await;
+    std::fs::remove_file(dir.path().join("hold_init")).unwrap();
     assert_eq!(starter.await.unwrap().unwrap(), "count 1");
     assert_eq!(act(&client, "count", 0, ANSWERED).await.unwrap(), "count 2");
     assert_eq!(client.starts(), 4);

@@ -62,7 +62,12 @@ pub(crate) struct Sampler {
     /// Where tasks go besides (or instead of) the local service.
     remote: Option<RemoteTasks>,
     trajectories: mpsc::Receiver<Trajectory>,
+    /// No more trajectories will come from the service.
     closed: bool,
+    /// Why the service stopped on its own, once seen.
+    stopped_with: Option<String>,
+    /// The feeder's error, until reported.
+    feeder_failed: Option<anyhow::Error>,
     batcher: GroupBatcher,
     group_size: usize,
     stream: Arc<Mutex<TaskStream>>,
@@ -101,6 +106,8 @@ impl Sampler {
             remote: None,
             trajectories,
             closed: false,
+            stopped_with: None,
+            feeder_failed: None,
             batcher: GroupBatcher::new(group_size, groups_per_batch),
             group_size,
             stream: Arc::new(Mutex::new(stream)),
@@ -298,57 +305,60 @@ impl Sampler {
         }
     }
 
-    /// Waits for one trajectory (or the feeder's end) and takes it in.
+    /// Waits for one trajectory (or the feeder's end, or the service's) and takes it in.
+    /// Cancel-safe (it runs inside `select!` beside an update): each branch only records
+    /// what it saw, and the waits that follow pick up from `self`.
     async fn receive(&mut self) -> anyhow::Result<()> {
+        self.check_end().await?;
         tokio::select! {
             t = self.trajectories.recv(), if !self.closed => match t {
-                Some(t) => {
-                    self.take_in(t);
-                    Ok(())
-                }
+                Some(t) => self.take_in(t),
                 None => {
                     self.closed = true;
-                    let report = match self.service.take() {
-                        Some(service) => service.finish().await?,
-                        None => RolloutReport::default(),
-                    };
-                    anyhow::bail!(
-                        "the rollout stopped: {}",
-                        report.summary.fatal.unwrap_or_else(|| "it ended without a reason".into())
-                    )
+                    self.stopped_with
+                        .get_or_insert_with(|| "the trajectory channel closed".into());
                 }
             },
             // The sampler's own sink keeps the channel open: the service's end is seen here.
-            () = async { self.service.as_ref().expect("guarded").stopped().await },
+            fatal = async { self.service.as_ref().expect("guarded").stopped().await },
                 if self.service.is_some() && !self.closed =>
             {
                 while let Ok(t) = self.trajectories.try_recv() {
                     self.take_in(t);
                 }
                 self.closed = true;
-                let report = self.service.take().expect("guarded").finish().await?;
-                anyhow::bail!(
-                    "the rollout stopped: {}",
-                    report.summary.fatal.unwrap_or_else(|| "it ended without a reason".into())
-                )
+                self.stopped_with =
+                    Some(fatal.unwrap_or_else(|| "it ended without a reason".into()));
             }
             r = async { self.feeder.as_mut().expect("guarded").await }, if self.feeder.is_some() => {
                 self.feeder = None;
-                let fed = r.context("the task feeder panicked")?;
-                if fed.is_err() && !self.closed {
-                    // A feeder fails when the service stops taking tasks: the service's own
-                    // reason is the one to report.
-                    let service = self.service.as_ref().expect("open while not closed");
-                    if tokio::time::timeout(SERVICE_END, service.stopped()).await.is_ok() {
-                        self.closed = true;
-                        let report = self.service.take().expect("guarded").finish().await?;
-                        if let Some(fatal) = report.summary.fatal {
-                            anyhow::bail!("the rollout stopped: {fatal}");
-                        }
-                    }
+                if let Err(e) = r.context("the task feeder panicked")? {
+                    self.feeder_failed = Some(e);
                 }
-                fed
             }
+        }
+        self.check_end().await
+    }
+
+    /// Fails once sampling cannot go on: the service stopped (its reason), or the feeder
+    /// failed (the service's reason when that is why: a feeder fails when the service stops
+    /// taking tasks, so its end is waited for a little).
+    async fn check_end(&mut self) -> anyhow::Result<()> {
+        if self.feeder_failed.is_some() && self.stopped_with.is_none() {
+            if let Some(service) = &self.service {
+                if let Ok(fatal) = tokio::time::timeout(SERVICE_END, service.stopped()).await {
+                    self.closed = true;
+                    self.stopped_with =
+                        Some(fatal.unwrap_or_else(|| "it ended without a reason".into()));
+                }
+            }
+        }
+        if let Some(why) = &self.stopped_with {
+            anyhow::bail!("the rollout stopped: {why}");
+        }
+        match self.feeder_failed.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
         }
     }
 }

@@ -49,9 +49,8 @@ pub struct RolloutService {
     tasks: Option<TaskSender>,
     supervisor: ActorRef<SupervisorMsg>,
     supervisor_join: JoinHandle<()>,
-    done: oneshot::Receiver<super::RolloutSummary>,
-    /// Set once the supervisor has stopped.
-    ended: watch::Receiver<bool>,
+    /// Set once the supervisor has stopped: its summary (none if it ended without one).
+    ended: watch::Receiver<Option<Option<super::RolloutSummary>>>,
     pools: Vec<(String, ActorRef<ToolPoolMsg>, JoinHandle<()>)>,
 }
 
@@ -116,16 +115,16 @@ impl RolloutService {
         let (supervisor, actor_join) = Actor::spawn(None, RolloutSupervisor, args)
             .await
             .map_err(|e| spawn_err("the rollout supervisor", e))?;
-        let (ended_tx, ended) = watch::channel(false);
+        let (ended_tx, ended) = watch::channel(None);
         let supervisor_join = tokio::spawn(async move {
             let _ = actor_join.await;
-            ended_tx.send_replace(true);
+            // The supervisor sends its summary before it ends.
+            ended_tx.send_replace(Some(done.await.ok()));
         });
         Ok(Self {
             tasks: Some(TaskSender(tx)),
             supervisor,
             supervisor_join,
-            done,
             ended,
             pools,
         })
@@ -147,9 +146,11 @@ impl RolloutService {
     /// Resolves once the service has stopped on its own: a fatal failure (its summary's
     /// `fatal` says which) or an abort. A consumer waiting for trajectories selects on it,
     /// since other senders of its channel may outlive the service.
-    pub async fn stopped(&self) {
+    /// Its fatal reason, if it had one. Cancel-safe.
+    pub async fn stopped(&self) -> Option<String> {
         let mut ended = self.ended.clone();
-        let _ = ended.wait_for(|&ended| ended).await;
+        let ended = ended.wait_for(Option::is_some).await.ok()?;
+        ended.as_ref()?.as_ref()?.fatal.clone()
     }
 
     /// Takes no more tasks; the episodes in flight (and their retries) still finish.
@@ -167,9 +168,10 @@ impl RolloutService {
     pub async fn finish(mut self) -> Result<RolloutReport> {
         drop(self.tasks.take());
         let _ = (&mut self.supervisor_join).await;
-        let summary = (&mut self.done)
-            .await
-            .map_err(|_| Error::Other("the rollout supervisor ended without a summary".into()))?;
+        let summary =
+            self.ended.borrow().clone().flatten().ok_or_else(|| {
+                Error::Other("the rollout supervisor ended without a summary".into())
+            })?;
         let mut report = RolloutReport {
             summary,
             ..Default::default()

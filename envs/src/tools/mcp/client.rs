@@ -178,6 +178,8 @@ struct Connection {
     timeouts: AtomicU32,
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
     server_info: Value,
+    /// Set once the child is reaped (see [`kill_unreaped`]).
+    reaped: Arc<Mutex<bool>>,
 }
 
 impl Connection {
@@ -207,7 +209,7 @@ impl Connection {
     /// marks the connection dead, so the next call starts a new server.
     fn abandon(&self) {
         self.alive.store(false, Ordering::Release);
-        kill_server(self.child.id());
+        kill_unreaped(&self.reaped, self.child.id());
     }
 
     fn is_alive(&self) -> bool {
@@ -217,19 +219,24 @@ impl Connection {
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        kill_server(self.child.id());
+        kill_unreaped(&self.reaped, self.child.id());
+        // From here on its pid may be another process's: nothing kills it any more.
+        *lock(&self.reaped) = true;
         let _ = self.child.wait();
     }
 }
 
-/// Kills the server's process group, and the server itself should it have left its group.
-/// (Our child is reaped only when its `Connection` drops, so its pid cannot be reused
-/// before.)
-fn kill_server(pid: u32) {
-    // SAFETY: plain syscalls on our child and its process group.
-    unsafe {
-        libc::kill(-(pid as libc::pid_t), libc::SIGKILL);
-        libc::kill(pid as libc::pid_t, libc::SIGKILL);
+/// Kills the server's process group, and the server itself should it have left its group,
+/// unless it was reaped. `reaped` is held while killing: the reader thread can outlive the
+/// connection, and its pid must not be signalled once it may belong to another process.
+fn kill_unreaped(reaped: &Mutex<bool>, pid: u32) {
+    let reaped = lock(reaped);
+    if !*reaped {
+        // SAFETY: plain syscalls on our child (not yet reaped) and its process group.
+        unsafe {
+            libc::kill(-(pid as libc::pid_t), libc::SIGKILL);
+            libc::kill(pid as libc::pid_t, libc::SIGKILL);
+        }
     }
 }
 
@@ -423,10 +430,12 @@ impl McpClient {
         spawn_writer(stdin, queued, writing_since.clone(), epoch, alive.clone());
         spawn_stderr_reader(stderr, stderr_tail.clone());
         let (reader_done, reader_ended) = std::sync::mpsc::channel::<()>();
+        let reaped = Arc::new(Mutex::new(false));
         let ends = Ends {
             pending: pending.clone(),
             alive: alive.clone(),
             stderr_tail: stderr_tail.clone(),
+            reaped: reaped.clone(),
         };
         spawn_reader(
             stdout,
@@ -447,6 +456,7 @@ impl McpClient {
             timeouts: AtomicU32::new(0),
             stderr_tail,
             server_info: Value::Null,
+            reaped,
         };
         let init_limit = self.init_limit();
         let params = json!({
@@ -551,17 +561,21 @@ impl McpClient {
                 .map_err(|e| self.server_err(format!("{method}: {e}")));
         }
         let (conn, id, rx) = self.send_live(method, &params, deadline, &AtomicBool::new(false))?;
+        let sent = Instant::now();
         let outcome = wait_blocking(rx, deadline, limit);
-        self.settle(&conn, id, method, limit, outcome)
+        self.settle(&conn, (id, sent), method, limit, outcome)
     }
 
     /// The end of a request: an answer resets the count of missed ones; a miss is counted,
     /// cancelled, and restarts the server when its input is blocked or it missed
     /// `restart_after_timeouts` in a row.
+    /// A miss is the server's only when the request had at least half of `limit` after it
+    /// was `sent`: a call that spent its time waiting for a restart must not count against
+    /// the new server.
     fn settle(
         &self,
         conn: &Connection,
-        id: u64,
+        (id, sent): (u64, Instant),
         method: &str,
         limit: Duration,
         outcome: std::result::Result<Value, String>,
@@ -574,7 +588,10 @@ impl McpClient {
             Err(e) => {
                 lock(&conn.pending).remove(&id);
                 let mut why = e;
-                if why.starts_with("no answer") {
+                if why.starts_with("no answer") && sent.elapsed() < limit / 2 {
+                    why.push_str(" (most of it spent before the request was sent)");
+                    self.cancel(conn, id, &why);
+                } else if why.starts_with("no answer") {
                     let missed = conn.timeouts.fetch_add(1, Ordering::Relaxed) + 1;
                     if conn.write_stuck(limit) {
                         conn.abandon();
@@ -646,6 +663,7 @@ impl McpClient {
                 return Err(self.died_twice(method));
             }
         };
+        let sent = Instant::now();
         let mut unanswered = Unanswered {
             client: self,
             conn: &conn,
@@ -658,7 +676,7 @@ impl McpClient {
             Err(_) => Err(format!("no answer within {limit:?}")),
         };
         unanswered.armed = false;
-        self.settle(&conn, id, method, limit, outcome)
+        self.settle(&conn, (id, sent), method, limit, outcome)
     }
 
     /// Tells a live server we stopped waiting for request `id`.
@@ -822,6 +840,7 @@ struct Ends {
     pending: Pending,
     alive: Arc<AtomicBool>,
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
+    reaped: Arc<Mutex<bool>>,
 }
 
 impl Ends {
@@ -857,7 +876,7 @@ fn spawn_reader(
                 Ok(false) => break "the server exited".to_string(),
                 Err(e) => {
                     // A runaway line: the server is broken; kill it rather than read on.
-                    kill_server(pid);
+                    kill_unreaped(&ends.reaped, pid);
                     break format!("{e}; restarted");
                 }
             }
@@ -921,10 +940,13 @@ fn spawn_exit_watcher(pid: u32, reader_ended: std::sync::mpsc::Receiver<()>, end
         loop {
             // SAFETY: one valid pollfd; the pidfd becomes readable when the process exits.
             let ready = unsafe { libc::poll(&mut watched, 1, -1) };
-            if ready > 0
-                || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted
-            {
+            if ready > 0 {
                 break;
+            }
+            if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+                // SAFETY: our own descriptor, closed once.
+                unsafe { libc::close(fd) };
+                return; // cannot watch: the reader's end of input stays the only sign
             }
         }
         // SAFETY: our own descriptor, closed once.
