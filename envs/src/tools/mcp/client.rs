@@ -16,6 +16,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -180,6 +181,9 @@ struct Connection {
     server_info: Value,
     /// Set once the child is reaped (see [`kill_unreaped`]).
     reaped: Arc<Mutex<bool>>,
+    /// A pidfd of the server, to see its exit before its reader does (none on kernels
+    /// before 5.3).
+    pidfd: Option<std::os::fd::OwnedFd>,
 }
 
 impl Connection {
@@ -212,8 +216,24 @@ impl Connection {
         kill_unreaped(&self.reaped, self.child.id());
     }
 
+    /// Alive, as far as the client can tell now: not marked dead, and the process has not
+    /// exited (its reader may not have seen the end of its output yet).
     fn is_alive(&self) -> bool {
-        self.alive.load(Ordering::Acquire)
+        self.alive.load(Ordering::Acquire) && !self.exited()
+    }
+
+    /// Whether the server process has exited (its pidfd is readable).
+    fn exited(&self) -> bool {
+        let Some(fd) = &self.pidfd else {
+            return false;
+        };
+        let mut probe = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, no wait.
+        unsafe { libc::poll(&mut probe, 1, 0) > 0 }
     }
 }
 
@@ -224,6 +244,15 @@ impl Drop for Connection {
         *lock(&self.reaped) = true;
         let _ = self.child.wait();
     }
+}
+
+/// A pidfd of process `pid`, where the kernel has them.
+fn pidfd_open(pid: u32) -> Option<std::os::fd::OwnedFd> {
+    // SAFETY: a plain syscall; a non-negative result is a new descriptor we own.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    (fd >= 0).then(|| unsafe {
+        <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as libc::c_int)
+    })
 }
 
 /// Kills the server's process group, and the server itself should it have left its group,
@@ -445,7 +474,8 @@ impl McpClient {
             child.id(),
             reader_done,
         );
-        spawn_exit_watcher(child.id(), reader_ended, ends);
+        let child_pid = child.id();
+        spawn_exit_watcher(child_pid, reader_ended, ends);
         let mut conn = Connection {
             child,
             outbox,
@@ -457,6 +487,7 @@ impl McpClient {
             stderr_tail,
             server_info: Value::Null,
             reaped,
+            pidfd: pidfd_open(child_pid),
         };
         let init_limit = self.init_limit();
         let params = json!({
@@ -504,7 +535,7 @@ impl McpClient {
         // The reader marks the connection dead before it fails every pending request, under
         // the same lock: a request inserted after that drain would wait out its limit for an
         // answer nobody will send. Seen here instead, it never reached the server.
-        if !conn.alive.load(Ordering::Acquire) {
+        if !conn.is_alive() {
             lock(&conn.pending).remove(&id);
             return Ok(None);
         }
