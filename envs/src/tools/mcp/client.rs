@@ -957,31 +957,25 @@ fn spawn_reader(
 /// reading after that, the connection is marked dead and the waiting requests fail. (The
 /// reader thread then ends when that other process closes its stdout.)
 fn spawn_exit_watcher(pid: u32, reader_ended: std::sync::mpsc::Receiver<()>, ends: Ends) {
-    // SAFETY: a plain syscall; a negative result is an error, checked below.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) } as libc::c_int;
-    if fd < 0 {
+    let Some(pidfd) = pidfd_open(pid) else {
         return; // a kernel before 5.3: the reader's end of input is the only sign
-    }
+    };
     std::thread::spawn(move || {
         let mut watched = libc::pollfd {
-            fd,
+            fd: pidfd.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         };
         loop {
             // SAFETY: one valid pollfd; the pidfd becomes readable when the process exits.
-            let ready = unsafe { libc::poll(&mut watched, 1, -1) };
-            if ready > 0 {
+            if unsafe { libc::poll(&mut watched, 1, -1) } > 0 {
                 break;
             }
             if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-                // SAFETY: our own descriptor, closed once.
-                unsafe { libc::close(fd) };
                 return; // cannot watch: the reader's end of input stays the only sign
             }
         }
-        // SAFETY: our own descriptor, closed once.
-        unsafe { libc::close(fd) };
+        drop(pidfd);
         if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
             reader_ended.recv_timeout(READER_GRACE)
         {
