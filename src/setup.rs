@@ -14,7 +14,7 @@ use agent_r1_actors::chat_template::{ChatTemplate, TemplateVars, QWEN2_5_CHAT_TE
 use agent_r1_actors::engine::{start_supervised, EngineConfig, EngineHandle, EngineRestartPolicy};
 use agent_r1_actors::engine_set::EngineSet;
 use agent_r1_actors::model::presets::{preset, shape, PRESETS};
-use agent_r1_actors::model::{Placement, PolicyModel, SamplingParams};
+use agent_r1_actors::model::{write_config, ModelConfig, Placement, PolicyModel, SamplingParams};
 use agent_r1_actors::runtime::{ArgValidator, EpisodeConfig, RolloutSetup, TurnRenderer};
 use agent_r1_actors::sft::{
     tokenize_demonstration, train_sft, Demonstration, SftConfig, SftReport,
@@ -346,18 +346,7 @@ pub fn init_shape(
     dtype: Kind,
     force: bool,
 ) -> anyhow::Result<serde_json::Value> {
-    let (mut config, style) = shape(shape_name)?;
-    check_out_dir(out, force)?;
-    let ids = write_tokenizer(
-        style,
-        out,
-        corpus.map(|c| c.text.as_str()),
-        config.vocab_size,
-        corpus.map_or(&[][..], |c| &c.whole_words),
-        true,
-    )?;
-    config.bos_token_id = ids.bos_token_id;
-    config.eos_token_ids = vec![ids.eos_token_id];
+    let (config, ids) = write_shape_files(shape_name, out, corpus, dtype, force)?;
     tch::manual_seed(seed);
     // Built in the saved dtype where the CPU model supports it: a billion-parameter shape in
     // float32 first is twice the memory to fault in and a conversion per tensor.
@@ -370,7 +359,6 @@ pub fn init_shape(
     };
     let model = PolicyModel::new(config, placement, false)?;
     model.save_as(out, None, dtype)?;
-    write_generation_config(out, &ids)?;
     Ok(serde_json::json!({
         "out": out.display().to_string(),
         "shape": shape_name,
@@ -380,6 +368,35 @@ pub fn init_shape(
         "tokenizer_vocab_size": ids.vocab_size,
         "dtype": format!("{dtype:?}"),
     }))
+}
+
+/// Everything of [`init_shape`]'s directory but the weights: the tokenizer, `config.json`
+/// (for weights stored as `dtype`, with the tokenizer's token ids) and
+/// `generation_config.json`. Returns the model's config and the tokenizer's ids. The shape's
+/// architecture, sizes and chat template can be checked from these files alone, without
+/// initialising and writing gigabytes of weights.
+pub fn write_shape_files(
+    shape_name: &str,
+    out: &Path,
+    corpus: Option<&TokenizerCorpus>,
+    dtype: Kind,
+    force: bool,
+) -> anyhow::Result<(ModelConfig, TinyTokenizerIds)> {
+    let (mut config, style) = shape(shape_name)?;
+    check_out_dir(out, force)?;
+    let ids = write_tokenizer(
+        style,
+        out,
+        corpus.map(|c| c.text.as_str()),
+        config.vocab_size,
+        corpus.map_or(&[][..], |c| &c.whole_words),
+        true,
+    )?;
+    config.bos_token_id = ids.bos_token_id;
+    config.eos_token_ids = vec![ids.eos_token_id];
+    write_config(out, &config, None, dtype)?;
+    write_generation_config(out, &ids)?;
+    Ok((config, ids))
 }
 
 /// A finished supervised warm start.

@@ -77,11 +77,49 @@ pub struct PolicyModel {
     residual: Kind,
 }
 
+/// How a fresh model's weights (and a value head a checkpoint lacks) are drawn.
+const RANDOM_INIT: nn::Init = nn::Init::Randn {
+    mean: 0.0,
+    stdev: 0.02,
+};
+
+/// Where a model's weights come from, which decides how its variables are created.
+#[derive(Clone, Copy, PartialEq)]
+enum Weights {
+    /// Drawn at random, in float32 and then converted to the model's precision: libtorch
+    /// draws bfloat16 normals on CPU several times slower than float32 ones.
+    Fresh,
+    /// Read from a checkpoint, which overwrites every variable but a value head it lacks:
+    /// created as zeros in the model's precision (no random draws, and no float32 copy that
+    /// would take twice a bfloat16 model's memory while it loads).
+    Loaded,
+}
+
+/// Writes `dir/config.json` for weights stored as `kind`: `config` over `raw` (the keys of the
+/// file it was read from, kept), with `dtype` naming the stored precision.
+pub fn write_config(
+    dir: &Path,
+    config: &ModelConfig,
+    raw: Option<&Value>,
+    kind: Kind,
+) -> Result<()> {
+    let (_, dtype) = weights::dtype_name(kind)?;
+    let path = dir.join("config.json");
+    let mut json = config.to_json(raw);
+    if let Some(obj) = json.as_object_mut() {
+        obj.remove("torch_dtype");
+        obj.insert("dtype".into(), dtype.into());
+    }
+    let text =
+        serde_json::to_string_pretty(&json).map_err(|e| Error::model(&path, e.to_string()))?;
+    std::fs::write(&path, text).map_err(|e| Error::io(&path, e))
+}
+
 impl PolicyModel {
     /// A freshly initialised model (normal(0, 0.02) weights, as transformers initialises).
     pub fn new(config: ModelConfig, placement: Placement, value_head: bool) -> Result<Self> {
         let raw = config.to_json(None);
-        Self::build(config, raw, placement, value_head)
+        Self::build(config, raw, placement, value_head, Weights::Fresh)
     }
 
     fn build(
@@ -89,6 +127,7 @@ impl PolicyModel {
         raw_config: Value,
         placement: Placement,
         value_head: bool,
+        weights: Weights,
     ) -> Result<Self> {
         if placement.device == Device::Cpu
             && !matches!(placement.kind, Kind::Float | Kind::BFloat16)
@@ -102,6 +141,13 @@ impl PolicyModel {
             ));
         }
         let mut vs = VarStore::new(placement.device);
+        let init = match weights {
+            Weights::Fresh => RANDOM_INIT,
+            Weights::Loaded => {
+                vs.set_kind(placement.kind);
+                nn::Init::Const(0.0)
+            }
+        };
         let root = vs.root();
         let model = &root / "model";
         let h = config.hidden_size as i64;
@@ -110,40 +156,39 @@ impl PolicyModel {
             config.vocab_size as i64,
             h,
             nn::EmbeddingConfig {
-                ws_init: nn::Init::Randn {
-                    mean: 0.0,
-                    stdev: 0.02,
-                },
+                ws_init: init,
                 ..Default::default()
             },
         );
         let layers = (0..config.num_hidden_layers)
-            .map(|i| DecoderLayer::new(&model / "layers" / i, &config))
+            .map(|i| DecoderLayer::new(&model / "layers" / i, &config, init))
             .collect();
         let norm = RmsNorm::new(&model / "norm", h, config.rms_norm_eps);
-        let head_init = nn::LinearConfig {
-            ws_init: nn::Init::Randn {
-                mean: 0.0,
-                stdev: 0.02,
-            },
-            bs_init: None,
-            bias: false,
-        };
-        let lm_head = (!config.tie_word_embeddings)
-            .then(|| nn::linear(&root / "lm_head", h, config.vocab_size as i64, head_init));
+        let lm_head = (!config.tie_word_embeddings).then(|| {
+            nn::linear(
+                &root / "lm_head",
+                h,
+                config.vocab_size as i64,
+                nn::LinearConfig {
+                    ws_init: init,
+                    bs_init: None,
+                    bias: false,
+                },
+            )
+        });
         let value_head = value_head.then(|| {
             nn::linear(
                 &root / VALUE_HEAD,
                 h,
                 1,
                 nn::LinearConfig {
-                    bias: true,
+                    ws_init: RANDOM_INIT,
                     bs_init: Some(nn::Init::Const(0.0)),
-                    ..head_init
+                    bias: true,
                 },
             )
         });
-        if placement.kind != Kind::Float {
+        if vs.kind() != placement.kind {
             vs.set_kind(placement.kind);
         }
         let rotary = Rotary::new(&config, placement.device);
@@ -171,7 +216,7 @@ impl PolicyModel {
             return Err(Error::model(dir, "model directory not found"));
         }
         let (config, raw) = ModelConfig::from_file(&dir.join("config.json"))?;
-        let mut model = Self::build(config, raw, placement, value_head)?;
+        let mut model = Self::build(config, raw, placement, value_head, Weights::Loaded)?;
         let tied = model.config.tie_word_embeddings;
         let allow_unused = |name: &str| {
             (tied && name == "lm_head.weight") || (!value_head && name.starts_with(VALUE_HEAD))
@@ -191,20 +236,12 @@ impl PolicyModel {
     /// [`PolicyModel::save`] with the weights stored as `kind` (float32, bfloat16 or
     /// float16), as checkpoints on the hub usually are in bfloat16.
     pub fn save_as(&self, dir: &Path, tokenizer_from: Option<&Path>, kind: Kind) -> Result<()> {
-        let (_, dtype) = weights::dtype_name(kind)?;
+        weights::dtype_name(kind)?;
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         let mut tensors: Vec<(String, Tensor)> = self.vs.variables().into_iter().collect();
         tensors.sort_by(|a, b| a.0.cmp(&b.0));
         weights::save_weights(dir, &tensors, kind, weights::MAX_SHARD_BYTES)?;
-        let config_path = dir.join("config.json");
-        let mut config = self.config.to_json(Some(&self.raw_config));
-        if let Some(obj) = config.as_object_mut() {
-            obj.remove("torch_dtype");
-            obj.insert("dtype".into(), dtype.into());
-        }
-        let json = serde_json::to_string_pretty(&config)
-            .map_err(|e| Error::model(&config_path, e.to_string()))?;
-        std::fs::write(&config_path, json).map_err(|e| Error::io(&config_path, e))?;
+        write_config(dir, &self.config, Some(&self.raw_config), kind)?;
         if let Some(src) = tokenizer_from {
             if src != dir {
                 for name in TOKENIZER_FILES {

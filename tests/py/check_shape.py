@@ -1,15 +1,16 @@
 """Loads a model directory written by `agent-r1 init-model --shape` with transformers.
 
-check_shape.py DIR [--no-logits] < {"ids": [...]}  ->  prints {"architecture", "parameters",
+check_shape.py DIR [--config-only] < {"ids": [...]}  ->  prints {"architecture", "parameters",
 "config" (the model config's shape fields), "tokenizer_len", "prompt_ids" (the chat template
-with a tool, tokenized), "logits" (float32, for the ids; null with --no-logits, which loads
-the weights in their saved dtype and runs no forward pass)}.
+with a tool, tokenized), "logits" (float32, for the ids; null with --config-only, which reads
+no weights: the model is built from DIR's config.json on the meta device, so a directory
+without weights can be checked)}.
 """
 import json
 import sys
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 TOOLS = [{"type": "function", "function": {"name": "search", "description": "Search.",
           "parameters": {"type": "object", "properties": {"query": {"type": "string"}},
@@ -18,8 +19,11 @@ TOOLS = [{"type": "function", "function": {"name": "search", "description": "Sea
 
 def main(path, with_logits):
     ids = json.load(sys.stdin)["ids"]
-    dtype = torch.float32 if with_logits else "auto"
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
+    if with_logits:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    else:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
     tok = AutoTokenizer.from_pretrained(path)
     messages = [{"role": "system", "content": "Answer briefly."},
                 {"role": "user", "content": "Who wrote Hamlet?"}]
@@ -45,4 +49,4 @@ def main(path, with_logits):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], "--no-logits" not in sys.argv[2:])
+    main(sys.argv[1], "--config-only" not in sys.argv[2:])

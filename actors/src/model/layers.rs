@@ -118,12 +118,9 @@ fn project(layer: &nn::Linear, x: &Tensor) -> Tensor {
     x.linear(&layer.ws, layer.bs.as_ref())
 }
 
-fn linear(vs: nn::Path<'_>, inp: usize, out: usize, bias: bool) -> nn::Linear {
+fn linear(vs: nn::Path<'_>, inp: usize, out: usize, bias: bool, init: nn::Init) -> nn::Linear {
     let config = nn::LinearConfig {
-        ws_init: nn::Init::Randn {
-            mean: 0.0,
-            stdev: 0.02,
-        },
+        ws_init: init,
         bs_init: bias.then_some(nn::Init::Const(0.0)),
         bias,
     };
@@ -185,14 +182,14 @@ pub(crate) struct Attention {
 }
 
 impl Attention {
-    pub(crate) fn new(vs: nn::Path<'_>, c: &ModelConfig) -> Self {
+    pub(crate) fn new(vs: nn::Path<'_>, c: &ModelConfig, init: nn::Init) -> Self {
         let q = c.num_attention_heads * c.head_dim;
         let kv = c.num_key_value_heads * c.head_dim;
         Self {
-            q_proj: linear(&vs / "q_proj", c.hidden_size, q, c.qkv_bias),
-            k_proj: linear(&vs / "k_proj", c.hidden_size, kv, c.qkv_bias),
-            v_proj: linear(&vs / "v_proj", c.hidden_size, kv, c.qkv_bias),
-            o_proj: linear(&vs / "o_proj", q, c.hidden_size, c.o_bias),
+            q_proj: linear(&vs / "q_proj", c.hidden_size, q, c.qkv_bias, init),
+            k_proj: linear(&vs / "k_proj", c.hidden_size, kv, c.qkv_bias, init),
+            v_proj: linear(&vs / "v_proj", c.hidden_size, kv, c.qkv_bias, init),
+            o_proj: linear(&vs / "o_proj", q, c.hidden_size, c.o_bias, init),
             qk_norm: c.qk_norm.then(|| {
                 let d = c.head_dim as i64;
                 (
@@ -325,25 +322,28 @@ pub(crate) struct Mlp {
 }
 
 impl Mlp {
-    pub(crate) fn new(vs: nn::Path<'_>, c: &ModelConfig) -> Self {
+    pub(crate) fn new(vs: nn::Path<'_>, c: &ModelConfig, init: nn::Init) -> Self {
         Self {
             gate_proj: linear(
                 &vs / "gate_proj",
                 c.hidden_size,
                 c.intermediate_size,
                 c.mlp_bias,
+                init,
             ),
             up_proj: linear(
                 &vs / "up_proj",
                 c.hidden_size,
                 c.intermediate_size,
                 c.mlp_bias,
+                init,
             ),
             down_proj: linear(
                 &vs / "down_proj",
                 c.intermediate_size,
                 c.hidden_size,
                 c.mlp_bias,
+                init,
             ),
         }
     }
@@ -364,17 +364,18 @@ pub(crate) struct DecoderLayer {
 }
 
 impl DecoderLayer {
-    pub(crate) fn new(vs: nn::Path<'_>, c: &ModelConfig) -> Self {
+    /// The layer's variables in `vs`, its projections filled by `init`.
+    pub(crate) fn new(vs: nn::Path<'_>, c: &ModelConfig, init: nn::Init) -> Self {
         let h = c.hidden_size as i64;
         Self {
             input_layernorm: RmsNorm::new(&vs / "input_layernorm", h, c.rms_norm_eps),
-            self_attn: Attention::new(&vs / "self_attn", c),
+            self_attn: Attention::new(&vs / "self_attn", c, init),
             post_attention_layernorm: RmsNorm::new(
                 &vs / "post_attention_layernorm",
                 h,
                 c.rms_norm_eps,
             ),
-            mlp: Mlp::new(&vs / "mlp", c),
+            mlp: Mlp::new(&vs / "mlp", c, init),
         }
     }
 
