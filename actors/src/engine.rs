@@ -240,6 +240,12 @@ pub struct EngineStats {
     /// queue before admission or from the batch mid-decode, never answered.
     #[serde(default)]
     pub abandoned_turns: u64,
+    /// Turns waiting for a row when the snapshot was taken.
+    #[serde(default)]
+    pub queued_turns: u64,
+    /// Whether the engine thread is paused by [`EngineHandle::pause_after`] (a test control).
+    #[serde(default)]
+    pub paused: bool,
     /// Current policy version.
     pub policy_version: u64,
     /// Prefill forward passes (one per bucket of admitted turns of similar length).
@@ -291,6 +297,11 @@ pub(crate) enum Command {
     Hang,
     /// Fault injection: the thread panics after this many more steps.
     PanicAfterSteps(u64),
+    /// Test control: the thread stops stepping after this many more steps (0: before the
+    /// next one) and only handles commands until [`Command::Resume`].
+    PauseAfterSteps(u64),
+    /// Test control: ends a pause.
+    Resume,
     Shutdown,
 }
 
@@ -479,6 +490,22 @@ impl EngineHandle {
     #[doc(hidden)]
     pub fn inject_panic_after(&self, steps: u64) -> Result<()> {
         self.send_control(Command::PanicAfterSteps(steps))
+    }
+
+    /// Test control: the engine thread stops stepping after `steps` more steps (0: before
+    /// the next one) and until [`Self::resume`], while it still queues turns and answers
+    /// [`Self::stats`] ([`EngineStats::paused`] says when it has stopped). Lets a test put
+    /// the engine in a given state (turns queued together, a turn part-decoded) whatever the
+    /// machine's speed.
+    #[doc(hidden)]
+    pub fn pause_after(&self, steps: u64) -> Result<()> {
+        self.send_control(Command::PauseAfterSteps(steps))
+    }
+
+    /// Test control: ends a pause ([`Self::pause_after`]).
+    #[doc(hidden)]
+    pub fn resume(&self) -> Result<()> {
+        self.send_control(Command::Resume)
     }
 
     /// Drops an episode's parked KV (call when the episode ends).

@@ -423,6 +423,8 @@ pub fn total(each: &[EngineStats]) -> EngineStats {
             awaiting_version,
             turns_spanning_updates,
             abandoned_turns,
+            queued_turns,
+            paused,
             policy_version: _,
             prefill_passes,
             prefill_padding_tokens,
@@ -457,6 +459,8 @@ pub fn total(each: &[EngineStats]) -> EngineStats {
         sum.awaiting_version = sum.awaiting_version.max(*awaiting_version);
         sum.turns_spanning_updates += turns_spanning_updates;
         sum.abandoned_turns += abandoned_turns;
+        sum.queued_turns += queued_turns;
+        sum.paused |= paused;
         sum.prefill_passes += prefill_passes;
         sum.prefill_padding_tokens += prefill_padding_tokens;
         sum.device_to_host_copies += device_to_host_copies;

@@ -59,6 +59,9 @@ fn batched_turns_equal_standalone_generation() {
     let lens: Vec<usize> = (0..12).map(|i| 5 + (i * 13) % 30).collect();
     let rt = runtime();
     let outputs = rt.block_on(async {
+        // All twelve are queued before the first step, so the schedule does not depend on
+        // the machine's speed: five fill the batch, the other seven join it as rows free up.
+        engine.pause_after(0).unwrap();
         let mut tasks = Vec::new();
         for (i, p) in prompts.iter().enumerate() {
             let engine = engine.clone();
@@ -68,14 +71,13 @@ fn batched_turns_equal_standalone_generation() {
                 params: greedy(lens[i]),
                 stop_strings: vec![],
             };
-            // Half arrive together (they fill the batch whatever the machine's speed), the
-            // rest staggered so they join a batch that is already decoding.
-            let delay = std::time::Duration::from_millis(i.saturating_sub(5) as u64);
-            tasks.push(tokio::spawn(async move {
-                tokio::time::sleep(delay).await;
-                engine.generate(req).await
-            }));
+            tasks.push(tokio::spawn(async move { engine.generate(req).await }));
         }
+        wait_for(&engine, "all turns queued", |s| {
+            s.paused && s.queued_turns == 12
+        })
+        .await;
+        engine.resume().unwrap();
         let mut out = Vec::new();
         for t in tasks {
             out.push(t.await.unwrap().unwrap());
@@ -531,8 +533,7 @@ async fn wait_for(
 /// next step and its row goes to the next turn.
 #[test]
 fn turns_whose_caller_stopped_waiting_are_dropped_queued_or_running() {
-    // As long as a turn can be (4 + 2040 < max_context 2048): the callers below go away
-    // within microseconds of what they wait for, against thousands of decode steps.
+    // As long as a turn can be (4 + 2040 < max_context 2048).
     const LONG: usize = 2040;
     let tmp = tempfile::tempdir().unwrap();
     make_model(tmp.path());
@@ -551,20 +552,22 @@ fn turns_whose_caller_stopped_waiting_are_dropped_queued_or_running() {
     };
     runtime().block_on(async {
         // A holds the engine's one row; B queues behind it, then its caller goes away.
+        // The engine is paused while B's caller goes away, so B is never admitted whatever
+        // the machine's speed.
         let a = tokio::spawn({
             let engine = engine.clone();
             async move { engine.generate(turn(1, LONG)).await }
         });
         wait_for(&engine, "A decodes", |s| s.tokens_generated > 0).await;
+        engine.pause_after(0).unwrap();
         let b = tokio::spawn({
             let engine = engine.clone();
             async move { engine.generate(turn(2, LONG)).await }
         });
-        while engine.pending() < 2 {
-            tokio::task::yield_now().await;
-        }
+        wait_for(&engine, "B queued", |s| s.paused && s.queued_turns == 1).await;
         b.abort();
         assert!(b.await.unwrap_err().is_cancelled());
+        engine.resume().unwrap();
         let a = a.await.unwrap().unwrap();
         assert_eq!(a.token_ids.len(), LONG);
         let stats = wait_for(&engine, "B dropped", |s| s.abandoned_turns == 1).await;
@@ -574,18 +577,25 @@ fn turns_whose_caller_stopped_waiting_are_dropped_queued_or_running() {
             "B was never decoded"
         );
 
-        // C runs alone, and its caller goes away mid-decode: it leaves the batch.
+        // C runs alone, the engine pauses three steps in, and C's caller goes away: C
+        // leaves the batch at the next step, without another token.
+        engine.pause_after(3).unwrap();
         let c = tokio::spawn({
             let engine = engine.clone();
             async move { engine.generate(turn(3, LONG)).await }
         });
-        wait_for(&engine, "C decodes", |s| s.tokens_generated > LONG as u64).await;
+        let paused = wait_for(&engine, "C part-decoded", |s| s.paused).await;
+        let decoded = paused.tokens_generated - LONG as u64;
+        assert!((1..LONG as u64).contains(&decoded), "{paused:?}");
         c.abort();
         let _ = c.await;
+        engine.resume().unwrap();
         let stats = wait_for(&engine, "C dropped", |s| s.abandoned_turns == 2).await;
         assert_eq!(stats.turns, 1, "C was not answered");
-        let decoded = stats.tokens_generated - LONG as u64;
-        assert!(decoded < LONG as u64, "C stopped early: {decoded} tokens");
+        assert_eq!(
+            stats.tokens_generated, paused.tokens_generated,
+            "C decoded after its caller went away"
+        );
         // Its row is free: D decodes exactly its own tokens.
         let d = engine.generate(turn(4, 8)).await.unwrap();
         assert_eq!(d.token_ids.len(), 8);

@@ -104,6 +104,8 @@ struct Worker {
     hold_until: u64,
     /// Fault injection: the thread panics after this many more steps.
     panic_after_steps: Option<u64>,
+    /// Steps left before a pause ([`Command::PauseAfterSteps`]); `Some(0)` while paused.
+    pause_after_steps: Option<u64>,
     window: PhaseWindow,
 }
 
@@ -394,6 +396,7 @@ pub(super) fn run(
         version: 0,
         hold_until,
         panic_after_steps: None,
+        pause_after_steps: None,
     };
     worker.stats.slot_bytes = worker.slots.bytes_allocated() as u64;
     ready(Ok(()));
@@ -439,7 +442,9 @@ impl Worker {
             if !self.held() {
                 heartbeat.beat();
             }
-            if self.running.is_empty() && (self.waiting.is_empty() || self.held()) {
+            if self.paused()
+                || (self.running.is_empty() && (self.waiting.is_empty() || self.held()))
+            {
                 let waited = Instant::now();
                 let received = rx.recv_timeout(Duration::from_millis(100));
                 self.stats.idle_seconds += waited.elapsed().as_secs_f64();
@@ -461,7 +466,13 @@ impl Worker {
                     return Ok(());
                 }
             }
+            if self.paused() {
+                continue;
+            }
             self.step()?;
+            if let Some(steps) = self.pause_after_steps.as_mut() {
+                *steps = steps.saturating_sub(1);
+            }
             if let Some(steps) = self.panic_after_steps.as_mut() {
                 *steps = steps.saturating_sub(1);
                 if *steps == 0 {
@@ -507,9 +518,16 @@ impl Worker {
                 }
             }
             Command::PanicAfterSteps(steps) => self.panic_after_steps = Some(steps.max(1)),
+            Command::PauseAfterSteps(steps) => self.pause_after_steps = Some(steps),
+            Command::Resume => self.pause_after_steps = None,
             Command::Shutdown => return Ok(false),
         }
         Ok(true)
+    }
+
+    /// Whether a test has paused the thread ([`Command::PauseAfterSteps`]).
+    fn paused(&self) -> bool {
+        self.pause_after_steps == Some(0)
     }
 
     /// Whether turns wait for a weight update after a restart ([`Start::hold_until`]).
@@ -525,6 +543,8 @@ impl Worker {
             parked_episodes: self.parked.len() as u64,
             policy_version: self.version,
             awaiting_version: self.held().then_some(self.hold_until),
+            queued_turns: self.waiting.len() as u64,
+            paused: self.paused(),
             ..self.stats.clone()
         }
     }
