@@ -742,7 +742,7 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
     ))?;
     let republisher = {
         let _in_runtime = rt.enter();
-        republish_after_restarts(&engine, learner.clone())
+        republish_after_restarts(&engine, learner.clone(), &stall)
     };
     let (train_setup, eval_setup) =
         rollout_setups(&cfg, &engine, &tokenizer, &scenario, &live, &stall)?;
@@ -820,17 +820,42 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
 fn republish_after_restarts(
     engine: &EngineSet,
     learner: LearnerRef,
+    stall: &StallWatch,
 ) -> tokio::task::JoinHandle<()> {
     let mut restarted = engine.restarted();
+    let (learner_stage, publication) = (stall.learner(), stall.publication());
     tokio::spawn(async move {
         while let Some((label, handle)) = restarted.next().await {
-            match learner.publish(handle).await {
+            // A restarted engine holds its turns until it has its weights again. Asking the
+            // learner for them waits behind its update in progress, which can be far longer
+            // than the engine's or a publication's deadline: that wait is on record as the
+            // learner's, and only the transfer as a publication.
+            let weights = {
+                let _asked =
+                    learner_stage.start(format!("the weights for the restarted engine on {label}"));
+                learner.weights().await
+            };
+            let sent = match weights {
+                Ok(w) => {
+                    let version = w.version;
+                    let _sending = publication.start(format!(
+                        "weights version {version} to the restarted engine on {label}"
+                    ));
+                    handle
+                        .update_weights_verified(version, w.tensors, w.digest)
+                        .await
+                        .map(|()| version)
+                }
+                Err(e) => Err(e),
+            };
+            match sent {
                 Ok(version) => {
                     eprintln!(
                         "engine on {label} restarted; weights version {version} sent to it again"
                     )
                 }
-                // It keeps holding its turns; the stall detector names it.
+                // It holds its turns until the next publication (after the learner's update
+                // in progress); they time out meanwhile, each with its episode's error.
                 Err(e) => tracing::error!(
                     "engine on {label} restarted and its weights could not be sent again: {e}"
                 ),

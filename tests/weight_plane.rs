@@ -13,7 +13,11 @@ use agent_r1::weight_plane::{
 };
 use tch::{Kind, Tensor};
 
+/// The same tensors for the same seed: libtorch's generator is global, and the tests of this
+/// file run on parallel threads, so seeding and drawing happen under one lock.
 fn tensors(seed: i64) -> Vec<(String, Tensor)> {
+    static DRAWS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = DRAWS.lock().unwrap_or_else(|e| e.into_inner());
     tch::manual_seed(seed);
     vec![
         (

@@ -312,7 +312,7 @@ pub struct EngineHandle {
     permits: Arc<Semaphore>,
     config: Arc<EngineConfig>,
     /// Beaten by the engine thread every time round its loop (every step, and every 100 ms
-    /// when idle), except while it holds turns for weights after a restart.
+    /// when idle or holding turns for weights after a restart).
     heartbeat: Arc<Heartbeat>,
     /// Restarts of the engine thread so far (only a supervised engine restarts).
     restarts: Arc<watch::Sender<u64>>,

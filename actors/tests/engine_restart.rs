@@ -138,6 +138,23 @@ fn a_crashed_engine_thread_is_replaced_and_its_turns_finish_under_the_weights_it
         let still = engine.stats().await.unwrap();
         assert_eq!(still.tokens_generated, held.tokens_generated);
         assert_eq!(still.decode_steps, held.decode_steps);
+        // Holding is not being stuck: its thread goes round its loop, so the stall detector
+        // does not take a wait for weights (behind a long learner update) for a hung engine.
+        let probe = engine.stall_probe();
+        let since_held = std::time::Instant::now();
+        let deadline = since_held + Duration::from_secs(60);
+        loop {
+            let stuck = probe.stuck(std::time::Instant::now()).expect("turns wait");
+            if stuck.since > since_held {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "a held engine's heartbeat stopped: {}",
+                stuck.item
+            );
+            tokio::task::yield_now().await;
+        }
         // The owner of the weights sends them again after a restart, as `train`'s learner does.
         engine
             .update_weights(3, later_weights(tmp.path()))

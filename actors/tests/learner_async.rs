@@ -16,7 +16,7 @@ mod learner_common;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle, TurnRequest};
+use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle, EngineStats, TurnRequest};
 use agent_r1_actors::learner::{
     AlgorithmConfig, Estimator, KlConfig, LearnerConfig, LearnerHandle, UpdateStats,
 };
@@ -39,6 +39,23 @@ fn engine(dir: &std::path::Path, max_context: usize) -> EngineHandle {
     )
     .unwrap();
     engine
+}
+
+/// Engine stats once `done` holds (polled between decode steps; bounded against a hang).
+async fn until(
+    engine: &EngineHandle,
+    what: &str,
+    done: impl Fn(&EngineStats) -> bool,
+) -> EngineStats {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let stats = engine.stats().await.unwrap();
+        if done(&stats) {
+            return stats;
+        }
+        assert!(Instant::now() < deadline, "never: {what}");
+        tokio::task::yield_now().await;
+    }
 }
 
 fn sampling(max_new_tokens: usize) -> SamplingParams {
@@ -80,21 +97,26 @@ fn a_turn_in_flight_during_an_update_switches_weights_between_decode_steps() {
         engine.release(1);
         let base = engine.stats().await.unwrap().tokens_generated;
 
+        // The engine is paused with the turn queued, let run for a counted number of steps
+        // and paused again; the weights arrive while it is paused, so how many tokens the
+        // old weights sampled does not depend on the machine's speed.
+        engine.pause_after(0).unwrap();
         let in_flight = tokio::spawn({
             let engine = engine.clone();
             async move { engine.generate(request(1, vec![1, 2, 4], LONG)).await }
         });
-        // Stats are answered between decode steps: once the turn has sampled, it is running.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let seen = loop {
-            let n = engine.stats().await.unwrap().tokens_generated - base;
-            if n > 0 {
-                break n as usize;
-            }
-            assert!(Instant::now() < deadline, "the turn never started");
-            tokio::task::yield_now().await;
-        };
+        until(&engine, "the turn queued", |s| {
+            s.paused && s.queued_turns == 1
+        })
+        .await;
+        engine.pause_after(40).unwrap();
+        let paused = until(&engine, "40 steps of the turn", |s| {
+            s.paused && s.tokens_generated > base
+        })
+        .await;
+        let seen = (paused.tokens_generated - base) as usize;
         engine.update_weights(1, new_weights).await.unwrap();
+        engine.resume().unwrap();
         let mixed = in_flight.await.unwrap().unwrap();
 
         assert_eq!(mixed.finish_reason, FinishReason::Length);
@@ -133,6 +155,7 @@ fn a_turn_in_flight_during_an_update_switches_weights_between_decode_steps() {
             switch, swap,
             "the version tags put the switch where the tokens change"
         );
+        assert_eq!(switch, seen, "the update took effect at the next step");
         // A learner two versions on with max_staleness = 1 drops exactly the version-0
         // tokens of that one step, and trains on the rest of it.
         let mut straddling = trajectory(

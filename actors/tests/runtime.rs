@@ -431,7 +431,7 @@ fn every_episode_ends_under_tool_faults_and_actions_match_their_contexts() {
     at_least("agent_r1_tool_call_duration_seconds", 40.0);
     at_least("agent_r1_tool_queue_wait_seconds", 40.0);
     at_least("agent_r1_tool_errors_total", 1.0);
-    at_least("agent_r1_tool_restarts_total", panics as f64);
+    at_least("agent_r1_tool_restarts_total", panicked as f64);
 
     let mut kinds = HashMap::new();
     for t in &trajectories {

@@ -43,22 +43,22 @@ async fn output_is_truncated() {
 
 #[tokio::test]
 async fn wall_clock_timeout_kills_the_whole_group() {
-    let t = tool(|c| c.timeout_secs = 1.0);
+    // The limit is long enough for the sandbox and two Python starts to print on a loaded
+    // machine (the partial output is checked), and far shorter than the snippet's sleep.
+    let t = tool(|c| c.timeout_secs = 10.0);
     let start = Instant::now();
     // A child process that would outlive its parent if only the parent were killed.
     let code = "import subprocess, time, sys\n\
-                subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n\
-                print('started', flush=True)\ntime.sleep(60)";
+                subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n\
+                print('started', flush=True)\ntime.sleep(600)";
     let (text, meta) = run(&t, code).await;
-    // Killed by the limit, not after the snippet's 60 s (bounded far above the limit, so a
-    // loaded machine's slow start stays within it).
     assert!(
-        start.elapsed() < Duration::from_secs(40),
-        "killed by the limit"
+        start.elapsed() < Duration::from_secs(300),
+        "killed by the limit, not after the snippet's 600 s"
     );
     assert!(text.starts_with("started\n"), "partial output kept: {text}");
     assert!(
-        text.contains("[killed: wall-clock limit of 1s exceeded]"),
+        text.contains("[killed: wall-clock limit of 10s exceeded]"),
         "{text}"
     );
     assert_eq!(meta["timed_out"], json!(true));

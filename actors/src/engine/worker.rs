@@ -439,9 +439,9 @@ pub(super) fn run(
 impl Worker {
     fn serve(&mut self, rx: &Receiver<Command>, heartbeat: &Heartbeat) -> Result<()> {
         loop {
-            if !self.held() {
-                heartbeat.beat();
-            }
+            // Held for weights, it still goes round its loop: the wait for them is on record
+            // where they come from (the learner, then a publication), not as a stuck engine.
+            heartbeat.beat();
             if self.paused()
                 || (self.running.is_empty() && (self.waiting.is_empty() || self.held()))
             {
@@ -466,7 +466,10 @@ impl Worker {
                     return Ok(());
                 }
             }
-            if self.paused() {
+            // Only steps with turns to run count towards a pause or an injected panic: a pass
+            // that only handled commands (a stats request, say) is not a step.
+            let has_work = !self.running.is_empty() || !(self.waiting.is_empty() || self.held());
+            if self.paused() || !has_work {
                 continue;
             }
             self.step()?;

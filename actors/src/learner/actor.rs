@@ -19,7 +19,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent
 use tokio::sync::watch;
 
 use super::config::LearnerConfig;
-use super::handle::{spawn_learner_with, BeforeUpdate, LearnerHandle};
+use super::handle::{spawn_learner_with, BeforeUpdate, LearnerHandle, PolicyWeights};
 use super::stats::UpdateStats;
 use super::trainer::LearnerModels;
 use crate::engine_set::EngineSet;
@@ -59,6 +59,8 @@ pub enum LearnerMsg {
     Update(Vec<Trajectory>, RpcReplyPort<Result<UpdateStats>>),
     /// Send the current policy to the engine; the reply is the version published.
     Publish(EngineSet, RpcReplyPort<Result<u64>>),
+    /// Copies of the current policy's weights, for a caller that sends them itself.
+    Weights(RpcReplyPort<Result<PolicyWeights>>),
     /// The current policy version.
     Version(RpcReplyPort<Result<u64>>),
     /// Save the policy (and a separate critic) as Hugging Face directories under `dir`,
@@ -146,6 +148,10 @@ impl Actor for LearnerActor {
             }
             LearnerMsg::Publish(engine, reply) => {
                 let result = state.handle.publish(&engine).await;
+                answer(state, reply, result)
+            }
+            LearnerMsg::Weights(reply) => {
+                let result = state.handle.state_dict().await;
                 answer(state, reply, result)
             }
             LearnerMsg::Version(reply) => {
@@ -271,6 +277,13 @@ impl LearnerRef {
     pub async fn publish(&self, engine: impl Into<EngineSet>) -> Result<u64> {
         let engine = engine.into();
         self.call("a weight publication", |r| LearnerMsg::Publish(engine, r))
+            .await
+    }
+
+    /// Copies of the current policy's weights (no value head), their version and
+    /// checksums: waits behind the learner's work in progress (an update) like any call.
+    pub async fn weights(&self) -> Result<PolicyWeights> {
+        self.call("the learner's weights", LearnerMsg::Weights)
             .await
     }
 
