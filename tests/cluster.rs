@@ -80,8 +80,8 @@ enabled = false
 listen = "{ip}:{port}"
 weights_listen = "{ip}:0"
 cookie_file = "{cookie}"
-lease_secs = 3.0
-heartbeat_secs = 0.5
+lease_secs = 10.0
+heartbeat_secs = 1.0
 min_workers = {min_workers}
 local_rollout = false
 {extra}

@@ -144,7 +144,7 @@ impl Trainer {
 /// GET `path` from `addr` with a plain HTTP/1.0 request (bounded by timeouts).
 pub fn http_get(addr: &str, path: &str) -> String {
     let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
     let mut body = String::new();
     let _ = s.read_to_string(&mut body);
