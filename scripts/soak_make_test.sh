@@ -3,14 +3,25 @@
 # beside it: a small crate (regex, serde, syn, tokio) cleaned and rebuilt with -j2 in a loop.
 # Appends one line per run to $OUT and stops at the first failure; each run's log is kept
 # beside it. Usage: scripts/soak_make_test.sh [N=20]  (WORK=/tmp/soak-make-test by default)
+# KEEP_CLONE=1 keeps an earlier soak's clone and its target/: it fetches this repository and
+# checks out its HEAD there (clean, no local changes) instead of cloning and building cold.
 set -uo pipefail
 N=${1:-20}
 WORK=${WORK:-/tmp/soak-make-test}
 OUT=${OUT:-$WORK/runs.txt}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$WORK"
-rm -rf "$WORK/clone" "$WORK/load"
-git clone -q "$REPO" "$WORK/clone"
+rm -rf "$WORK/load"
+if [ "${KEEP_CLONE:-0}" = 1 ] && [ -d "$WORK/clone/.git" ]; then
+  git -C "$WORK/clone" fetch -q "$REPO" HEAD
+  git -C "$WORK/clone" checkout -q --detach FETCH_HEAD
+  git -C "$WORK/clone" status --porcelain | grep -q . && { echo "the kept clone has local changes" >&2; exit 2; }
+  HOW="in the kept clone (fetched and checked out; target/ kept)"
+else
+  rm -rf "$WORK/clone"
+  git clone -q "$REPO" "$WORK/clone"
+  HOW="in a fresh clone"
+fi
 cargo new -q "$WORK/load"
 cat >> "$WORK/load/Cargo.toml" <<'DEPS'
 regex = "1"
@@ -24,7 +35,7 @@ setsid bash -c 'cd "$1" && while true; do cargo clean -q; cargo build -q --relea
 LOAD=$!
 trap 'kill -- -$LOAD 2>/dev/null' EXIT
 cd "$WORK/clone"
-echo "soak of $(git log --oneline -1 | cut -c1-7), started $(date -u +%FT%TZ)" >> "$OUT"
+echo "soak of $(git log --oneline -1 | cut -c1-7) $HOW, started $(date -u +%FT%TZ)" >> "$OUT"
 for i in $(seq 1 "$N"); do
   s=$(date +%s); l=$(cut -d' ' -f1 /proc/loadavg)
   make test > "$WORK/run$i.log" 2>&1
