@@ -297,6 +297,8 @@ pub(crate) enum Command {
     Hang,
     /// Fault injection: the thread panics after this many more steps.
     PanicAfterSteps(u64),
+    /// Fault injection: the thread panics on its next weight update, before applying it.
+    PanicOnNextUpdate,
     /// Test control: the thread stops stepping after this many more steps (0: before the
     /// next one) and only handles commands until [`Command::Resume`].
     PauseAfterSteps(u64),
@@ -492,6 +494,13 @@ impl EngineHandle {
         self.send_control(Command::PanicAfterSteps(steps))
     }
 
+    /// Fault injection (tests): the engine thread panics on its next weight update, before
+    /// applying it, as a libtorch error while copying the tensors would.
+    #[doc(hidden)]
+    pub fn inject_panic_on_next_update(&self) -> Result<()> {
+        self.send_control(Command::PanicOnNextUpdate)
+    }
+
     /// Test control: the engine thread stops stepping after `steps` more steps (0: before
     /// the next one) and until [`Self::resume`], while it still queues turns and answers
     /// [`Self::stats`] ([`EngineStats::paused`] says when it has stopped). Lets a test put
@@ -554,9 +563,15 @@ impl EngineHandle {
                 what: "the engine to apply a weight update".into(),
                 after: limit,
             }),
-            Ok(Err(_)) => Err(Error::EngineStopped(
-                "engine exited during a weight update".into(),
-            )),
+            // Dropped by an engine that stopped for good (it records why first), or by a
+            // thread that failed and is restarted: the update was not applied, and the
+            // replacement holds its turns until it is sent weights again.
+            Ok(Err(_)) => match self.failure.get() {
+                Some(_) => Err(self.stopped()),
+                None => Err(Error::EngineRestarted(format!(
+                    "its thread failed during the update to weights version {version}"
+                ))),
+            },
             Ok(Ok(result)) => result,
         }
     }

@@ -219,7 +219,10 @@ impl EngineSet {
     }
 
     /// Swaps every engine's weights ([`EngineHandle::update_weights_verified`]), all at
-    /// once; the first engine that fails is named in the error.
+    /// once; the first engine that fails is named in the error. An engine whose thread failed
+    /// during the update and was restarted is not a failure of the update: it is logged, and
+    /// the replacement holds its turns until it is sent weights again by whoever watches
+    /// [`Self::restarted`].
     pub async fn update_weights_verified(
         &self,
         version: u64,
@@ -249,10 +252,16 @@ impl EngineSet {
                 .collect();
             let digest = digest.clone();
             async move {
-                m.handle
-                    .swap_weights(version, copy, digest)
-                    .await
-                    .map_err(|e| self.on_engine(&m.label, e))
+                match m.handle.swap_weights(version, copy, digest).await {
+                    Err(Error::EngineRestarted(why)) => {
+                        tracing::warn!(
+                            "engine on {}: {why}; it restarted and is sent the weights again",
+                            m.label
+                        );
+                        Ok(())
+                    }
+                    other => other.map_err(|e| self.on_engine(&m.label, e)),
+                }
             }
         });
         futures::future::try_join_all(updates).await?;

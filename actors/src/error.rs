@@ -41,6 +41,11 @@ pub enum Error {
     /// The inference engine stopped (its thread failed or was shut down).
     #[error("inference engine stopped: {0}")]
     EngineStopped(String),
+    /// The engine's thread failed while it ran this request and was restarted: the request
+    /// was not carried out. A restarted engine is sent its weights again by whoever watches
+    /// its restarts ([`crate::engine::EngineHandle::restarts`]).
+    #[error("the inference engine restarted: {0}")]
+    EngineRestarted(String),
     /// The engine gave up on one turn (its thread failed while running it) and goes on
     /// serving others: the episode can be tried again.
     #[error("the inference engine gave up on this turn: {0}")]

@@ -12,6 +12,7 @@ use agent_r1_actors::engine::{
     spawn_engine, start_supervised, EngineConfig, EngineHandle, EngineRestartPolicy, LoadModel,
     TurnOutput, TurnRequest,
 };
+use agent_r1_actors::engine_set::EngineSet;
 use agent_r1_actors::model::{Placement, PolicyModel, SamplingParams};
 use agent_r1_actors::Error;
 use tch::Tensor;
@@ -250,6 +251,59 @@ fn a_turn_in_two_crashes_fails_and_too_many_crashes_stop_the_engine_with_the_rea
         .await
         .expect("later calls fail at once");
         assert!(gave_up(&err), "{err}");
+    });
+}
+
+#[test]
+fn a_crash_during_a_weight_update_is_a_restart_not_a_stopped_engine() {
+    let tmp = tempfile::tempdir().unwrap();
+    make_model(tmp.path());
+    let rt = runtime();
+    rt.block_on(async {
+        let (engine, _actor) = start_supervised(loader(tmp.path()), None, config(), policy(3))
+            .await
+            .unwrap();
+        engine
+            .update_weights(1, later_weights(tmp.path()))
+            .await
+            .unwrap();
+        // One engine's own answer: the update was not applied, and it says the thread
+        // restarted rather than that the engine stopped.
+        engine.inject_panic_on_next_update().unwrap();
+        let err = engine
+            .update_weights(2, later_weights(tmp.path()))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::EngineRestarted(m) if m.contains("version 2")),
+            "{err}"
+        );
+        wait_for_restarts(&engine, 1).await;
+        let held = engine.stats().await.unwrap();
+        assert_eq!(held.awaiting_version, Some(1), "{held:?}");
+
+        // A publication to the set (what `train` does after each update) is not failed by a
+        // restart: the replacement is sent the weights again by the restart watcher, as
+        // `train`'s republisher does.
+        let set = EngineSet::from(&engine);
+        let mut restarted = set.restarted();
+        engine.inject_panic_on_next_update().unwrap();
+        set.update_weights(2, later_weights(tmp.path()))
+            .await
+            .expect("a restart during the update is not a failed publication");
+        let (_, replacement) = tokio::time::timeout(Duration::from_secs(120), restarted.next())
+            .await
+            .expect("the restart is announced within 120 s")
+            .expect("the engine is alive");
+        replacement
+            .update_weights(2, later_weights(tmp.path()))
+            .await
+            .unwrap();
+        let served = engine.generate(turn(3, 4)).await.unwrap();
+        assert_eq!(served.policy_version, 2);
+        let stats = engine.stats().await.unwrap();
+        assert_eq!((stats.restarts, stats.policy_version), (2, 2), "{stats:?}");
+        assert_eq!(stats.awaiting_version, None);
     });
 }
 

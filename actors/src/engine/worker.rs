@@ -104,6 +104,8 @@ struct Worker {
     hold_until: u64,
     /// Fault injection: the thread panics after this many more steps.
     panic_after_steps: Option<u64>,
+    /// Fault injection: the thread panics on its next weight update.
+    panic_on_update: bool,
     /// Steps left before a pause ([`Command::PauseAfterSteps`]); `Some(0)` while paused.
     pause_after_steps: Option<u64>,
     window: PhaseWindow,
@@ -396,6 +398,7 @@ pub(super) fn run(
         version: 0,
         hold_until,
         panic_after_steps: None,
+        panic_on_update: false,
         pause_after_steps: None,
     };
     worker.stats.slot_bytes = worker.slots.bytes_allocated() as u64;
@@ -508,6 +511,9 @@ impl Worker {
                 digest,
                 reply,
             } => {
+                if std::mem::take(&mut self.panic_on_update) {
+                    panic!("fault injection: the engine thread panics during a weight update");
+                }
                 let result = self.update_weights(version, &tensors, digest.as_ref());
                 let _ = reply.send(result);
             }
@@ -521,6 +527,7 @@ impl Worker {
                 }
             }
             Command::PanicAfterSteps(steps) => self.panic_after_steps = Some(steps.max(1)),
+            Command::PanicOnNextUpdate => self.panic_on_update = true,
             Command::PauseAfterSteps(steps) => self.pause_after_steps = Some(steps),
             Command::Resume => self.pause_after_steps = None,
             Command::Shutdown => return Ok(false),
