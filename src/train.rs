@@ -766,6 +766,7 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
                 &base.dir,
                 start.state.policy_version,
                 sampler.sink(),
+                sampler.tasks(),
             ))?;
             sampler.set_remote(remote);
             rt.block_on(cluster.wait_for_workers())?;

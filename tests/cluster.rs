@@ -223,6 +223,48 @@ fn workers_on_loopback_train_to_the_end_through_a_kill_a_mid_run_join_and_a_wron
     );
 }
 
+#[test]
+fn with_local_rollout_the_tasks_of_a_worker_that_is_gone_go_to_the_trainer_and_the_run_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config_with(dir.path(), "127.0.0.1", 0, 4, 1, "");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(
+        &cfg,
+        text.replace("local_rollout = false", "local_rollout = true"),
+    )
+    .unwrap();
+    let mut train = Trainer::start(&cfg, &dir.path().join("run"), false);
+    let port = listening_port(&mut train);
+    // Feeding starts once `a` has joined, and workers with room come first: `a` gets the
+    // first lease, freezes on it (fault injection: it sends nothing more, as a hung machine)
+    // and is killed. Its leases can then only run out, and no worker is left to take them.
+    let mut a = worker(dir.path(), port, "a", "cookie", &["--freeze-at-lease", "1"]);
+    a.wait_line(|l| l.contains("fault injection: frozen at lease"));
+    a.signal("KILL");
+    let _ = a.finish();
+
+    let (code, train_out, train_log) = train.finish();
+    assert_eq!(code, Some(0), "train failed:\n{train_log}");
+    let summary = last_json(&train_out);
+    assert_eq!(summary["updates"], 4, "{summary}");
+    let cluster = &summary["cluster"];
+    assert!(
+        cluster["workers"]["a"]["requeued"].as_u64() >= Some(1),
+        "{cluster}"
+    );
+    assert_eq!(cluster["accepted"], 0, "{cluster}");
+    assert!(cluster["handed_back"].as_u64() >= Some(1), "{cluster}");
+    assert_eq!(
+        (cluster["waiting"].as_u64(), cluster["outstanding"].as_u64()),
+        (Some(0), Some(0)),
+        "{cluster}"
+    );
+    assert!(
+        train_log.contains("went to the trainer's own rollout"),
+        "{train_log}"
+    );
+}
+
 /// Two network namespaces joined by a veth pair: `t` (10.77.0.1) and `w` (10.77.0.2),
 /// deleted (with whatever runs in them) on drop.
 struct Namespaces {

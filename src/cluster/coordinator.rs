@@ -1,8 +1,11 @@
 //! The trainer's side of the cluster: one actor that takes tasks from the feeder while
 //! workers have room, leases them out, renews and expires leases, accepts each episode's
-//! trajectory once into the run's batcher, and tells workers about new weights.
+//! trajectory once into the run's batcher, and tells workers about new weights. It never
+//! waits on the rest of the run: accepted trajectories that the batcher has no room for wait
+//! in its outbox (and count against the room it offers workers), and tasks waiting while no
+//! worker is a member go back to the trainer's own rollout when that samples too.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -10,7 +13,7 @@ use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use agent_r1_actors::runtime::EpisodeRequest;
+use agent_r1_actors::runtime::{EpisodeRequest, TaskSender};
 use agent_r1_actors::trajectory::Trajectory;
 
 use super::leases::{Completion, LeaseTable, WorkerStats};
@@ -53,9 +56,12 @@ pub struct CoordinatorArgs {
     pub heartbeat: Duration,
     /// Where accepted trajectories go (the run's batcher).
     pub sink: mpsc::Sender<Trajectory>,
-    /// How many tasks the workers could take now (read by the task pump).
+    /// The trainer's own rollout service, when it samples too (`cluster.local_rollout`):
+    /// tasks waiting while no worker is a member go back to it.
+    pub local: Option<TaskSender>,
+    /// How many more tasks the workers could take now (read by the feeder).
     pub wanted: watch::Sender<usize>,
-    /// How many workers are members.
+    /// How many members could be leased a task now (they have the run's weights).
     pub members: watch::Sender<usize>,
 }
 
@@ -70,6 +76,8 @@ pub struct ClusterSummary {
     pub requeued: u64,
     /// Trajectories dropped because their episode had been accepted.
     pub duplicates: u64,
+    /// Tasks that waited while no worker was a member and went to the trainer's own rollout.
+    pub handed_back: u64,
     /// Tasks still waiting for a worker.
     pub waiting: usize,
     /// Leases still out.
@@ -85,6 +93,10 @@ pub struct State {
     table: LeaseTable,
     version: u64,
     summary: ClusterSummary,
+    /// Accepted trajectories the batcher had no room for yet, oldest first.
+    outbox: VecDeque<Trajectory>,
+    /// Whether "tasks wait and no worker is a member" has been said since the last member.
+    said_stranded: bool,
 }
 
 impl State {
@@ -92,8 +104,11 @@ impl State {
         self.version.saturating_sub(self.args.staleness)
     }
 
-    /// Leases what can be leased and publishes the figures.
+    /// Delivers what the batcher has room for, hands tasks back while no worker is a
+    /// member, leases what can be leased and publishes the figures.
     fn dispatch(&mut self) {
+        self.deliver();
+        self.hand_back();
         let now = Instant::now();
         for grant in self.table.grant(self.min_version(), now) {
             let delivered = remote_member(&worker_group(&grant.worker)).is_some_and(|cell| {
@@ -116,13 +131,83 @@ impl State {
                 );
             }
         }
+        let wanted = self.table.wanted(self.min_version());
         self.args
             .wanted
-            .send_replace(self.table.wanted(self.min_version()));
-        self.args.members.send_replace(self.table.workers());
+            .send_replace(wanted.saturating_sub(self.outbox.len()));
+        self.args
+            .members
+            .send_replace(self.table.ready(self.min_version()));
         metrics::gauge!("agent_r1_cluster_workers").set(self.table.workers() as f64);
         metrics::gauge!("agent_r1_cluster_leases").set(self.table.outstanding() as f64);
         metrics::gauge!("agent_r1_cluster_tasks_waiting").set(self.table.waiting() as f64);
+    }
+
+    /// Moves accepted trajectories into the batcher's channel while it has room, without
+    /// waiting: the coordinator must go on renewing leases meanwhile (during a checkpoint or
+    /// an evaluation nothing reads that channel).
+    fn deliver(&mut self) {
+        while let Some(t) = self.outbox.pop_front() {
+            match self.args.sink.try_send(t) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(t)) => {
+                    self.outbox.push_front(t);
+                    break;
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => {
+                    tracing::warn!(
+                        "the batcher is gone; {} trajectories dropped",
+                        self.outbox.len() + 1
+                    );
+                    self.outbox.clear();
+                }
+            }
+        }
+        metrics::gauge!("agent_r1_cluster_trajectories_undelivered").set(self.outbox.len() as f64);
+    }
+
+    /// While no worker is a member, waiting tasks go to the trainer's own rollout (when it
+    /// samples too) as it has room; otherwise they wait for a worker, which is said once.
+    fn hand_back(&mut self) {
+        if self.table.workers() > 0 || self.table.waiting() == 0 {
+            self.said_stranded = false;
+            return;
+        }
+        let Some(local) = &self.args.local else {
+            if !self.said_stranded {
+                self.said_stranded = true;
+                eprintln!(
+                    "cluster: {} tasks wait and no worker is a member (cluster.local_rollout = false): they run when a worker joins",
+                    self.table.waiting()
+                );
+            }
+            return;
+        };
+        let mut back = 0u64;
+        loop {
+            match local.try_reserve() {
+                Ok(Some(permit)) => match self.table.hand_back() {
+                    Some(request) => {
+                        permit.send(request);
+                        back += 1;
+                    }
+                    None => break,
+                },
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!("handing tasks back: {e}");
+                    break;
+                }
+            }
+        }
+        if back > 0 {
+            self.summary.handed_back += back;
+            metrics::counter!("agent_r1_cluster_handed_back_total").increment(back);
+            eprintln!(
+                "cluster: no worker is a member; {back} waiting tasks went to the trainer's own rollout ({} still wait)",
+                self.table.waiting()
+            );
+        }
     }
 
     fn welcome(&self, worker: &str) {
@@ -166,7 +251,7 @@ impl State {
         true
     }
 
-    async fn on_wire(&mut self, wire: Wire) {
+    fn on_wire(&mut self, wire: Wire) {
         let now = Instant::now();
         match wire {
             Wire::Hello {
@@ -198,9 +283,7 @@ impl State {
                     self.summary.accepted += 1;
                     metrics::counter!("agent_r1_cluster_trajectories_total", "outcome" => "accepted")
                         .increment(1);
-                    if self.args.sink.send(*trajectory).await.is_err() {
-                        tracing::warn!("the batcher is gone; trajectory dropped");
-                    }
+                    self.outbox.push_back(*trajectory);
                 }
                 Completion::Duplicate => {
                     self.summary.duplicates += 1;
@@ -245,6 +328,7 @@ impl Actor for Coordinator {
         metrics::counter!("agent_r1_cluster_leases_granted_total").increment(0);
         metrics::counter!("agent_r1_cluster_requeued_total").increment(0);
         metrics::counter!("agent_r1_cluster_joins_total").increment(0);
+        metrics::counter!("agent_r1_cluster_handed_back_total").increment(0);
         metrics::counter!("agent_r1_cluster_malformed_messages_total").increment(0);
         metrics::counter!("agent_r1_cluster_trajectories_total", "outcome" => "accepted")
             .increment(0);
@@ -256,6 +340,8 @@ impl Actor for Coordinator {
             table: LeaseTable::new(args.lease),
             version: args.version,
             summary: ClusterSummary::default(),
+            outbox: VecDeque::new(),
+            said_stranded: false,
             args,
         })
     }
@@ -267,7 +353,7 @@ impl Actor for Coordinator {
         state: &mut State,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            ClusterMsg::Wire(wire) => state.on_wire(wire).await,
+            ClusterMsg::Wire(wire) => state.on_wire(wire),
             ClusterMsg::Malformed(what) => {
                 metrics::counter!("agent_r1_cluster_malformed_messages_total").increment(1);
                 tracing::warn!("a cluster message that does not decode: {what}");
@@ -325,18 +411,16 @@ impl Actor for Coordinator {
     }
 }
 
-/// Moves tasks from the feeder to the coordinator while workers want them: at most one
-/// task waits in `tasks` beyond what the workers have room for.
+/// Moves tasks from the feeder to the coordinator as they come. The feeder sends one only
+/// while the coordinator says workers have room, so the coordinator's queue holds at most
+/// the few sent on a figure that was about to drop; a task is never held here, where nothing
+/// could hand it back.
 pub fn spawn_pump(
     mut tasks: mpsc::Receiver<EpisodeRequest>,
     coordinator: ActorRef<CoordinatorMsg>,
-    mut wanted: watch::Receiver<usize>,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
         loop {
-            if wanted.wait_for(|w| *w > 0).await.is_err() {
-                return;
-            }
             let Some(request) = tasks.recv().await else {
                 return;
             };
@@ -352,4 +436,98 @@ pub fn spawn_pump(
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agent_r1_actors::trajectory::EpisodeEnd;
+    use agent_r1_envs::task::Task;
+
+    fn trajectory(episode_id: u64) -> Trajectory {
+        Trajectory {
+            episode_id,
+            group_id: episode_id,
+            task: Task {
+                id: format!("t{episode_id}"),
+                data_source: "test".into(),
+                question: "q".into(),
+                answers: vec!["a".into()],
+                prompt: None,
+                extra: serde_json::Value::Null,
+            },
+            prompt_ids: vec![1, 2],
+            steps: Vec::new(),
+            reward: 0.0,
+            metrics: BTreeMap::new(),
+            end: EpisodeEnd::Completed {
+                reason: "done".into(),
+            },
+            attempts: 1,
+            wall_seconds: 0.0,
+        }
+    }
+
+    /// The coordinator's state as the actor holds it, without the actor: its handlers are
+    /// plain functions of it, so a full batcher channel is a state, not a timing.
+    fn state(sink: mpsc::Sender<Trajectory>) -> (State, watch::Receiver<usize>) {
+        let (wanted, wanted_rx) = watch::channel(0);
+        let (members, _) = watch::channel(0);
+        let args = CoordinatorArgs {
+            config: String::new(),
+            weights_url: String::new(),
+            version: 0,
+            manifest_sha256: String::new(),
+            staleness: 0,
+            lease: Duration::from_secs(10),
+            heartbeat: Duration::from_secs(1),
+            sink,
+            local: None,
+            wanted,
+            members,
+        };
+        let state = State {
+            table: LeaseTable::new(args.lease),
+            version: 0,
+            summary: ClusterSummary::default(),
+            outbox: VecDeque::new(),
+            said_stranded: false,
+            args,
+        };
+        (state, wanted_rx)
+    }
+
+    #[test]
+    fn trajectories_the_batcher_has_no_room_for_wait_in_order_and_count_against_the_room_offered() {
+        let (sink, mut batcher) = mpsc::channel(1);
+        let (mut state, wanted) = state(sink);
+        state.on_wire(Wire::Hello {
+            worker: "a".into(),
+            slots: 4,
+            version: Some(0),
+        });
+        assert_eq!(*wanted.borrow(), 4);
+        // Three episodes finish while the batcher's channel has room for one: handling them
+        // does not wait on it (the handler is not async), the rest wait in the outbox.
+        for episode in 0..3 {
+            state.on_wire(Wire::Done {
+                worker: "a".into(),
+                lease: 100 + episode,
+                trajectory: Box::new(trajectory(episode)),
+            });
+        }
+        assert_eq!(state.summary.accepted, 3);
+        assert_eq!(state.outbox.len(), 2);
+        assert_eq!(*wanted.borrow(), 2, "4 free slots less 2 undelivered");
+        let mut got = vec![batcher.try_recv().unwrap().episode_id];
+        // Each pass (a tick, a heartbeat) delivers what the channel has room for.
+        for left in [1, 0] {
+            state.dispatch();
+            assert_eq!(state.outbox.len(), left);
+            got.push(batcher.try_recv().unwrap().episode_id);
+        }
+        assert_eq!(got, vec![0, 1, 2], "delivered in the order accepted");
+        assert_eq!(*wanted.borrow(), 4, "nothing undelivered");
+        assert!(batcher.try_recv().is_err());
+    }
 }

@@ -78,7 +78,8 @@ pub struct LeaseTable {
     next_lease: u64,
     queue: VecDeque<EpisodeRequest>,
     leases: HashMap<u64, Lease>,
-    accepted: HashSet<u64>,
+    /// Episodes accepted from a worker or handed back to the trainer's own rollout.
+    settled: HashSet<u64>,
     workers: BTreeMap<String, Worker>,
     gone: BTreeMap<String, WorkerStats>,
 }
@@ -95,10 +96,19 @@ impl LeaseTable {
             next_lease: 1,
             queue: VecDeque::new(),
             leases: HashMap::new(),
-            accepted: HashSet::new(),
+            settled: HashSet::new(),
             workers: BTreeMap::new(),
             gone: BTreeMap::new(),
         }
+    }
+
+    /// Takes the first waiting task out of the table for another taker (the trainer's own
+    /// rollout, while no worker is a member). Its episode counts as settled: a worker that
+    /// reports it later (one dropped while it still ran it) is answered as a duplicate.
+    pub fn hand_back(&mut self) -> Option<EpisodeRequest> {
+        let request = self.queue.pop_front()?;
+        self.settled.insert(key(request.episode_id));
+        Some(request)
     }
 
     /// A new task from the stream, behind those waiting.
@@ -128,6 +138,14 @@ impl LeaseTable {
             },
         );
         true
+    }
+
+    /// Members that can be leased tasks now: those with weights of at least `min_version`.
+    pub fn ready(&self, min_version: u64) -> usize {
+        self.workers
+            .values()
+            .filter(|w| w.version.is_some_and(|v| v >= min_version))
+            .count()
     }
 
     /// Whether `name` is a member.
@@ -184,7 +202,7 @@ impl LeaseTable {
                 .map(|(name, _)| name.clone());
             let Some(name) = pick else { break };
             let request = self.queue.pop_front().expect("checked non-empty");
-            if self.accepted.contains(&key(request.episode_id)) {
+            if self.settled.contains(&key(request.episode_id)) {
                 continue;
             }
             let lease = self.next_lease;
@@ -278,7 +296,7 @@ impl LeaseTable {
                 self.drop_lease(lease);
             }
         }
-        if !self.accepted.insert(k) {
+        if !self.settled.insert(k) {
             if let Some(w) = self.workers.get_mut(name) {
                 w.stats.duplicates += 1;
             } else {
@@ -334,7 +352,7 @@ impl LeaseTable {
             None => self.gone.entry(lease.worker.clone()).or_default().requeued += 1,
         }
         let episode_id = lease.request.episode_id;
-        if !self.accepted.contains(&key(episode_id)) {
+        if !self.settled.contains(&key(episode_id)) {
             self.queue.push_front(lease.request);
         }
         Some(Requeued {
@@ -433,6 +451,25 @@ mod tests {
         let stats = t.stats();
         assert_eq!((stats["a"].requeued, stats["a"].duplicates), (1, 1));
         assert_eq!((stats["b"].episodes, stats["a"].episodes), (1, 0));
+    }
+
+    #[test]
+    fn a_task_handed_back_is_settled_and_a_late_report_of_it_is_a_duplicate() {
+        let (mut t, now) = table(2);
+        t.join("a", 1, Some(0), now);
+        let lease = t.grant(0, now).remove(0).lease;
+        // `a` goes silent with episode 0: it is queued again, ahead of episode 1.
+        let (requeued, gone) = t.expire(now + Duration::from_secs(10));
+        assert_eq!((requeued.len(), gone.len(), t.workers()), (1, 1, 0));
+        let back: Vec<u64> = std::iter::from_fn(|| t.hand_back())
+            .map(|r| r.episode_id)
+            .collect();
+        assert_eq!(back, vec![0, 1], "re-queued first, then stream order");
+        assert_eq!((t.waiting(), t.wanted(0)), (0, 0));
+        // `a` was only slow: it rejoins and reports the episode the trainer ran itself.
+        t.join("a", 1, Some(0), now + Duration::from_secs(11));
+        assert_eq!(t.complete("a", lease, 0), Completion::Duplicate);
+        assert_eq!(t.stats()["a"].duplicates, 1);
     }
 
     #[test]

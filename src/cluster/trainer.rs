@@ -11,6 +11,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use agent_r1_actors::learner::LearnerRef;
+use agent_r1_actors::runtime::TaskSender;
 use agent_r1_actors::trajectory::Trajectory;
 
 use super::coordinator::{
@@ -37,7 +38,9 @@ pub struct TrainerCluster {
 
 impl TrainerCluster {
     /// Publishes the start version, serves it, listens for workers and starts the
-    /// coordinator; returns the stage and where the feeder sends tasks for workers.
+    /// coordinator; returns the stage and where the feeder sends tasks for workers. `local`
+    /// is the trainer's own rollout service, which takes back tasks that wait while no worker
+    /// is a member when `cluster.local_rollout` is set.
     pub async fn start(
         cfg: &TrainConfig,
         run_dir: &Path,
@@ -45,6 +48,7 @@ impl TrainerCluster {
         tokenizer_dir: &Path,
         version: u64,
         sink: mpsc::Sender<Trajectory>,
+        local: TaskSender,
     ) -> anyhow::Result<(Self, RemoteTasks)> {
         let section = cfg.cluster.clone();
         let root = run_dir.join("weights");
@@ -77,6 +81,7 @@ impl TrainerCluster {
             lease: section.lease(),
             heartbeat: section.heartbeat(),
             sink,
+            local: section.local_rollout.then_some(local),
             wanted: wanted_tx,
             members: members_tx,
         };
@@ -84,7 +89,7 @@ impl TrainerCluster {
             .await
             .map_err(|e| anyhow::anyhow!("starting the cluster coordinator: {e}"))?;
         let (tasks, rx) = mpsc::channel(1);
-        let pump = spawn_pump(rx, coordinator.clone(), wanted);
+        let pump = spawn_pump(rx, coordinator.clone());
         let stage = Self {
             section: section.clone(),
             root,
@@ -103,12 +108,14 @@ impl TrainerCluster {
         );
         let remote = RemoteTasks {
             tasks,
+            wanted,
             local_too: section.local_rollout,
         };
         Ok((stage, remote))
     }
 
-    /// Waits until `cluster.min_workers` have joined (or its timeout).
+    /// Waits until `cluster.min_workers` have joined and have the run's weights, so they can
+    /// be leased the first tasks (or its timeout).
     pub async fn wait_for_workers(&mut self) -> anyhow::Result<()> {
         let need = self.section.min_workers;
         if need == 0 {

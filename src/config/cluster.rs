@@ -32,7 +32,7 @@ pub struct ClusterSection {
     /// How often workers renew their leases, seconds (at most half of `lease_secs`).
     #[schemars(extend("exclusiveMinimum" = 0), range(max = 3600.0))]
     pub heartbeat_secs: f64,
-    /// Sampling starts once this many workers have joined.
+    /// Sampling starts once this many workers have joined and fetched the run's weights.
     pub min_workers: usize,
     /// How long to wait for `min_workers`, seconds, before the run fails.
     #[schemars(extend("exclusiveMinimum" = 0), range(max = 86400.0))]

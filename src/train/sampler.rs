@@ -129,6 +129,12 @@ impl Sampler {
         self.sink.clone()
     }
 
+    /// Where the service takes tasks (for a producer besides the feeder: the cluster hands
+    /// back tasks that no worker can take).
+    pub(crate) fn tasks(&self) -> TaskSender {
+        self.service().tasks()
+    }
+
     /// Sends tasks to `remote` too (or only there); set before [`Sampler::feed`].
     pub(crate) fn set_remote(&mut self, remote: RemoteTasks) {
         self.remote = Some(remote);
@@ -363,12 +369,22 @@ impl Sampler {
     }
 }
 
-/// Tasks for remote workers: a channel the cluster's task pump reads while workers have
-/// room, and whether the local service samples too.
+/// Tasks for remote workers: the channel to the cluster's task pump, how many more tasks
+/// the workers could take now, and whether the local service samples too.
 #[derive(Clone, Debug)]
 pub(crate) struct RemoteTasks {
     pub(crate) tasks: mpsc::Sender<EpisodeRequest>,
+    pub(crate) wanted: watch::Receiver<usize>,
     pub(crate) local_too: bool,
+}
+
+impl RemoteTasks {
+    /// Room in the channel once the workers have room for one more task.
+    async fn reserve(&self) -> Option<mpsc::Permit<'_, EpisodeRequest>> {
+        let mut wanted = self.wanted.clone();
+        wanted.wait_for(|&n| n > 0).await.ok()?;
+        self.tasks.reserve().await.ok()
+    }
 }
 
 /// Submits whole groups to the service (and remote workers) in stream order.
@@ -426,22 +442,27 @@ impl Feeder {
         }
     }
 
-    /// To whichever has room first: the local service or the remote workers.
+    /// To the remote workers while they have room (they are capacity the run has no other
+    /// use for), else to the local service when it samples too; only to the workers when it
+    /// does not. A task sent to the workers that none ends up taking comes back to the
+    /// local service through the coordinator.
     async fn route(&self, request: EpisodeRequest) -> anyhow::Result<()> {
         let gone = || anyhow::anyhow!("the cluster's task pump has stopped");
         match &self.remote {
             None => Ok(self.sender.submit(request).await?),
             Some(remote) if !remote.local_too => {
-                remote.tasks.send(request).await.map_err(|_| gone())
+                remote.reserve().await.ok_or_else(gone)?.send(request);
+                Ok(())
             }
             Some(remote) => {
                 tokio::select! {
-                    local = self.sender.reserve() => {
-                        local?.send(request);
+                    biased;
+                    far = remote.reserve() => {
+                        far.ok_or_else(gone)?.send(request);
                         Ok(())
                     }
-                    far = remote.tasks.reserve() => {
-                        far.map_err(|_| gone())?.send(request);
+                    local = self.sender.reserve() => {
+                        local?.send(request);
                         Ok(())
                     }
                 }

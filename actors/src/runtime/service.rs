@@ -34,6 +34,18 @@ impl TaskSender {
             .map_err(|_| Error::Other("the rollout service has stopped taking tasks".into()))
     }
 
+    /// Room for one episode now, or `None` while the service has none; the permit submits
+    /// it (for a caller that must not wait, such as an actor handing tasks back).
+    pub fn try_reserve(&self) -> Result<Option<mpsc::Permit<'_, EpisodeRequest>>> {
+        match self.0.try_reserve() {
+            Ok(permit) => Ok(Some(permit)),
+            Err(mpsc::error::TrySendError::Full(())) => Ok(None),
+            Err(mpsc::error::TrySendError::Closed(())) => Err(Error::Other(
+                "the rollout service has stopped taking tasks".into(),
+            )),
+        }
+    }
+
     /// Waits for room for one episode; the permit submits it (for a caller choosing
     /// between this service and another taker).
     pub async fn reserve(&self) -> Result<mpsc::Permit<'_, EpisodeRequest>> {
