@@ -265,6 +265,39 @@ fn with_local_rollout_the_tasks_of_a_worker_that_is_gone_go_to_the_trainer_and_t
     );
 }
 
+#[test]
+fn a_worker_swapping_weights_for_longer_than_a_lease_keeps_its_membership() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config_with(dir.path(), "127.0.0.1", 0, 2, 1, "");
+    let mut train = Trainer::start(&cfg, &dir.path().join("run"), false);
+    let port = listening_port(&mut train);
+    // Its swap to version 1 waits 12 s (fault injection: a large model's load), longer than
+    // the 10 s lease; the sync run needs it to sample the second update.
+    let a = worker(dir.path(), port, "a", "cookie", &["--slow-swap-secs", "12"]);
+    let (code, train_out, train_log) = train.finish();
+    assert_eq!(code, Some(0), "train failed:\n{train_log}");
+    let (a_code, _, a_log) = a.finish();
+    assert_eq!(a_code, Some(0), "worker a failed:\n{a_log}");
+    assert!(
+        a_log.contains("fault injection: the swap to version 1 waits 12.0 s"),
+        "{a_log}"
+    );
+    assert!(!train_log.contains("worker a silent"), "{train_log}");
+    let summary = last_json(&train_out);
+    assert_eq!(summary["updates"], 2, "{summary}");
+    let a_stats = &summary["cluster"]["workers"]["a"];
+    assert_eq!(
+        (a_stats["joins"].as_u64(), a_stats["requeued"].as_u64()),
+        (Some(1), Some(0)),
+        "{a_stats}"
+    );
+    assert_eq!(
+        summary["cluster"]["accepted"],
+        2 * EPISODES_PER_UPDATE,
+        "{summary}"
+    );
+}
+
 /// Two network namespaces joined by a veth pair: `t` (10.77.0.1) and `w` (10.77.0.2),
 /// deleted (with whatever runs in them) on drop.
 struct Namespaces {

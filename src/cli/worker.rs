@@ -52,6 +52,10 @@ pub(crate) struct WorkerCmdArgs {
     /// until the trainer has dropped this worker and taken it back.
     #[arg(long, hide = true)]
     hold_from_lease: Option<u64>,
+    /// Fault injection for tests: the first weight swap after joining first waits this many
+    /// seconds, as loading a large model would.
+    #[arg(long, hide = true)]
+    slow_swap_secs: Option<f64>,
 }
 
 pub(crate) fn run(args: WorkerCmdArgs, registries: Registries) -> anyhow::Result<()> {
@@ -97,6 +101,10 @@ pub(crate) fn run(args: WorkerCmdArgs, registries: Registries) -> anyhow::Result
             freeze_at_lease: args.freeze_at_lease,
             metrics_address: args.metrics_address,
             hold_from_lease: args.hold_from_lease,
+            slow_swap: args
+                .slow_swap_secs
+                .filter(|s| s.is_finite() && *s >= 0.0)
+                .map(Duration::from_secs_f64),
             tls_ca: args.tls_ca,
             tls_server_name: args.tls_server_name,
         },

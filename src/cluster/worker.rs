@@ -62,6 +62,8 @@ pub struct WorkerArgs {
     /// until the trainer has dropped this worker and taken it back (a worker cut off with
     /// work in hand, which finishes it late).
     pub hold_from_lease: Option<u64>,
+    /// Fault injection for tests: the first weight swap after joining first waits this long.
+    pub slow_swap: Option<Duration>,
 }
 
 /// Forwards what the trainer says to the worker's loop.
@@ -189,16 +191,10 @@ pub async fn run(
         FetcherConfig::default(),
     ));
     // Setting up takes longer than a lease on a busy machine: say it is alive meanwhile.
-    let keepalive = {
-        let (name, every) = (args.name.clone(), welcome.heartbeat);
-        AbortOnDrop(tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            loop {
-                tick.tick().await;
-                tell_coordinator(heartbeat(&name, None, slots, &HashMap::new()));
-            }
-        }))
-    };
+    let setting_up = keepalive(
+        heartbeat(&args.name, None, slots, &HashMap::new()),
+        welcome.heartbeat,
+    );
     let first = fetch(
         fetcher.clone(),
         welcome.version,
@@ -224,7 +220,8 @@ pub async fn run(
         .context("building the worker's engines")??
     };
     swap(&engine, welcome.version, &first).await?;
-    drop(keepalive);
+    drop(setting_up);
+    let mut slow_swap = args.slow_swap;
     let mut version = welcome.version;
     // The directory of the version the engines serve: a restarted engine is sent it again.
     let mut serving = first.clone();
@@ -342,21 +339,42 @@ pub async fn run(
             done = fetched_rx.recv() => {
                 fetching = None;
                 match done {
-                    Some(Ok((v, dir))) => match swap(&engine, v, &dir).await {
-                        Ok(()) => {
-                            version = v;
-                            serving = dir;
-                            eprintln!("worker {}: weights version {v} swapped in", args.name);
-                            say(heartbeat(&args.name, Some(version), slots, &held));
+                    Some(Ok((v, dir))) => {
+                        // Loading and applying a large model's weights can outlast a lease:
+                        // the leases held are renewed meanwhile.
+                        let beat = heartbeat(&args.name, Some(version), slots, &held);
+                        let alive = keepalive(beat, welcome.heartbeat);
+                        if let Some(delay) = slow_swap.take() {
+                            eprintln!(
+                                "worker {}: fault injection: the swap to version {v} waits {:.1} s",
+                                args.name,
+                                delay.as_secs_f64()
+                            );
+                            tokio::time::sleep(delay).await;
                         }
-                        Err(e) => break format!("swapping in weights version {v}: {e:#}"),
-                    },
+                        let swapped = swap(&engine, v, &dir).await;
+                        drop(alive);
+                        match swapped {
+                            Ok(()) => {
+                                version = v;
+                                serving = dir;
+                                eprintln!("worker {}: weights version {v} swapped in", args.name);
+                                say(heartbeat(&args.name, Some(version), slots, &held));
+                            }
+                            Err(e) => break format!("swapping in weights version {v}: {e:#}"),
+                        }
+                    }
                     Some(Err(e)) => tracing::warn!("fetching weights: {e:#}; trying again"),
                     None => {}
                 }
             }
             Some((label, handle)) = restarted.next() => {
-                if let Err(e) = swap(&handle.into(), version, &serving).await {
+                // The restarted engine reloads before it takes the weights: renewed meanwhile.
+                let beat = heartbeat(&args.name, Some(version), slots, &held);
+                let alive = keepalive(beat, welcome.heartbeat);
+                let sent = swap(&handle.into(), version, &serving).await;
+                drop(alive);
+                if let Err(e) = sent {
                     break format!("sending weights version {version} again to the restarted engine on {label}: {e:#}");
                 }
                 eprintln!("worker {}: engine on {label} restarted; weights version {version} sent to it again", args.name);
@@ -468,6 +486,19 @@ async fn wait_welcome(
 }
 
 /// A heartbeat: renews the leases in `held` (episode id -> lease).
+/// Sends `beat` every `every` until dropped: for the waits of the worker's loop that can
+/// outlast a lease (setting up, swapping weights). Nothing is leased or reported during
+/// them, so the leases named in `beat` stay the ones held.
+fn keepalive(beat: Wire, every: Duration) -> AbortOnDrop {
+    AbortOnDrop(tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tick.tick().await;
+            tell_coordinator(beat.clone());
+        }
+    }))
+}
+
 fn heartbeat(worker: &str, version: Option<u64>, slots: u32, held: &HashMap<u64, u64>) -> Wire {
     Wire::Heartbeat {
         worker: worker.to_string(),
