@@ -26,7 +26,7 @@ use agent_r1_actors::runtime::{
 };
 use agent_r1_actors::tiny_tokenizer::write_tiny_tokenizer;
 use agent_r1_actors::tokenizer::HfTokenizer;
-use agent_r1_actors::trajectory::Trajectory;
+use agent_r1_actors::trajectory::{EpisodeEnd, Trajectory};
 use agent_r1_envs::env::{Env, Score, TurnOutcome};
 use agent_r1_envs::message::Message;
 use agent_r1_envs::task::Task;
@@ -934,6 +934,55 @@ fn a_crashed_env_actor_is_replaced_by_a_freshly_built_env() {
         .collect();
     assert_eq!(instances.len(), 2, "{instances:?}");
     assert_ne!(instances[0], instances[1], "the retry ran on a fresh env");
+}
+
+/// Fault injection: a per-episode env builder that, after the build that learns its tools,
+/// blocks until the test releases it (a browser or sandbox that never comes up). Four
+/// episodes build at once on a runtime of two threads: each gives up at `env_timeout`, named
+/// as the build stage, so the builds cannot have held the runtime's threads.
+#[test]
+fn a_per_episode_env_build_that_never_returns_fails_its_episodes_at_the_env_timeout() {
+    let f = fixture();
+    let (release, gate) = std::sync::mpsc::channel::<()>();
+    let gate = Arc::new(Mutex::new(gate));
+    let builds = Arc::new(AtomicU64::new(0));
+    let build = {
+        let builds = builds.clone();
+        Arc::new(move || {
+            if builds.fetch_add(1, Ordering::SeqCst) > 0 {
+                // Returns only once the test drops `release`.
+                let _ = gate.lock().unwrap_or_else(|p| p.into_inner()).recv();
+            }
+            Ok(Arc::new(ScriptedEnv {
+                calls: 1,
+                turns: Default::default(),
+                resets: Default::default(),
+            }) as Arc<dyn Env>)
+        })
+    };
+    let source = EnvSource::per_episode(build).unwrap();
+    let mut setup = setup(&f, source, vec![Arc::new(Echo)], 4);
+    setup.episode.env_timeout = Duration::from_secs(2);
+    let rt = runtime();
+    let (report, out) = rt.block_on(stream(setup, tasks("stuck", 4), |_| {}));
+    // The builders still blocked return now, so dropping the runtime can join their threads.
+    drop(release);
+    drop(rt);
+    let s = &report.summary;
+    assert_eq!((s.completed, s.failed), (0, 4), "{s:?}");
+    for t in &out {
+        let EpisodeEnd::Failed { reason } = &t.end else {
+            panic!("{t:?}")
+        };
+        assert!(
+            reason.contains("env build gave no answer within 2s"),
+            "{reason}"
+        );
+    }
+    assert!(
+        builds.load(Ordering::SeqCst) > 4,
+        "every attempt built its env"
+    );
 }
 
 /// Fault injection: the learner's `before_update` hook holds the update until the test has

@@ -179,15 +179,44 @@ impl Actor for Episode {
     }
 }
 
+/// Runs a user's env builder on a blocking thread (it may open a browser or a sandbox),
+/// within `env_timeout`. A builder past its deadline is left to finish on its thread; its
+/// episode fails (and may be retried) without waiting for it.
+async fn build_env(
+    build: super::env_source::EnvBuilder,
+    after: Duration,
+) -> Result<Arc<dyn agent_r1_envs::env::Env>, EpisodeError> {
+    let stage = EnvStage::Build;
+    match tokio::time::timeout(after, tokio::task::spawn_blocking(move || build())).await {
+        Err(_) => Err(EpisodeError::EnvTimeout { stage, after }),
+        Ok(Err(e)) => Err(EpisodeError::EnvPanicked {
+            stage,
+            reason: e.to_string(),
+        }),
+        Ok(Ok(built)) => built.map_err(|e| EpisodeError::Env {
+            stage,
+            reason: e.to_string(),
+        }),
+    }
+}
+
 async fn start(
     myself: &ActorRef<EpisodeMsg>,
     state: &mut EpisodeState,
 ) -> Result<(), EpisodeError> {
     let shared = state.args.shared.clone();
-    let env = shared.env.build().map_err(|e| EpisodeError::Env {
-        stage: EnvStage::Build,
-        reason: e.to_string(),
-    })?;
+    let env = match &shared.env {
+        EnvSource::Shared(env) => env.clone(),
+        EnvSource::PerEpisode { build, .. } => {
+            let _building = shared.stall.as_ref().map(|s| {
+                s.env().start(format!(
+                    "building the env of episode {}",
+                    state.args.episode_id
+                ))
+            });
+            build_env(build.clone(), shared.config.env_timeout).await?
+        }
+    };
     let env = EnvState {
         env,
         episode_id: state.args.episode_id,
