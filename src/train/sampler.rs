@@ -442,10 +442,10 @@ impl Feeder {
         }
     }
 
-    /// To the remote workers while they have room (they are capacity the run has no other
-    /// use for), else to the local service when it samples too; only to the workers when it
-    /// does not. A task sent to the workers that none ends up taking comes back to the
-    /// local service through the coordinator.
+    /// To the remote workers while they have room (capacity the run has no other use for),
+    /// else to the local service when it samples too; only to the workers when it does not.
+    /// A task sent to the workers that waits while none is a member goes back to the local
+    /// service (the coordinator hands it back).
     async fn route(&self, request: EpisodeRequest) -> anyhow::Result<()> {
         let gone = || anyhow::anyhow!("the cluster's task pump has stopped");
         match &self.remote {
