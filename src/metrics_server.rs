@@ -559,6 +559,14 @@ fn describe_series() {
         "Leases that ran out or were returned by a leaving worker, their episodes queued again."
     );
     describe_counter!(
+        "agent_r1_cluster_handed_back_total",
+        "Tasks that waited while no worker was a member and went to the trainer's own rollout."
+    );
+    describe_gauge!(
+        "agent_r1_cluster_trajectories_undelivered",
+        "Accepted worker trajectories waiting for room in the run's batcher."
+    );
+    describe_counter!(
         "agent_r1_cluster_joins_total",
         "Workers joining, first time or again after being dropped."
     );
