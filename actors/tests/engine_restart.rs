@@ -74,6 +74,16 @@ fn policy(max_restarts: u32) -> EngineRestartPolicy {
     }
 }
 
+/// A supervised engine that restarts its thread at most `max_restarts` times, serving
+/// [`later_weights`] as version 1.
+async fn supervised_at_version_1(dir: &Path, max_restarts: u32) -> (EngineHandle, impl Sized) {
+    let (engine, actor) = start_supervised(loader(dir), None, config(), policy(max_restarts))
+        .await
+        .unwrap();
+    engine.update_weights(1, later_weights(dir)).await.unwrap();
+    (engine, actor)
+}
+
 async fn wait_for_restarts(engine: &EngineHandle, n: u64) {
     let mut restarts = engine.restarts();
     tokio::time::timeout(
@@ -193,13 +203,7 @@ fn a_turn_in_two_crashes_fails_and_too_many_crashes_stop_the_engine_with_the_rea
     make_model(tmp.path());
     let rt = runtime();
     rt.block_on(async {
-        let (engine, _actor) = start_supervised(loader(tmp.path()), None, config(), policy(2))
-            .await
-            .unwrap();
-        engine
-            .update_weights(1, later_weights(tmp.path()))
-            .await
-            .unwrap();
+        let (engine, _actor) = supervised_at_version_1(tmp.path(), 2).await;
         let long_turn = tokio::spawn({
             let engine = engine.clone();
             async move { engine.generate(turn(7, 200)).await }
@@ -260,13 +264,7 @@ fn a_crash_during_a_weight_update_is_a_restart_not_a_stopped_engine() {
     make_model(tmp.path());
     let rt = runtime();
     rt.block_on(async {
-        let (engine, _actor) = start_supervised(loader(tmp.path()), None, config(), policy(3))
-            .await
-            .unwrap();
-        engine
-            .update_weights(1, later_weights(tmp.path()))
-            .await
-            .unwrap();
+        let (engine, _actor) = supervised_at_version_1(tmp.path(), 3).await;
         // One engine's own answer: the update was not applied, and it says the thread
         // restarted rather than that the engine stopped.
         engine.inject_panic_on_next_update().unwrap();
