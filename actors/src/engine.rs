@@ -34,6 +34,10 @@ use crate::tokenizer::HfTokenizer;
 use crate::weight_digest::WeightDigest;
 use crate::{Error, Result};
 
+/// How often a caller whose weight update was dropped looks whether the engine stopped for
+/// good (a restart is announced; a stop is only recorded).
+const FAILURE_POLL: Duration = Duration::from_millis(20);
+
 /// Limits and budgets of the engine.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EngineConfig {
@@ -550,6 +554,8 @@ impl EngineHandle {
         digest: Option<WeightDigest>,
     ) -> Result<()> {
         let (reply, rx) = oneshot::channel();
+        // Seen before the update is sent, so a restart caused by it counts as a change.
+        let mut restarts = self.restarts.subscribe();
         self.send_control(Command::UpdateWeights {
             version,
             tensors,
@@ -558,19 +564,31 @@ impl EngineHandle {
         })?;
         self.check_not_stopped()?;
         let limit = self.config.request_timeout;
-        match tokio::time::timeout(limit, rx).await {
-            Err(_) => Err(Error::Timeout {
-                what: "the engine to apply a weight update".into(),
-                after: limit,
-            }),
-            // Dropped by an engine that stopped for good (it records why first), or by a
-            // thread that failed and is restarted: the update was not applied, and the
-            // replacement holds its turns until it is sent weights again.
-            Ok(Err(_)) => match self.failure.get() {
-                Some(_) => Err(self.stopped()),
-                None => Err(Error::EngineRestarted(format!(
-                    "its thread failed during the update to weights version {version}"
-                ))),
+        let deadline = tokio::time::Instant::now() + limit;
+        let timed_out = || Error::Timeout {
+            what: "the engine to apply a weight update".into(),
+            after: limit,
+        };
+        match tokio::time::timeout_at(deadline, rx).await {
+            Err(_) => Err(timed_out()),
+            // The thread failed while it had the update, which was not applied. Whether it
+            // is restarted or the engine stops for good is decided after the reply is
+            // dropped: wait for that decision.
+            Ok(Err(_)) => loop {
+                if self.failure.get().is_some() {
+                    return Err(self.stopped());
+                }
+                let slice = deadline.min(tokio::time::Instant::now() + FAILURE_POLL);
+                match tokio::time::timeout_at(slice, restarts.changed()).await {
+                    Ok(_) => {
+                        return Err(Error::EngineRestarted(format!(
+                            "its thread failed during the update to weights version {version}"
+                        )))
+                    }
+                    Err(_) if tokio::time::Instant::now() >= deadline => return Err(timed_out()),
+                    // `failure` has no notification of its own: looked at again.
+                    Err(_) => {}
+                }
             },
             Ok(Ok(result)) => result,
         }

@@ -306,6 +306,28 @@ fn a_crash_during_a_weight_update_is_a_restart_not_a_stopped_engine() {
 }
 
 #[test]
+fn a_crash_during_a_weight_update_past_the_restart_budget_fails_the_publication() {
+    let tmp = tempfile::tempdir().unwrap();
+    make_model(tmp.path());
+    let rt = runtime();
+    rt.block_on(async {
+        // No restart allowed: the first crash stops the engine for good, which the
+        // supervisor decides only after the update's reply was dropped.
+        let (engine, _actor) = supervised_at_version_1(tmp.path(), 0).await;
+        engine.inject_panic_on_next_update().unwrap();
+        let err = EngineSet::from(&engine)
+            .update_weights(2, later_weights(tmp.path()))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::EngineStopped(m) if m.contains("crashed 1 times within")),
+            "{err}"
+        );
+        assert_eq!(*engine.restarts().borrow(), 0);
+    });
+}
+
+#[test]
 fn a_model_that_cannot_load_fails_the_start_with_the_loader_error() {
     let tmp = tempfile::tempdir().unwrap();
     let rt = runtime();
