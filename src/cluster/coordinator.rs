@@ -3,7 +3,7 @@
 //! trajectory once into the run's batcher, and tells workers about new weights. It never
 //! waits on the rest of the run: accepted trajectories that the batcher has no room for wait
 //! in its outbox (and count against the room it offers workers), and tasks waiting while no
-//! worker is a member go back to the trainer's own rollout when that samples too.
+//! worker can take them go back to the trainer's own rollout when that samples too.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -57,7 +57,7 @@ pub struct CoordinatorArgs {
     /// Where accepted trajectories go (the run's batcher).
     pub sink: mpsc::Sender<Trajectory>,
     /// The trainer's own rollout service, when it samples too (`cluster.local_rollout`):
-    /// tasks waiting while no worker is a member go back to it.
+    /// tasks waiting while no worker can take them go back to it.
     pub local: Option<TaskSender>,
     /// How many more tasks the workers could take now (read by the feeder).
     pub wanted: watch::Sender<usize>,
@@ -166,10 +166,12 @@ impl State {
         metrics::gauge!("agent_r1_cluster_trajectories_undelivered").set(self.outbox.len() as f64);
     }
 
-    /// While no worker is a member, waiting tasks go to the trainer's own rollout (when it
-    /// samples too) as it has room; otherwise they wait for a worker, which is said once.
+    /// While no worker can be leased a task (none is a member, or none has fresh enough
+    /// weights: setting up, or its fetches failing), waiting tasks go to the trainer's own
+    /// rollout (when it samples too) as it has room; otherwise they wait for a worker, which
+    /// is said once.
     fn hand_back(&mut self) {
-        if self.table.workers() > 0 || self.table.waiting() == 0 {
+        if self.table.ready(self.min_version()) > 0 || self.table.waiting() == 0 {
             self.said_stranded = false;
             return;
         }
@@ -177,7 +179,7 @@ impl State {
             if !self.said_stranded {
                 self.said_stranded = true;
                 eprintln!(
-                    "cluster: {} tasks wait and no worker is a member (cluster.local_rollout = false): they run when a worker joins",
+                    "cluster: {} tasks wait and no worker can take them (none is a member with the run's weights; cluster.local_rollout = false): they run when one can",
                     self.table.waiting()
                 );
             }
@@ -204,7 +206,7 @@ impl State {
             self.summary.handed_back += back;
             metrics::counter!("agent_r1_cluster_handed_back_total").increment(back);
             eprintln!(
-                "cluster: no worker is a member; {back} waiting tasks went to the trainer's own rollout ({} still wait)",
+                "cluster: no worker can take tasks; {back} waiting tasks went to the trainer's own rollout ({} still wait)",
                 self.table.waiting()
             );
         }

@@ -103,7 +103,7 @@ impl LeaseTable {
     }
 
     /// Takes the first waiting task out of the table for another taker (the trainer's own
-    /// rollout, while no worker is a member). Its episode counts as settled: a worker that
+    /// rollout, while no worker can be leased it). Its episode counts as settled: a worker that
     /// reports it later (one dropped while it still ran it) is answered as a duplicate.
     pub fn hand_back(&mut self) -> Option<EpisodeRequest> {
         let request = self.queue.pop_front()?;

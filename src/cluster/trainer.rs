@@ -121,7 +121,7 @@ impl TrainerCluster {
         if need == 0 {
             return Ok(());
         }
-        eprintln!("cluster: waiting for {need} workers to join");
+        eprintln!("cluster: waiting for {need} workers to join and fetch the run's weights");
         let timeout = Duration::from_secs_f64(self.section.min_workers_timeout_secs);
         let began = Instant::now();
         let joined = tokio::time::timeout(timeout, self.members.wait_for(|&n| n >= need))
@@ -131,7 +131,7 @@ impl TrainerCluster {
             Ok(true) => Ok(()),
             Ok(false) => anyhow::bail!("the cluster coordinator stopped"),
             Err(_) => anyhow::bail!(
-                "cluster.min_workers = {need}: only {} joined within {:.0} s (cluster.min_workers_timeout_secs)",
+                "cluster.min_workers = {need}: only {} joined and fetched the run's weights within {:.0} s (cluster.min_workers_timeout_secs)",
                 *self.members.borrow(),
                 began.elapsed().as_secs_f64()
             ),
