@@ -180,18 +180,28 @@ impl Actor for Episode {
 }
 
 /// Runs a user's env builder on a blocking thread (it may open a browser or a sandbox),
-/// within `env_timeout`. A builder past its deadline is left to finish on its thread; its
-/// episode fails (and may be retried) without waiting for it.
+/// within `env_timeout`. A builder past its deadline is left to finish on its thread, and
+/// stays on record in the stall detector (`building` is held by the build itself) until it
+/// returns; its episode fails (and may be retried) without waiting for it.
 async fn build_env(
-    build: super::env_source::EnvBuilder,
+    source: EnvSource,
+    building: Option<crate::stall::Operation>,
     after: Duration,
 ) -> Result<Arc<dyn agent_r1_envs::env::Env>, EpisodeError> {
     let stage = EnvStage::Build;
-    match tokio::time::timeout(after, tokio::task::spawn_blocking(move || build())).await {
+    let build = tokio::task::spawn_blocking(move || {
+        let _building = building;
+        source.build()
+    });
+    match tokio::time::timeout(after, build).await {
         Err(_) => Err(EpisodeError::EnvTimeout { stage, after }),
-        Ok(Err(e)) => Err(EpisodeError::EnvPanicked {
+        Ok(Err(join)) => Err(EpisodeError::EnvPanicked {
             stage,
-            reason: e.to_string(),
+            reason: if join.is_panic() {
+                crate::error::panic_message(join.into_panic().as_ref())
+            } else {
+                "the env build was cancelled".into()
+            },
         }),
         Ok(Ok(built)) => built.map_err(|e| EpisodeError::Env {
             stage,
@@ -207,14 +217,15 @@ async fn start(
     let shared = state.args.shared.clone();
     let env = match &shared.env {
         EnvSource::Shared(env) => env.clone(),
-        EnvSource::PerEpisode { build, .. } => {
-            let _building = shared.stall.as_ref().map(|s| {
+        source @ EnvSource::PerEpisode { .. } => {
+            let building = shared.stall.as_ref().map(|s| {
                 s.env().start(format!(
-                    "building the env of episode {}",
-                    state.args.episode_id
+                    "episode {}: {}",
+                    state.args.episode_id,
+                    EnvStage::Build
                 ))
             });
-            build_env(build.clone(), shared.config.env_timeout).await?
+            build_env(source.clone(), building, shared.config.env_timeout).await?
         }
     };
     let env = EnvState {
