@@ -485,10 +485,11 @@ async fn wait_welcome(
     }
 }
 
-/// A heartbeat: renews the leases in `held` (episode id -> lease).
 /// Sends `beat` every `every` until dropped: for the waits of the worker's loop that can
-/// outlast a lease (setting up, swapping weights). Nothing is leased or reported during
-/// them, so the leases named in `beat` stay the ones held.
+/// outlast a lease (setting up, swapping weights). It renews the leases held when the wait
+/// began; none is reported during it. Leases granted during it (async mode, where a
+/// swapping worker still has fresh enough weights) are read from the inbox only after it,
+/// so they are not renewed meanwhile and may run out and be re-queued.
 fn keepalive(beat: Wire, every: Duration) -> AbortOnDrop {
     AbortOnDrop(tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
@@ -499,6 +500,7 @@ fn keepalive(beat: Wire, every: Duration) -> AbortOnDrop {
     }))
 }
 
+/// A heartbeat: renews the leases in `held` (episode id -> lease).
 fn heartbeat(worker: &str, version: Option<u64>, slots: u32, held: &HashMap<u64, u64>) -> Wire {
     Wire::Heartbeat {
         worker: worker.to_string(),
