@@ -294,6 +294,10 @@ impl TrainConfig {
         self.model.rules().map_err(placed("model"))?;
         self.model.check_files(files)?;
         self.env.check(files, registries)?;
+        self.env
+            .context_policy(registries)?
+            .check_fits(self.rollout.max_context_length)
+            .map_err(|message| ConfigError::new("env.context", message))?;
         self.check_tools_and_scorer(registries)?;
         self.critic.rules().map_err(placed("critic"))?;
         self.check_critic(files)?;

@@ -510,6 +510,14 @@ fn describe_series() {
         "Episodes whose task prompt was over rollout.max_prompt_length (or left no room for a turn); failed, not retried, not trained on."
     );
     describe_counter!(
+        "agent_r1_context_rebuilds_total",
+        "Turn contexts the [env.context] policy rebuilt instead of extending the history, by policy."
+    );
+    describe_counter!(
+        "agent_r1_context_dropped_tokens_total",
+        "Tokens of the full history left out of rebuilt contexts, by policy."
+    );
+    describe_counter!(
         "agent_r1_scorer_errors_total",
         "Episodes a [scorer] could not score (after its retries), by scorer; each fails its episode."
     );

@@ -1,10 +1,11 @@
-//! What a run can build by name: the tools of `[tools.NAME]`, the env of `[env]` and the
-//! scorer of `[scorer]`.
+//! What a run can build by name: the tools of `[tools.NAME]`, the env of `[env]`, the
+//! scorer of `[scorer]` and the context policy of `[env.context]`.
 //!
 //! The `agent-r1` binary runs with [`Registries::builtins`]. A user's crate adds its own
 //! kinds and hands the result to [`crate::cli::main`], and every command (`train`, `eval`,
 //! `check-config`, `tool call`, ...) knows them: `examples/custom-tool/` is such a crate.
 
+use agent_r1_actors::runtime::ContextPolicies;
 use agent_r1_envs::envs::registry::EnvRegistry;
 use agent_r1_envs::reward::ScorerRegistry;
 use agent_r1_envs::tools::ToolRegistry;
@@ -18,6 +19,9 @@ pub struct Registries {
     pub envs: EnvRegistry,
     /// Scorer kinds (`http_judge`, and a user's own).
     pub scorers: ScorerRegistry,
+    /// Context policies of `[env.context]` (`full`, `window`, `elide`, `summary`, and a
+    /// user's own).
+    pub context_policies: ContextPolicies,
 }
 
 impl Registries {
@@ -27,6 +31,7 @@ impl Registries {
             tools: ToolRegistry::with_builtins(),
             envs: EnvRegistry::with_builtins(),
             scorers: ScorerRegistry::with_builtins(),
+            context_policies: ContextPolicies::with_builtins(),
         }
     }
 }

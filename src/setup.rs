@@ -15,6 +15,7 @@ use agent_r1_actors::engine::{start_supervised, EngineConfig, EngineHandle, Engi
 use agent_r1_actors::engine_set::EngineSet;
 use agent_r1_actors::model::presets::{preset, shape, PRESETS};
 use agent_r1_actors::model::{write_config, ModelConfig, Placement, PolicyModel, SamplingParams};
+use agent_r1_actors::runtime::context_policy::Full;
 use agent_r1_actors::runtime::{ArgValidator, EpisodeConfig, RolloutSetup, TurnRenderer};
 use agent_r1_actors::sft::{
     tokenize_demonstration, train_sft, Demonstration, SftConfig, SftReport,
@@ -251,6 +252,7 @@ pub fn rollout_setup(
         env: env.into(),
         tools,
         renderer,
+        context_policy: Arc::new(Full),
         episode: EpisodeConfig {
             max_turns: knobs.max_turns,
             max_context: knobs.max_context,

@@ -57,7 +57,9 @@ use agent_r1_actors::learner::{
 };
 use agent_r1_actors::model::{Placement, PolicyModel};
 use agent_r1_actors::runtime::fault::FaultyTool;
-use agent_r1_actors::runtime::{run_rollout, LiveBoard, RolloutSetup, RolloutSummary};
+use agent_r1_actors::runtime::{
+    run_rollout, ContextPolicy, LiveBoard, RolloutSetup, RolloutSummary,
+};
 use agent_r1_actors::sft::SftConfig;
 use agent_r1_actors::stall::{Operations, StallWatch, Watchdog};
 use agent_r1_actors::tokenizer::HfTokenizer;
@@ -144,6 +146,8 @@ pub struct Scenario {
     pub train: Vec<Task>,
     /// Held-out tasks.
     pub test: Vec<Task>,
+    /// What each turn sees of the history (`[env.context]`).
+    pub context_policy: Arc<dyn ContextPolicy>,
 }
 
 /// Builds the env named by the config, its tools and its task splits. The synthetic world's
@@ -206,12 +210,17 @@ pub fn scenario(
             Arc::new(ScoredEnv::new(env, scorer)) as Arc<dyn Env>
         }
     };
+    let context_policy = cfg
+        .env
+        .context_policy(registries)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(Scenario {
         env,
         generated,
         tools,
         train,
         test,
+        context_policy,
     })
 }
 
@@ -1415,6 +1424,7 @@ pub(crate) fn rollout_setups(
         )?;
         setup.live = live.clone();
         setup.stall = Some(stall.clone());
+        setup.context_policy = scenario.context_policy.clone();
         setup.episode.generate_timeout = Duration::from_secs_f64(r.generate_timeout_secs);
         setup.episode.tool_queue_timeout = Duration::from_secs_f64(r.tool_queue_timeout_secs);
         setup.episode.env_timeout = Duration::from_secs_f64(r.env_timeout_secs);

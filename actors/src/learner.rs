@@ -16,8 +16,9 @@
 
 pub mod actor;
 mod advantages;
-mod batch;
+pub(crate) mod batch;
 pub mod config;
+mod estimation_layout;
 mod handle;
 mod micro_batches;
 mod optim;

@@ -16,6 +16,7 @@
 //! parked-KV budget, not by the number of tasks.
 
 mod batcher;
+pub mod context_policy;
 mod env_actor;
 mod env_source;
 mod episode;
@@ -38,6 +39,7 @@ use agent_r1_envs::task::Task;
 use agent_r1_envs::tool::{CallError, Tool};
 
 pub use batcher::GroupBatcher;
+pub use context_policy::{ContextPolicies, ContextPolicy};
 pub use env_source::{EnvBuilder, EnvSource};
 pub use episode_error::{EnvStage, EpisodeError};
 pub use live::{LiveBoard, LiveSnapshot};
@@ -110,6 +112,8 @@ pub struct RolloutSetup {
     pub tools: Vec<Arc<dyn Tool>>,
     /// Renders prompts and observations with the model's chat template.
     pub renderer: Arc<TurnRenderer>,
+    /// What each turn sees of the episode's history (`[env.context]`).
+    pub context_policy: Arc<dyn ContextPolicy>,
     /// Episode limits.
     pub episode: EpisodeConfig,
     /// Episodes in flight at once.

@@ -1,13 +1,18 @@
 //! Step-level trajectories, token-in token-out.
 //!
-//! A trajectory stores its token stream once: the prompt, then for each step the tokens the
-//! policy sampled (`action_ids`) followed by the tokens the runtime appended (`observation_ids`:
-//! the end of the assistant turn the template adds, tool responses, the next generation
-//! prompt). Step k's context is the stream up to `context_len` — the exact ids the engine was
-//! given — so nothing is re-tokenised, and only `action_ids` are ever attributed to the
-//! policy.
+//! Each step is one RL transition with its own context: the exact ids the engine was given,
+//! and the ids it sampled (`action_ids`). Storage is compact. A step's context is *chained*
+//! when it is the previous step's context, action and observation (`observation_ids`: the end
+//! of the assistant turn the template adds, tool responses, the next generation prompt; for
+//! the first step, the prompt), and then nothing more is stored for it. A context that a
+//! context policy or a workflow *rebuilt* (a window of turns, elided tool output, a summary)
+//! is stored once, as [`RebuiltContext`]: how many head tokens of the chained context it
+//! kept and the ids after them. With the `full` policy every context is chained, and a
+//! trajectory is the one token stream it always was. Nothing is re-tokenised, and only
+//! `action_ids` are ever attributed to the policy.
 
 pub mod index;
+pub mod rows;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -53,6 +58,48 @@ pub struct Step {
     pub tool_seconds: f64,
     /// Context tokens the engine prefilled for this step (the rest were reused).
     pub prefill_tokens: usize,
+    /// Set when this step's context is not the chained one (see the module documentation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebuilt: Option<RebuiltContext>,
+}
+
+/// A step's context that is not the previous step's context, action and observation: its
+/// chained context's first `kept` tokens, then `ids`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RebuiltContext {
+    /// Head tokens kept from the chained context (the engine's KV for them is reused).
+    pub kept: usize,
+    /// The ids after the kept head.
+    pub ids: Vec<u32>,
+    /// Tokens of the chained context left out.
+    pub dropped: usize,
+    /// What rebuilt it: the context policy (`window`, `elide`, `summary`) or a workflow.
+    pub by: String,
+}
+
+impl RebuiltContext {
+    /// The rebuilt form of `context` against the `chained` context it replaces.
+    pub fn between(chained: &[u32], context: &[u32], by: impl Into<String>) -> Self {
+        let kept = common_prefix(chained, context);
+        Self {
+            kept,
+            ids: context[kept..].to_vec(),
+            dropped: chained.len() - kept,
+            by: by.into(),
+        }
+    }
+
+    /// The context it stands for, given the chained context it replaced.
+    pub fn apply(&self, chained: &[u32]) -> Vec<u32> {
+        let mut ids = chained[..self.kept.min(chained.len())].to_vec();
+        ids.extend(&self.ids);
+        ids
+    }
+}
+
+/// How many leading ids two sequences share.
+pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 impl Step {
@@ -126,7 +173,9 @@ pub struct Trajectory {
 }
 
 impl Trajectory {
-    /// The whole token stream: prompt, then each step's action and observation ids.
+    /// The full history: prompt, then each step's action and observation ids. With no rebuilt
+    /// context this is every step's context and action in one stream (the `full` policy);
+    /// otherwise it is what the `full` policy would have given.
     pub fn token_stream(&self) -> Vec<u32> {
         let mut ids = self.prompt_ids.clone();
         for s in &self.steps {
@@ -148,7 +197,58 @@ impl Trajectory {
 
     /// The context step `k` was generated from.
     pub fn context(&self, k: usize) -> Vec<u32> {
-        self.token_stream()[..self.steps[k].context_len].to_vec()
+        self.contexts().nth(k).unwrap_or_default()
+    }
+
+    /// Each step's context, in order (built incrementally: one pass over the steps).
+    pub fn contexts(&self) -> impl Iterator<Item = Vec<u32>> + '_ {
+        let mut chained = self.prompt_ids.clone();
+        self.steps.iter().map(move |s| {
+            let context = match &s.rebuilt {
+                Some(r) => r.apply(&chained),
+                None => std::mem::take(&mut chained),
+            };
+            chained = context.clone();
+            chained.extend(&s.action_ids);
+            chained.extend(&s.observation_ids);
+            context
+        })
+    }
+
+    /// Steps whose context was rebuilt.
+    pub fn rebuilt_steps(&self) -> usize {
+        self.steps.iter().filter(|s| s.rebuilt.is_some()).count()
+    }
+
+    /// Checks that the stored form is consistent: each rebuilt context keeps no more than its
+    /// chained context has, and each step's `context_len` is its context's length. A
+    /// trajectory from another program (a file, the cluster's wire) is checked before it is
+    /// trained on.
+    pub fn check_contexts(&self) -> Result<()> {
+        let mut chained = self.prompt_ids.len();
+        for (k, s) in self.steps.iter().enumerate() {
+            let len = match &s.rebuilt {
+                Some(r) if r.kept > chained => {
+                    return Err(Error::invalid(
+                        format!("trajectory {} step {k}", self.episode_id),
+                        format!("keeps {} tokens of a chained context of {chained}", r.kept),
+                    ))
+                }
+                Some(r) => r.kept + r.ids.len(),
+                None => chained,
+            };
+            if len != s.context_len {
+                return Err(Error::invalid(
+                    format!("trajectory {} step {k}", self.episode_id),
+                    format!(
+                        "says its context has {} tokens; it has {len}",
+                        s.context_len
+                    ),
+                ));
+            }
+            chained = len + s.action_ids.len() + s.observation_ids.len();
+        }
+        Ok(())
     }
 
     /// Tokens generated over all steps.

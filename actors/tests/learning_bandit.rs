@@ -107,6 +107,7 @@ async fn episode(
             generate_seconds: turn.total_seconds,
             tool_seconds: 0.0,
             prefill_tokens: turn.prefill_tokens,
+            rebuilt: None,
         };
         context.extend(&turn.token_ids);
         context.extend(&observation);

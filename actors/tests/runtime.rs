@@ -245,6 +245,7 @@ fn setup(
         env,
         tools,
         renderer,
+        context_policy: std::sync::Arc::new(agent_r1_actors::runtime::context_policy::Full),
         episode: EpisodeConfig {
             max_turns: 4,
             max_context: 1024,

@@ -234,6 +234,7 @@ fn run_family(style: TokenizerStyle, family: &str, format: ToolCallFormat, calls
         env: agent_r1_actors::runtime::EnvSource::Shared(Arc::new(EchoEnv)),
         tools: vec![echo.clone() as Arc<dyn Tool>],
         renderer: renderer.clone(),
+        context_policy: std::sync::Arc::new(agent_r1_actors::runtime::context_policy::Full),
         episode: EpisodeConfig {
             max_turns: 3,
             max_context: 1024,

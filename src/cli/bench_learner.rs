@@ -309,6 +309,7 @@ fn synthetic_batch(args: &LearnerBench, vocab: u64) -> Vec<Trajectory> {
                         generate_seconds: 0.0,
                         tool_seconds: 0.0,
                         prefill_tokens: 0,
+                        rebuilt: None,
                     };
                     context_len += step.action_ids.len() + step.observation_ids.len();
                     step

@@ -295,6 +295,7 @@ pub(crate) fn run(a: EvalArgs, registries: &Registries) -> anyhow::Result<()> {
         scenario.tools.clone(),
         &knobs,
     )?;
+    rollout.context_policy = scenario.context_policy.clone();
     if !greedy {
         rollout.episode.sampling.top_p = r.top_p;
     }

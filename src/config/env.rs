@@ -1,6 +1,9 @@
 //! `[env]`: which environment, and the tasks it is trained and evaluated on.
 
 use std::path::PathBuf;
+use std::sync::Arc;
+
+use agent_r1_actors::runtime::ContextPolicy;
 
 use agent_r1_envs::config::Section;
 use agent_r1_envs::dataset::LoadOptions;
@@ -43,7 +46,18 @@ pub struct EnvSection {
     #[serde(default = "one_call_per_turn")]
     #[schemars(range(min = 1, max = 64))]
     pub max_tool_calls_per_turn: usize,
+    /// What each turn sees of the episode's history (`[env.context]`): `policy` is `full`
+    /// (the whole history, the default), `window` (`turns`: the prompt and the last turns),
+    /// `elide` (`keep_turns`: older tool responses become `placeholder`), `summary`
+    /// (`budget_tokens`: past it the model writes a summary that replaces the history), or
+    /// one a user's crate registers; the other keys are the policy's options.
+    #[serde(default)]
+    #[schemars(with = "serde_json::Map<String, Value>")]
+    pub context: toml::Table,
 }
+
+/// The context policy of `[env.context]` when it names none.
+pub const DEFAULT_CONTEXT_POLICY: &str = "full";
 
 fn one_call_per_turn() -> usize {
     1
@@ -109,6 +123,7 @@ impl EnvSection {
             }
             world.validate().map_err(|e| e.under("env.world"))?;
         }
+        self.context_policy(registries)?;
         if self.options.contains_key("world") || self.options.contains_key("corpus_path") {
             return Err(ConfigError::new(
                 "env.options",
@@ -131,6 +146,38 @@ impl EnvSection {
                     "env.options",
                 )
             })
+    }
+
+    /// The context policy `[env.context]` names, built from its other keys; errors name
+    /// their key (`env.context.policy`, `env.context.turns`).
+    pub fn context_policy(
+        &self,
+        registries: &Registries,
+    ) -> Result<Arc<dyn ContextPolicy>, ConfigError> {
+        let name = match self.context.get("policy") {
+            None => DEFAULT_CONTEXT_POLICY,
+            Some(toml::Value::String(name)) => name.as_str(),
+            Some(other) => {
+                return Err(ConfigError::new(
+                    "env.context.policy",
+                    format!("expected a policy name, got {other}"),
+                ))
+            }
+        };
+        let known = &registries.context_policies;
+        if !known.names().contains(&name) {
+            return Err(ConfigError::range(
+                "env.context.policy",
+                format!("{name:?}"),
+                &known.names().join(", "),
+            ));
+        }
+        let mut options = self.context.clone();
+        options.remove("policy");
+        let options = serde_json::to_value(&options).unwrap_or(Value::Null);
+        known
+            .create(name, &options)
+            .map_err(|e| relabel(e, |k| k.to_string(), "env.context"))
     }
 
     /// The env's factory options: `[env.options]` plus `world` for the synthetic env. The

@@ -60,6 +60,7 @@ mod tests {
                 generate_seconds: 0.0,
                 tool_seconds: 0.0,
                 prefill_tokens: 0,
+                rebuilt: None,
             }],
             reward,
             metrics: Default::default(),

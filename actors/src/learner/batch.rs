@@ -8,6 +8,8 @@
 
 use tch::{Device, Kind, Tensor};
 
+use super::estimation_layout::EstimationLayout;
+use crate::trajectory::rows::TrainRow;
 use crate::trajectory::Trajectory;
 use crate::{Error, Result};
 
@@ -27,16 +29,20 @@ pub(crate) struct TrainBatch {
     pub(crate) token_rewards: Tensor,
     /// `[B, L]` Int64: the weights version that sampled each action token (0 elsewhere).
     pub(crate) token_version: Tensor,
-    /// Per trajectory: outcome plus process rewards (the score group estimators compare).
+    /// Per row: its trajectory's outcome plus process rewards (the score group estimators
+    /// compare).
     pub(crate) scores: Vec<f64>,
-    /// Per trajectory: its group.
+    /// Per row: its trajectory's group.
     pub(crate) group_ids: Vec<i64>,
-    /// Per trajectory: its episode id (for logs).
+    /// Per row: its trajectory's episode id (for logs).
     pub(crate) episode_ids: Vec<u64>,
-    /// Per trajectory: its real tokens (at most `max_len`).
+    /// Per row: its real tokens (at most `max_len`).
     pub(crate) lengths: Vec<usize>,
-    /// Trajectories cut at `max_len`.
+    /// Rows cut at `max_len`.
     pub(crate) truncated: usize,
+    /// Where each row's columns lie in its trajectory, when some trajectory has more than
+    /// one row (a rebuilt context); `None` when rows are trajectories.
+    pub(crate) layout: Option<EstimationLayout>,
 }
 
 impl TrainBatch {
@@ -74,14 +80,16 @@ impl TrainBatch {
                 .collect(),
             lengths,
             truncated: 0,
+            layout: None,
         }
     }
 }
 
-/// Builds the batch. Token streams longer than `max_len` keep their head; a reward whose
-/// token was cut goes to the last action token that survived, so truncation loses tokens,
+/// Builds the batch: one row per [`TrainRow`] of each trajectory (one per trajectory when no
+/// context was rebuilt). Rows longer than `max_len` keep their head; a reward whose token was
+/// cut goes to the last action token of its row that survived, so truncation loses tokens,
 /// not credit. Rejects (rather than panics on) trajectories whose log-probabilities do not
-/// match their actions, and empty batches.
+/// match their actions or whose stored contexts are inconsistent, and empty batches.
 pub(crate) fn build_batch(
     trajectories: &[Trajectory],
     max_len: usize,
@@ -90,38 +98,9 @@ pub(crate) fn build_batch(
     if trajectories.is_empty() {
         return Err(Error::invalid("batch", "has no trajectories"));
     }
-    let streams: Vec<Vec<u32>> = trajectories.iter().map(Trajectory::token_stream).collect();
-    let t = streams
-        .iter()
-        .map(|s| s.len().min(max_len))
-        .max()
-        .unwrap_or(0)
-        .max(2);
-    let l = t - 1;
-    let b = trajectories.len();
-    let mut ids = vec![0i64; b * t];
-    let mut input = vec![false; b * t];
-    let mut mask = vec![0f32; b * l];
-    let mut old = vec![0f32; b * l];
-    let mut rewards = vec![0f32; b * l];
-    let mut versions = vec![0i64; b * l];
-    let mut scores = Vec::with_capacity(b);
-    let mut truncated = 0;
-    let mut lengths = Vec::with_capacity(b);
-    for (r, (traj, stream)) in trajectories.iter().zip(&streams).enumerate() {
-        let len = stream.len().min(max_len);
-        lengths.push(len);
-        if stream.len() > max_len {
-            truncated += 1;
-        }
-        for (j, &id) in stream[..len].iter().enumerate() {
-            ids[r * t + j] = id as i64;
-            input[r * t + j] = true;
-        }
-        // Rewards by stream position, moved to the last kept action token below.
-        let mut placed: Vec<(usize, f64)> = Vec::with_capacity(traj.steps.len() + 1);
-        let mut pos = traj.prompt_ids.len();
-        let mut last_action: Option<usize> = None;
+    let mut rows: Vec<(usize, TrainRow)> = Vec::with_capacity(trajectories.len());
+    for (n, traj) in trajectories.iter().enumerate() {
+        traj.check_contexts()?;
         for (k, step) in traj.steps.iter().enumerate() {
             if step.logprobs.len() != step.action_ids.len() {
                 return Err(Error::invalid(
@@ -133,6 +112,57 @@ pub(crate) fn build_batch(
                     ),
                 ));
             }
+        }
+        rows.extend(traj.rows().into_iter().map(|r| (n, r)));
+    }
+    let t = rows
+        .iter()
+        .map(|(_, r)| r.ids.len().min(max_len))
+        .max()
+        .unwrap_or(0)
+        .max(2);
+    let l = t - 1;
+    let b = rows.len();
+    let mut ids = vec![0i64; b * t];
+    let mut input = vec![false; b * t];
+    let mut mask = vec![0f32; b * l];
+    let mut old = vec![0f32; b * l];
+    let mut rewards = vec![0f32; b * l];
+    let mut versions = vec![0i64; b * l];
+    let mut truncated = 0;
+    let mut lengths = Vec::with_capacity(b);
+    let scores: Vec<f64> = trajectories
+        .iter()
+        .map(|t| t.reward + t.steps.iter().map(|s| s.reward).sum::<f64>())
+        .collect();
+    // The outcome reward goes to the trajectory's last action token: in its last row that has one.
+    let last_acting_row: Vec<Option<usize>> = (0..trajectories.len())
+        .map(|n| {
+            rows.iter().rposition(|(m, row)| {
+                *m == n
+                    && row
+                        .steps
+                        .clone()
+                        .any(|k| !trajectories[n].steps[k].action_ids.is_empty())
+            })
+        })
+        .collect();
+    for (r, (n, row)) in rows.iter().enumerate() {
+        let traj = &trajectories[*n];
+        let len = row.ids.len().min(max_len);
+        lengths.push(len);
+        if row.ids.len() > max_len {
+            truncated += 1;
+        }
+        for (j, &id) in row.ids[..len].iter().enumerate() {
+            ids[r * t + j] = id as i64;
+            input[r * t + j] = true;
+        }
+        // Rewards by row position, moved to the last kept action token below.
+        let mut placed: Vec<(usize, f64)> = Vec::with_capacity(row.steps.len() + 1);
+        let mut last_action: Option<usize> = None;
+        for (k, &pos) in row.steps.clone().zip(&row.action_starts) {
+            let step = &traj.steps[k];
             for (i, &lp) in step.logprobs.iter().enumerate() {
                 let p = pos + i;
                 if p >= 1 && p < len {
@@ -150,9 +180,8 @@ pub(crate) fn build_batch(
                     placed.push((p, step.reward));
                 }
             }
-            pos += step.action_ids.len() + step.observation_ids.len();
         }
-        if let Some(p) = last_action {
+        if let (Some(p), true) = (last_action, last_acting_row[*n] == Some(r)) {
             placed.push((p, traj.reward));
         }
         let last_kept = (1..len).rev().find(|&p| mask[r * l + p - 1] == 1.0);
@@ -161,8 +190,18 @@ pub(crate) fn build_batch(
                 rewards[r * l + p.min(kept) - 1] += reward as f32;
             }
         }
-        scores.push(traj.reward + traj.steps.iter().map(|s| s.reward).sum::<f64>());
     }
+    let row_traj: Vec<usize> = rows.iter().map(|(n, _)| *n).collect();
+    let layout = (b != trajectories.len()).then(|| {
+        EstimationLayout::new(
+            &row_traj,
+            &lengths,
+            l,
+            scores.clone(),
+            trajectories.iter().map(|t| t.group_id as i64).collect(),
+            device,
+        )
+    });
     let shape_t = [b as i64, t as i64];
     let shape_l = [b as i64, l as i64];
     Ok(TrainBatch {
@@ -177,11 +216,18 @@ pub(crate) fn build_batch(
         token_version: Tensor::from_slice(&versions)
             .view(shape_l)
             .to_device(device),
-        scores,
-        group_ids: trajectories.iter().map(|t| t.group_id as i64).collect(),
-        episode_ids: trajectories.iter().map(|t| t.episode_id).collect(),
+        scores: row_traj.iter().map(|&n| scores[n]).collect(),
+        group_ids: row_traj
+            .iter()
+            .map(|&n| trajectories[n].group_id as i64)
+            .collect(),
+        episode_ids: row_traj
+            .iter()
+            .map(|&n| trajectories[n].episode_id)
+            .collect(),
         lengths,
         truncated,
+        layout,
     })
 }
 
@@ -223,6 +269,7 @@ pub(crate) mod tests {
                     generate_seconds: 0.0,
                     tool_seconds: 0.0,
                     prefill_tokens: 0,
+                    rebuilt: None,
                 };
                 context_len += a.len() + o.len();
                 s

@@ -543,9 +543,12 @@ impl Learner {
             return Err(Error::invalid("batch", "has no trajectories"));
         }
         for t in &trajectories {
-            self.policy.check_ids(&t.token_stream()).map_err(|e| {
-                Error::invalid(format!("trajectory {}", t.episode_id), e.to_string())
-            })?;
+            t.rows()
+                .iter()
+                .try_for_each(|row| self.policy.check_ids(&row.ids))
+                .map_err(|e| {
+                    Error::invalid(format!("trajectory {}", t.episode_id), e.to_string())
+                })?;
             check_rewards(t)?;
         }
         let critic_warmup =
@@ -598,26 +601,55 @@ impl Learner {
             prox_logprobs,
         } = self.prepass(&batch);
         let mut rewards = batch.token_rewards.shallow_clone();
-        let mut scores = Tensor::from_slice(&batch.scores)
-            .to_kind(Kind::Float)
-            .to_device(device);
+        let mut kl_in_reward: Option<(Tensor, f64)> = None;
         if let (Some(kl), Some(reference)) = (self.config.algorithm.kl.active(), &ref_logprobs) {
             if kl.placement == KlPlacement::InReward {
                 let k = algo::kl_estimate(&batch.old_logprobs, reference, kl.kind)?;
                 let k = k.where_self(&batch.action_mask.ne(0), &k.zeros_like());
                 rewards -= &k * kl.coef;
-                scores -= k.sum_dim_intlist(1, false, Kind::Float) * kl.coef;
                 stats.kl = Some(algo::masked_mean(&k, &batch.action_mask)?.double_value(&[]));
+                kl_in_reward = Some((k, kl.coef));
             }
         }
-        let (advantages, returns) = estimate(
-            &self.config,
-            &rewards,
-            &batch.action_mask,
-            &scores,
-            &batch.group_ids,
-            old_values.as_ref(),
-        )?;
+        // Credit is assigned per trajectory: on the rows as they are when each trajectory is
+        // one row, else on the estimation layout (see `estimation_layout`).
+        let (advantages, returns) = match &batch.layout {
+            None => {
+                let mut scores = Tensor::from_slice(&batch.scores)
+                    .to_kind(Kind::Float)
+                    .to_device(device);
+                if let Some((k, coef)) = &kl_in_reward {
+                    scores -= k.sum_dim_intlist(1, false, Kind::Float) * *coef;
+                }
+                estimate(
+                    &self.config,
+                    &rewards,
+                    &batch.action_mask,
+                    &scores,
+                    &batch.group_ids,
+                    old_values.as_ref(),
+                )?
+            }
+            Some(layout) => {
+                let mut scores = layout.score_tensor(Kind::Float, device);
+                if let Some((k, coef)) = &kl_in_reward {
+                    scores -= layout
+                        .to_trajectories(k)
+                        .sum_dim_intlist(1, false, Kind::Float)
+                        * *coef;
+                }
+                let values = old_values.as_ref().map(|v| layout.to_trajectories(v));
+                let (adv, ret) = estimate(
+                    &self.config,
+                    &layout.to_trajectories(&rewards),
+                    &layout.to_trajectories(&batch.action_mask),
+                    &scores,
+                    &layout.group_ids,
+                    values.as_ref(),
+                )?;
+                (layout.to_rows(&adv), ret.map(|r| layout.to_rows(&r)))
+            }
+        };
         stats.advantage_mean = algo::masked_mean(&advantages, &train_mask)?.double_value(&[]);
         // Rows whose inputs are already not finite: the usual culprits of a skipped step.
         let mut suspect = nonfinite_rows(&rewards, &batch.action_mask);

@@ -20,6 +20,7 @@ use agent_r1_envs::message::Message;
 use agent_r1_envs::task::Task;
 use agent_r1_envs::tool::{CallError, CallOutcome, ToolCall};
 
+use super::context_policy::{ContextPolicy, History, NextContext, TurnRecord};
 use super::env_actor::{EnvActor, EnvMsg, EnvReply, EnvState};
 use super::env_source::EnvSource;
 use super::episode_error::{EnvStage, EpisodeError};
@@ -27,10 +28,10 @@ use super::live::{LiveBoard, LiveEntry, Stage};
 use super::render::TurnRenderer;
 use super::tool_pool::ToolPoolMsg;
 use super::EpisodeConfig;
-use crate::engine::TurnRequest;
+use crate::engine::{TurnOutput, TurnRequest};
 use crate::engine_set::EngineSet;
 use crate::stall::StallWatch;
-use crate::trajectory::{EpisodeEnd, Step, Trajectory};
+use crate::trajectory::{EpisodeEnd, RebuiltContext, Step, Trajectory};
 
 /// The stop reason of an episode that delivered its trajectory.
 pub(crate) const COMPLETED: &str = "completed";
@@ -41,6 +42,7 @@ pub(crate) struct Shared {
     pub(crate) engine: EngineSet,
     pub(crate) tools: HashMap<String, (ActorRef<ToolPoolMsg>, Duration)>,
     pub(crate) renderer: Arc<TurnRenderer>,
+    pub(crate) context_policy: Arc<dyn ContextPolicy>,
     pub(crate) config: EpisodeConfig,
     pub(crate) live: LiveBoard,
     pub(crate) sink: mpsc::Sender<Trajectory>,
@@ -76,7 +78,12 @@ pub(crate) struct EpisodeState {
     args: EpisodeArgs,
     env: Option<ActorRef<EnvMsg>>,
     prompt_ids: Vec<u32>,
+    /// The context of the next turn.
     stream: Vec<u32>,
+    /// How the next turn's context differs from the chained one, when the policy rebuilt it.
+    rebuilt: Option<RebuiltContext>,
+    /// Turns that called tools, for the context policy.
+    history: Vec<TurnRecord>,
     transcript: Vec<Message>,
     steps: Vec<Step>,
     started: Instant,
@@ -127,6 +134,8 @@ impl Actor for Episode {
             env: None,
             prompt_ids: vec![],
             stream: vec![],
+            rebuilt: None,
+            history: vec![],
             transcript: vec![],
             steps: vec![],
             started: Instant::now(),
@@ -271,20 +280,21 @@ async fn start(
         .map_err(|e| EpisodeError::Actor(e.to_string()))
 }
 
-/// Runs one turn; returns the end reason when the episode is over.
-async fn turn(state: &mut EpisodeState) -> Result<Option<String>, EpisodeError> {
+/// Asks the engine for a turn on `context` within the turn's deadline.
+async fn generate(
+    state: &mut EpisodeState,
+    context: Vec<u32>,
+) -> Result<(TurnOutput, f64), EpisodeError> {
     let shared = state.args.shared.clone();
     let config = &shared.config;
-    let task = state.args.task.clone();
-    let context_len = state.stream.len();
     let mut params = config.sampling.clone();
     params.max_new_tokens = params
         .max_new_tokens
-        .min(config.max_context.saturating_sub(context_len + 1))
+        .min(config.max_context.saturating_sub(context.len() + 1))
         .max(1);
     let request = TurnRequest {
         episode: state.args.episode_id,
-        context: state.stream.clone(),
+        context,
         params,
         stop_strings: config.stop_strings.clone(),
     };
@@ -296,15 +306,13 @@ async fn turn(state: &mut EpisodeState) -> Result<Option<String>, EpisodeError> 
         .engine
         .generate_within(request, config.generate_timeout)
         .await?;
-    let generate_seconds = began.elapsed().as_secs_f64();
-    let text = shared
-        .renderer
-        .tokenizer()
-        .decode(&out.token_ids, true)
-        .map_err(EpisodeError::Render)?;
-    state.transcript.push(Message::assistant(text.clone()));
+    Ok((out, began.elapsed().as_secs_f64()))
+}
+
+/// The step of a sampled turn on a context of `context_len` tokens.
+fn step_of(out: TurnOutput, context_len: usize, generate_seconds: f64) -> Step {
     let token_versions = Step::compact_versions(out.policy_version, out.token_versions);
-    let mut step = Step {
+    Step {
         context_len,
         logprobs: out.logprobs,
         policy_version: out.policy_version,
@@ -317,7 +325,29 @@ async fn turn(state: &mut EpisodeState) -> Result<Option<String>, EpisodeError> 
         tool_seconds: 0.0,
         prefill_tokens: out.prefill_tokens,
         action_ids: out.token_ids,
-    };
+        rebuilt: None,
+    }
+}
+
+/// Runs one turn; returns the end reason when the episode is over.
+async fn turn(state: &mut EpisodeState) -> Result<Option<String>, EpisodeError> {
+    let shared = state.args.shared.clone();
+    let config = &shared.config;
+    let task = state.args.task.clone();
+    let context_len = state.stream.len();
+    let context = state.stream.clone();
+    if let Some(r) = &state.rebuilt {
+        count_rebuild(r);
+    }
+    let (out, generate_seconds) = generate(state, context).await?;
+    let text = shared
+        .renderer
+        .tokenizer()
+        .decode(&out.token_ids, true)
+        .map_err(EpisodeError::Render)?;
+    state.transcript.push(Message::assistant(text.clone()));
+    let mut step = step_of(out, context_len, generate_seconds);
+    step.rebuilt = state.rebuilt.take();
     state.stream.extend(&step.action_ids);
     let calls = shared.renderer.parse_tool_calls(&text);
     state.live.set(Stage::Deciding);
@@ -333,7 +363,7 @@ async fn turn(state: &mut EpisodeState) -> Result<Option<String>, EpisodeError> 
         }
         TurnOutcome::Calls(calls) => within_limit(calls, config.max_tool_calls_per_turn),
     };
-    if state.steps.len() + 1 >= config.max_turns {
+    if state.history.len() + 1 >= config.max_turns {
         state.live.turn_done(step.action_ids.len(), 0);
         state.steps.push(step);
         return Ok(Some("max_turns".into()));
@@ -361,15 +391,97 @@ async fn turn(state: &mut EpisodeState) -> Result<Option<String>, EpisodeError> 
         .renderer
         .continuation(&step.action_ids, &observations)
         .map_err(EpisodeError::Render)?;
-    if state.stream.len() + continuation.len() + 1 >= config.max_context {
-        state.steps.push(step);
-        return Ok(Some("max_context".into()));
-    }
-    state.stream.extend(&continuation);
+    let mut chained = std::mem::take(&mut state.stream);
+    chained.extend(&continuation);
+    state.history.push(TurnRecord {
+        action_ids: step.action_ids.clone(),
+        observation_ids: continuation.clone(),
+        observations: observations.clone(),
+    });
+    let history = History {
+        prompt_ids: &state.prompt_ids,
+        turns: &state.history,
+        chained: &chained,
+    };
+    let decision = shared
+        .context_policy
+        .next_context(&history, &shared.renderer)
+        .map_err(EpisodeError::Render)?;
+    let by = shared.context_policy.name();
+    let next = match decision {
+        NextContext::Chained => {
+            if chained.len() + 1 >= config.max_context {
+                state.steps.push(step);
+                return Ok(Some("max_context".into()));
+            }
+            chained
+        }
+        NextContext::Rebuilt(ids) => {
+            if ids.len() + 1 >= config.max_context {
+                state.steps.push(step);
+                return Ok(Some("max_context".into()));
+            }
+            state.rebuilt = Some(RebuiltContext::between(&chained, &ids, by));
+            ids
+        }
+        NextContext::Summarize(request) => {
+            if request.len() + 1 >= config.max_context {
+                state.steps.push(step);
+                return Ok(Some("max_context".into()));
+            }
+            step.observation_ids = continuation;
+            state.transcript.extend(observations);
+            state.steps.push(step);
+            return summarize(state, chained, request).await;
+        }
+    };
     step.observation_ids = continuation;
     state.transcript.extend(observations);
     state.steps.push(step);
+    state.stream = next;
     Ok(None)
+}
+
+/// Runs a summary turn on `request` (rebuilt from `chained`), records it as a step, and
+/// sets the next context to what the policy builds from the summary.
+async fn summarize(
+    state: &mut EpisodeState,
+    chained: Vec<u32>,
+    request: Vec<u32>,
+) -> Result<Option<String>, EpisodeError> {
+    let shared = state.args.shared.clone();
+    let by = shared.context_policy.name();
+    let rebuilt = RebuiltContext::between(&chained, &request, by);
+    count_rebuild(&rebuilt);
+    let (out, generate_seconds) = generate(state, request.clone()).await?;
+    let mut step = step_of(out, request.len(), generate_seconds);
+    step.rebuilt = Some(rebuilt);
+    state.live.turn_done(step.action_ids.len(), 0);
+    let history = History {
+        prompt_ids: &state.prompt_ids,
+        turns: &state.history,
+        chained: &chained,
+    };
+    let next = shared
+        .context_policy
+        .after_summary(&history, &step.action_ids, &shared.renderer)
+        .map_err(EpisodeError::Render)?;
+    let mut after = request;
+    after.extend(&step.action_ids);
+    state.steps.push(step);
+    if next.len() + 1 >= shared.config.max_context {
+        return Ok(Some("max_context".into()));
+    }
+    state.rebuilt = Some(RebuiltContext::between(&after, &next, by));
+    state.stream = next;
+    Ok(None)
+}
+
+/// One more rebuilt context in the metrics.
+fn count_rebuild(r: &RebuiltContext) {
+    metrics::counter!("agent_r1_context_rebuilds_total", "policy" => r.by.clone()).increment(1);
+    metrics::counter!("agent_r1_context_dropped_tokens_total", "policy" => r.by.clone())
+        .increment(r.dropped as u64);
 }
 
 /// The turn's calls, those past `limit` replaced by [`CallError::TooManyCalls`] (answered in

@@ -108,6 +108,7 @@ impl RolloutService {
             engine: setup.engine,
             tools: by_name,
             renderer: setup.renderer,
+            context_policy: setup.context_policy,
             config: setup.episode,
             live: setup.live,
             sink,

@@ -120,6 +120,7 @@ pub fn trajectory(
                 generate_seconds: 0.0,
                 tool_seconds: 0.0,
                 prefill_tokens: 0,
+                rebuilt: None,
             };
             context_len += step.action_ids.len() + step.observation_ids.len();
             step

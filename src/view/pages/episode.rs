@@ -139,6 +139,21 @@ pub(crate) fn page(site: &Site, params: &HashMap<String, String>) -> Result<Repl
             step.tool_seconds,
             num(Some(step.reward)),
         );
+        if let Some(r) = &step.rebuilt {
+            let _ = write!(
+                b,
+                "</div><div class=\"rebuilt\"><p class=\"warn\">Context rebuilt by <b>{}</b>: kept the first {} tokens of the full history, dropped {}, then {} tokens of its own.</p>\
+                 <details><summary>show this step's context after the kept tokens</summary><pre class=\"prompt\">{}</pre></details></div><div class=\"tokens\">",
+                esc(&r.by),
+                r.kept,
+                r.dropped,
+                r.ids.len(),
+                esc(&match tok.and_then(|t| t.decode(&r.ids, false).ok()) {
+                    Some(text) => text,
+                    None => format!("{:?}", r.ids),
+                }),
+            );
+        }
         for (i, id) in step.action_ids.iter().enumerate() {
             let lp = step.logprobs.get(i).copied().unwrap_or(f32::NAN) as f64;
             let piece = match tok.and_then(|t| t.decode(&[*id], false).ok()) {

@@ -1,0 +1,419 @@
+//! Context policies end to end: the real engine (a tiny model in libtorch), the real
+//! tokenizer and chat template, a real tool pool.
+//!
+//! For each built-in policy, every recorded context equals what the policy's rules give
+//! from the previous steps, rebuilt here independently in token space (nothing is decoded
+//! and re-encoded), and every recorded log-probability equals a plain forward pass over the
+//! step's own context and action. A rebuilt context reuses the engine's KV up to its first
+//! changed token.
+//!
+//! Test double, by design: `Scripted` calls `echo` on the first turns whatever the
+//! (untrained) model wrote, so episodes are long enough for the policies to act.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle};
+use agent_r1_actors::model::presets::preset;
+use agent_r1_actors::model::{Placement, PolicyModel, SamplingParams};
+use agent_r1_actors::runtime::{
+    run_rollout, ContextPolicies, ContextPolicy, EpisodeConfig, RolloutSetup, TurnRenderer,
+};
+use agent_r1_actors::tiny_tokenizer::write_tiny_tokenizer;
+use agent_r1_actors::tokenizer::HfTokenizer;
+use agent_r1_actors::trajectory::Trajectory;
+use agent_r1_envs::env::{Env, Score, TurnOutcome};
+use agent_r1_envs::message::Message;
+use agent_r1_envs::task::Task;
+use agent_r1_envs::tool::{CallError, Tool, ToolCall, ToolOutput};
+use async_trait::async_trait;
+use serde_json::{json, Value};
+use tch::Kind;
+
+/// Tool turns per episode (`max_turns` ends it on the turn after).
+const CALLS: usize = 6;
+
+struct Echo;
+
+#[async_trait]
+impl Tool for Echo {
+    fn name(&self) -> &str {
+        "echo"
+    }
+    fn description(&self) -> &str {
+        "Repeats its text."
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
+    }
+    async fn call(&self, args: Value) -> agent_r1_envs::Result<ToolOutput> {
+        Ok(ToolOutput::text(format!(
+            "echo: {}",
+            args["text"].as_str().unwrap_or("")
+        )))
+    }
+}
+
+/// Calls `echo` on every turn, whatever the model wrote; episodes end at `max_turns`.
+struct Scripted;
+
+/// What every call echoes.
+const ECHOED: &str = "again";
+
+impl Env for Scripted {
+    fn name(&self) -> &str {
+        "scripted"
+    }
+    fn tool_names(&self) -> Vec<String> {
+        vec!["echo".into()]
+    }
+    fn reset(&self, task: &Task) -> agent_r1_envs::Result<Vec<Message>> {
+        Ok(vec![
+            Message::system("You are a test agent."),
+            Message::user(task.question.clone()),
+        ])
+    }
+    fn on_turn(
+        &self,
+        _task: &Task,
+        _text: &str,
+        _calls: Vec<Result<ToolCall, CallError>>,
+    ) -> TurnOutcome {
+        TurnOutcome::Calls(vec![Ok(ToolCall {
+            name: "echo".into(),
+            arguments: json!({ "text": ECHOED }),
+        })])
+    }
+    fn score(&self, _task: &Task, transcript: &[Message]) -> Score {
+        Score {
+            reward: transcript.len() as f64,
+            metrics: Default::default(),
+        }
+    }
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    engine: EngineHandle,
+    tokenizer: Arc<HfTokenizer>,
+    model: PolicyModel,
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let ids = write_tiny_tokenizer(dir.path(), None, 512, &[]).unwrap();
+    tch::manual_seed(0);
+    PolicyModel::new(
+        preset("tiny", ids.vocab_size, ids.eos_token_ids).unwrap(),
+        Placement::default(),
+        false,
+    )
+    .unwrap()
+    .save(dir.path(), None)
+    .unwrap();
+    let path = dir.path().to_path_buf();
+    let (engine, _) = spawn_engine(
+        move || PolicyModel::load(&path, Placement::default(), false),
+        None,
+        EngineConfig {
+            max_batch_rows: 8,
+            max_context: 2048,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let tokenizer = Arc::new(HfTokenizer::from_dir(dir.path()).unwrap());
+    let model = PolicyModel::load(dir.path(), Placement::default(), false).unwrap();
+    Fixture {
+        _dir: dir,
+        engine,
+        tokenizer,
+        model,
+    }
+}
+
+fn renderer(f: &Fixture) -> Arc<TurnRenderer> {
+    Arc::new(TurnRenderer::new(f.tokenizer.clone(), vec![Echo.spec()], None).unwrap())
+}
+
+fn policy(name: &str, options: Value) -> Arc<dyn ContextPolicy> {
+    ContextPolicies::with_builtins()
+        .create(name, &options)
+        .unwrap()
+}
+
+fn rollout(f: &Fixture, policy: Arc<dyn ContextPolicy>, episodes: usize) -> Vec<Trajectory> {
+    let renderer = renderer(f);
+    let end = renderer.end_of_turn_id();
+    let setup = RolloutSetup {
+        engine: f.engine.clone().into(),
+        env: (Arc::new(Scripted) as Arc<dyn Env>).into(),
+        tools: vec![Arc::new(Echo)],
+        renderer,
+        context_policy: policy,
+        episode: EpisodeConfig {
+            max_turns: CALLS + 1,
+            max_context: 2048,
+            sampling: SamplingParams {
+                temperature: 1.0,
+                max_new_tokens: 10,
+                stop_token_ids: vec![end],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        concurrency: 4,
+        tool_queue_capacity: 64,
+        restart: Default::default(),
+        validate: Arc::new(|_, _| Ok(())),
+        live: Default::default(),
+        stall: None,
+    };
+    let tasks = (0..episodes)
+        .map(|i| {
+            (
+                Task {
+                    id: format!("t-{i}"),
+                    data_source: "test".into(),
+                    question: format!("What is item {i}?"),
+                    answers: vec![],
+                    prompt: None,
+                    extra: Value::Null,
+                },
+                i as u64,
+            )
+        })
+        .collect();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(8);
+        let collector = tokio::spawn(async move {
+            let mut out = Vec::new();
+            while let Some(t) = rx.recv().await {
+                out.push(t);
+            }
+            out
+        });
+        tokio::time::timeout(Duration::from_secs(600), run_rollout(setup, tasks, tx))
+            .await
+            .expect("rollout must not hang")
+            .unwrap();
+        collector.await.unwrap()
+    })
+}
+
+/// Every recorded log-probability equals a plain forward pass over the step's own context
+/// and action, in float32 on the CPU.
+fn assert_logprobs_match_forward(f: &Fixture, t: &Trajectory) {
+    for (k, (s, context)) in t.steps.iter().zip(t.contexts()).enumerate() {
+        assert_eq!(context.len(), s.context_len);
+        let mut ids = context.clone();
+        ids.extend(&s.action_ids);
+        let lp = f
+            .model
+            .sequence_logits(&ids)
+            .unwrap()
+            .log_softmax(-1, Kind::Float);
+        for (j, (&tok, &stored)) in s.action_ids.iter().zip(&s.logprobs).enumerate() {
+            let v = lp.double_value(&[(context.len() + j - 1) as i64, tok as i64]);
+            assert!(
+                (v - stored as f64).abs() < 1e-5,
+                "episode {} step {k} token {j}: forward {v}, engine {stored}",
+                t.episode_id
+            );
+        }
+    }
+}
+
+/// The tool message of each tool turn, as the env's default `observe` renders it.
+fn echo_message() -> Message {
+    Message::tool(format!("echo: {ECHOED}"))
+}
+
+#[test]
+fn window_contexts_follow_the_rule_and_logprobs_match_a_forward_pass() {
+    let f = fixture();
+    let turns = 2;
+    let trajectories = rollout(&f, policy("window", json!({ "turns": turns })), 4);
+    assert_eq!(trajectories.len(), 4);
+    for t in &trajectories {
+        assert_eq!(t.steps.len(), CALLS + 1, "{:?}", t.end);
+        let contexts: Vec<Vec<u32>> = t.contexts().collect();
+        for k in 0..t.steps.len() {
+            // The rule: the prompt and the last `turns` turns, each as sampled and observed.
+            let mut expected = t.prompt_ids.clone();
+            for s in &t.steps[k.saturating_sub(turns)..k] {
+                expected.extend(&s.action_ids);
+                expected.extend(&s.observation_ids);
+            }
+            assert_eq!(contexts[k], expected, "episode {} step {k}", t.episode_id);
+            let s = &t.steps[k];
+            assert_eq!(s.rebuilt.is_some(), k > turns, "step {k}");
+            if let Some(r) = &s.rebuilt {
+                assert_eq!(r.by, "window");
+                assert!(r.kept >= t.prompt_ids.len());
+                // Only what follows the reused head was prefilled.
+                assert!(
+                    s.prefill_tokens <= s.context_len - t.prompt_ids.len(),
+                    "step {k}: prefilled {} of {}",
+                    s.prefill_tokens,
+                    s.context_len
+                );
+            }
+        }
+        assert_eq!(t.rows().len(), t.steps.len() - turns);
+        assert_logprobs_match_forward(&f, t);
+    }
+}
+
+#[test]
+fn elided_contexts_follow_the_rule_and_logprobs_match_a_forward_pass() {
+    let f = fixture();
+    let renderer = renderer(&f);
+    let keep = 2;
+    let placeholder = "[elided]";
+    let trajectories = rollout(
+        &f,
+        policy(
+            "elide",
+            json!({ "keep_turns": keep, "placeholder": placeholder }),
+        ),
+        4,
+    );
+    for t in &trajectories {
+        assert_eq!(t.steps.len(), CALLS + 1);
+        let contexts: Vec<Vec<u32>> = t.contexts().collect();
+        for k in 0..t.steps.len() {
+            let mut expected = t.prompt_ids.clone();
+            for (j, s) in t.steps[..k].iter().enumerate() {
+                expected.extend(&s.action_ids);
+                if j + keep < k {
+                    // Only the placeholder is rendered anew; the action ids are as sampled.
+                    let elided = Message::tool(placeholder);
+                    expected.extend(renderer.continuation(&s.action_ids, &[elided]).unwrap());
+                } else {
+                    expected.extend(&s.observation_ids);
+                }
+            }
+            assert_eq!(contexts[k], expected, "episode {} step {k}", t.episode_id);
+            let s = &t.steps[k];
+            if let Some(r) = &s.rebuilt {
+                assert_eq!(r.by, "elide");
+                assert!(r.kept > t.prompt_ids.len());
+                assert!(s.prefill_tokens < s.context_len);
+            }
+        }
+        assert_eq!(t.rebuilt_steps(), t.steps.len() - 1 - keep);
+        assert_logprobs_match_forward(&f, t);
+    }
+}
+
+#[test]
+fn summary_steps_are_trained_steps_and_their_contexts_follow_the_rule() {
+    let f = fixture();
+    let renderer = renderer(&f);
+    let request = "Summarise.";
+    let budget = 120;
+    let trajectories = rollout(
+        &f,
+        policy(
+            "summary",
+            json!({ "budget_tokens": budget, "request": request }),
+        ),
+        4,
+    );
+    let mut summaries = 0;
+    for t in &trajectories {
+        let contexts: Vec<Vec<u32>> = t.contexts().collect();
+        let mut chained = t.prompt_ids.clone();
+        for k in 0..t.steps.len() {
+            let s = &t.steps[k];
+            match s.rebuilt.as_ref().map(|r| r.by.as_str()) {
+                None => assert_eq!(contexts[k], chained, "step {k}"),
+                Some("summary") if s.observation_ids.is_empty() && k + 1 < t.steps.len() => {
+                    // A summary turn: the chained context passed the budget; the request is a
+                    // user message after the last tool response.
+                    summaries += 1;
+                    assert!(chained.len() > budget);
+                    let last = &t.steps[k - 1];
+                    let mut expected = contexts[k - 1].clone();
+                    expected.extend(&last.action_ids);
+                    expected.extend(
+                        renderer
+                            .continuation(
+                                &last.action_ids,
+                                &[echo_message(), Message::user(request)],
+                            )
+                            .unwrap(),
+                    );
+                    assert_eq!(contexts[k], expected, "summary step {k}");
+                    // The next context: the prompt, the summary as sampled, the last response.
+                    let mut next = t.prompt_ids.clone();
+                    next.extend(&s.action_ids);
+                    next.extend(
+                        renderer
+                            .continuation(&s.action_ids, &[echo_message()])
+                            .unwrap(),
+                    );
+                    assert_eq!(contexts[k + 1], next, "after the summary at step {k}");
+                }
+                Some(other) => assert_eq!(other, "summary", "step {k}"),
+            }
+            chained = contexts[k].clone();
+            chained.extend(&s.action_ids);
+            chained.extend(&s.observation_ids);
+        }
+        assert_logprobs_match_forward(&f, t);
+    }
+    assert!(summaries > 0, "no episode passed the budget");
+}
+
+#[test]
+fn full_keeps_one_chained_row() {
+    let f = fixture();
+    for t in rollout(&f, policy("full", json!({})), 2) {
+        assert_eq!(t.rebuilt_steps(), 0);
+        assert_eq!(t.rows().len(), 1);
+        assert_eq!(t.rows()[0].ids, t.token_stream());
+        assert_logprobs_match_forward(&f, &t);
+    }
+}
+
+#[test]
+fn bad_policy_options_are_named() {
+    let policies = ContextPolicies::with_builtins();
+    let err = |name: &str, options: Value| {
+        policies
+            .create(name, &options)
+            .map(|_| ())
+            .unwrap_err()
+            .to_string()
+    };
+    let e = err("window", json!({ "turns": 0 }));
+    assert!(
+        e.contains("env.context.turns") && e.contains("at least 1"),
+        "{e}"
+    );
+    let e = err("elide", json!({ "keep_turns": 0 }));
+    assert!(e.contains("env.context.keep_turns"), "{e}");
+    let e = err("window", json!({ "turn": 3 }));
+    assert!(e.contains("env.context.turn"), "{e}");
+    let e = err("sliding", json!({}));
+    assert!(
+        e.contains("unknown context policy `sliding`") && e.contains("window"),
+        "{e}"
+    );
+    let summary = policies
+        .create("summary", &json!({ "budget_tokens": 4096 }))
+        .unwrap();
+    let e = summary.check_fits(2048).unwrap_err();
+    assert!(
+        e.contains("budget_tokens 4096") && e.contains("2048"),
+        "{e}"
+    );
+    assert!(summary.check_fits(8192).is_ok());
+}
