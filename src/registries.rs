@@ -5,7 +5,7 @@
 //! kinds and hands the result to [`crate::cli::main`], and every command (`train`, `eval`,
 //! `check-config`, `tool call`, ...) knows them: `examples/custom-tool/` is such a crate.
 
-use agent_r1_actors::runtime::ContextPolicies;
+use agent_r1_actors::runtime::{ContextPolicies, Workflows};
 use agent_r1_envs::envs::registry::EnvRegistry;
 use agent_r1_envs::reward::ScorerRegistry;
 use agent_r1_envs::tools::ToolRegistry;
@@ -22,6 +22,9 @@ pub struct Registries {
     /// Context policies of `[env.context]` (`full`, `window`, `elide`, `summary`, and a
     /// user's own).
     pub context_policies: ContextPolicies,
+    /// Workflows that drive whole episodes, named by `[env] name` like envs (none built in:
+    /// a user's crate registers its own).
+    pub workflows: Workflows,
 }
 
 impl Registries {
@@ -32,6 +35,7 @@ impl Registries {
             envs: EnvRegistry::with_builtins(),
             scorers: ScorerRegistry::with_builtins(),
             context_policies: ContextPolicies::with_builtins(),
+            workflows: Workflows::default(),
         }
     }
 }

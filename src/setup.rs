@@ -16,14 +16,15 @@ use agent_r1_actors::engine_set::EngineSet;
 use agent_r1_actors::model::presets::{preset, shape, PRESETS};
 use agent_r1_actors::model::{write_config, ModelConfig, Placement, PolicyModel, SamplingParams};
 use agent_r1_actors::runtime::context_policy::Full;
-use agent_r1_actors::runtime::{ArgValidator, EpisodeConfig, RolloutSetup, TurnRenderer};
+use agent_r1_actors::runtime::{
+    ArgValidator, EnvSource, EpisodeConfig, RolloutSetup, TurnRenderer,
+};
 use agent_r1_actors::sft::{
     tokenize_demonstration, train_sft, Demonstration, SftConfig, SftReport,
 };
 use agent_r1_actors::tiny_tokenizer::{write_tiny_tokenizer, write_tokenizer, TinyTokenizerIds};
 use agent_r1_actors::tokenizer::HfTokenizer;
 use agent_r1_envs::demo::DemoConfig;
-use agent_r1_envs::env::Env;
 use agent_r1_envs::envs::synthetic_multihop::{SyntheticMultihopEnv, SyntheticMultihopOptions};
 use agent_r1_envs::generated_env::GeneratedEnv;
 use agent_r1_envs::synthetic::{Split, SyntheticConfig};
@@ -233,7 +234,7 @@ pub struct RolloutKnobs {
 pub fn rollout_setup(
     engine: impl Into<EngineSet>,
     tokenizer: Arc<HfTokenizer>,
-    env: Arc<dyn Env>,
+    env: impl Into<EnvSource>,
     tools: Vec<Arc<dyn Tool>>,
     knobs: &RolloutKnobs,
 ) -> anyhow::Result<RolloutSetup> {

@@ -58,7 +58,7 @@ use agent_r1_actors::learner::{
 use agent_r1_actors::model::{Placement, PolicyModel};
 use agent_r1_actors::runtime::fault::FaultyTool;
 use agent_r1_actors::runtime::{
-    run_rollout, ContextPolicy, LiveBoard, RolloutSetup, RolloutSummary,
+    run_rollout, ContextPolicy, EnvSource, LiveBoard, RolloutSetup, RolloutSummary,
 };
 use agent_r1_actors::sft::SftConfig;
 use agent_r1_actors::stall::{Operations, StallWatch, Watchdog};
@@ -135,8 +135,8 @@ const PRESET_VOCAB: usize = 2048;
 
 /// The env, its tools and its tasks.
 pub struct Scenario {
-    /// The env named by `[env]`.
-    pub env: Arc<dyn Env>,
+    /// The env named by `[env]`, or the workflow it names.
+    pub env: EnvSource,
     /// The same env when it generates its own tasks (and so can make a tokenizer's text and
     /// demonstrations).
     pub generated: Option<Arc<dyn GeneratedEnv>>,
@@ -164,8 +164,28 @@ pub fn scenario(
         .with_context(|| format!("{}: cannot create", world_dir.display()))?;
     let corpus = world_dir.join("corpus.jsonl");
     let mut options = cfg.env_options();
-    let (env, generated, train, test): (Arc<dyn Env>, _, _, _) =
-        if registries.envs.generates_tasks(&cfg.env.name) {
+    let (env, generated, train, test): (EnvSource, _, _, _) =
+        if registries.workflows.contains(&cfg.env.name) {
+            let workflow = registries
+                .workflows
+                .create(&cfg.env.name, &options)
+                .context("building the workflow `[env]`")?;
+            let train = load_many(&cfg.env.train_files, &cfg.env.dataset)
+                .context("reading env.train_files")?;
+            let test = load_many(&cfg.env.test_files, &cfg.env.dataset)
+                .context("reading env.test_files")?;
+            // A workflow may call any configured tool.
+            let tool_names = vec![];
+            (
+                EnvSource::Workflow {
+                    workflow,
+                    tool_names,
+                },
+                None,
+                train,
+                test,
+            )
+        } else if registries.envs.generates_tasks(&cfg.env.name) {
             if let (true, Value::Object(map)) =
                 (cfg.env.name == synthetic_multihop::NAME, &mut options)
             {
@@ -178,7 +198,8 @@ pub fn scenario(
                     .context("building the env `[env]`")?,
             );
             let (train, test) = (env.tasks(Split::Train), env.tasks(Split::Test));
-            (env.clone(), Some(env), train, test)
+            let shared: Arc<dyn Env> = env.clone();
+            (shared.into(), Some(env), train, test)
         } else {
             let env: Arc<dyn Env> = Arc::from(
                 registries
@@ -190,7 +211,7 @@ pub fn scenario(
                 .context("reading env.train_files")?;
             let test = load_many(&cfg.env.test_files, &cfg.env.dataset)
                 .context("reading env.test_files")?;
-            (env, None, train, test)
+            (env.into(), None, train, test)
         };
     anyhow::ensure!(
         !train.is_empty(),
@@ -200,14 +221,17 @@ pub fn scenario(
         .tools_config(Some(&world_dir))
         .build_all(&registries.tools)
         .context("building the tools `[tools.*]`")?;
-    let env = match cfg.scorer_options()? {
-        None => env,
-        Some((kind, options)) => {
+    let env = match (cfg.scorer_options()?, env) {
+        (None, env) => env,
+        (Some((kind, options)), EnvSource::Shared(env)) => {
             let scorer = registries
                 .scorers
                 .create(&kind, &options)
                 .context("building the scorer `[scorer]`")?;
-            Arc::new(ScoredEnv::new(env, scorer)) as Arc<dyn Env>
+            EnvSource::Shared(Arc::new(ScoredEnv::new(env, scorer)))
+        }
+        (Some(_), _) => {
+            anyhow::bail!("[scorer]: a workflow returns its own rewards; remove the [scorer] table")
         }
     };
     let context_policy = cfg
@@ -993,11 +1017,14 @@ fn inject_scenario_faults(scenario: &mut Scenario, faults: &Faults) -> anyhow::R
     };
     let hang_score = faults.hangs(HangStage::Env);
     if hang_score || force_call.is_some() {
-        scenario.env = Arc::new(FaultyEnv {
-            inner: scenario.env.clone(),
+        let EnvSource::Shared(inner) = &scenario.env else {
+            anyhow::bail!("the env faults inject into an env, and [env] names a workflow");
+        };
+        scenario.env = EnvSource::Shared(Arc::new(FaultyEnv {
+            inner: inner.clone(),
             hang_score,
             force_call,
-        });
+        }));
     }
     Ok(())
 }

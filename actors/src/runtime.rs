@@ -27,6 +27,8 @@ mod render;
 mod service;
 mod supervisor;
 mod tool_pool;
+pub mod workflow;
+mod workflow_registry;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -47,6 +49,8 @@ pub use render::TurnRenderer;
 pub use service::{RolloutService, TaskSender};
 pub use supervisor::{EpisodeRequest, RolloutSummary, RETRY_BIT};
 pub use tool_pool::{RestartPolicy, ToolPool, ToolPoolMsg, ToolPoolStats};
+pub use workflow::{Agent, Generation, Workflow, WorkflowOutcome};
+pub use workflow_registry::Workflows;
 
 use crate::engine_set::EngineSet;
 use crate::model::SamplingParams;
@@ -83,6 +87,14 @@ pub struct EpisodeConfig {
     /// Tool calls a turn may make (run concurrently); calls past it are answered
     /// [`CallError::TooManyCalls`] without running.
     pub max_tool_calls_per_turn: usize,
+    /// Deadline for a whole episode driven by a [`Workflow`]; one past it fails with the
+    /// reason and its calls are cancelled.
+    #[serde(default = "default_workflow_timeout")]
+    pub workflow_timeout: Duration,
+}
+
+fn default_workflow_timeout() -> Duration {
+    Duration::from_secs(3600)
 }
 
 impl Default for EpisodeConfig {
@@ -97,6 +109,7 @@ impl Default for EpisodeConfig {
             tool_queue_timeout: Duration::from_secs(60),
             env_timeout: Duration::from_secs(60),
             max_tool_calls_per_turn: 1,
+            workflow_timeout: default_workflow_timeout(),
         }
     }
 }

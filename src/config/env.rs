@@ -73,14 +73,17 @@ impl EnvSection {
         registries: &Registries,
     ) -> Result<(), ConfigError> {
         let registry = &registries.envs;
-        if !registry.contains(&self.name) {
+        let workflow = registries.workflows.contains(&self.name);
+        if !registry.contains(&self.name) && !workflow {
+            let mut known = registry.names();
+            known.extend(registries.workflows.names());
             return Err(ConfigError::range(
                 "env.name",
                 format!("{:?}", self.name),
-                &registry.names().join(", "),
+                &known.join(", "),
             ));
         }
-        let generated = registry.generates_tasks(&self.name);
+        let generated = !workflow && registry.generates_tasks(&self.name);
         for (key, list) in [
             ("env.train_files", &self.train_files),
             ("env.test_files", &self.test_files),
@@ -124,6 +127,21 @@ impl EnvSection {
             world.validate().map_err(|e| e.under("env.world"))?;
         }
         self.context_policy(registries)?;
+        if workflow {
+            if !self.context.is_empty() {
+                return Err(ConfigError::new(
+                    "env.context",
+                    format!(
+                        "workflow {:?} builds its own contexts; remove [env.context]",
+                        self.name
+                    ),
+                ));
+            }
+            return registries
+                .workflows
+                .check(&self.name, &self.options_json())
+                .map_err(|err| relabel(err, |k| k.to_string(), "env.options"));
+        }
         if self.options.contains_key("world") || self.options.contains_key("corpus_path") {
             return Err(ConfigError::new(
                 "env.options",

@@ -505,6 +505,44 @@ fn env_rules_and_env_option_errors() {
 }
 
 #[test]
+fn context_policy_rules() {
+    let ok = |extra: &str| {
+        parse(extra)
+            .unwrap()
+            .validate(FileCheck::Skip, &Registries::builtins())
+            .unwrap()
+    };
+    ok("");
+    ok("[env.context]\npolicy = \"window\"\nturns = 3\n");
+    ok("[env.context]\npolicy = \"elide\"\nkeep_turns = 2\nplaceholder = \"(cut)\"\n");
+    ok("[env.context]\npolicy = \"summary\"\nbudget_tokens = 1024\n");
+    let e = invalid("[env.context]\npolicy = \"sliding\"\n");
+    assert!(
+        e.key == "env.context.policy" && e.message.contains("window"),
+        "{e}"
+    );
+    let e = invalid("[env.context]\npolicy = 3\n");
+    assert_eq!(e.key, "env.context.policy", "{e}");
+    let e = invalid("[env.context]\npolicy = \"window\"\nturns = 0\n");
+    assert!(
+        e.key == "env.context.turns" && e.message.contains("at least 1"),
+        "{e}"
+    );
+    let e = invalid("[env.context]\npolicy = \"window\"\n");
+    assert!(e.message.contains("turns"), "{e}");
+    let e = invalid("[env.context]\npolicy = \"window\"\nturns = 2\nkeep = 1\n");
+    assert_eq!(e.key, "env.context.keep", "{e}");
+    // The summary budget must leave room in the context (4096 by default).
+    let e = invalid("[env.context]\npolicy = \"summary\"\nbudget_tokens = 5000\n");
+    assert!(
+        e.key == "env.context"
+            && e.message.contains("budget_tokens 5000")
+            && e.message.contains("4096"),
+        "{e}"
+    );
+}
+
+#[test]
 fn math_envs_follow_the_same_rules() {
     let math = |body: &str| {
         TrainConfig::from_toml_str(&format!(

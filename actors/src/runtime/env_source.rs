@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use agent_r1_envs::env::Env;
 
+use super::workflow::Workflow;
+
 /// Builds an env for one episode.
 pub type EnvBuilder = Arc<dyn Fn() -> agent_r1_envs::Result<Arc<dyn Env>> + Send + Sync>;
 
@@ -24,6 +26,13 @@ pub enum EnvSource {
         /// The tools its envs use (checked against the configured tools at start).
         tool_names: Vec<String>,
     },
+    /// No env: a [`Workflow`] drives each episode itself.
+    Workflow {
+        /// The workflow.
+        workflow: Arc<dyn Workflow>,
+        /// The tools it calls (checked against the configured tools at start).
+        tool_names: Vec<String>,
+    },
 }
 
 impl EnvSource {
@@ -38,6 +47,13 @@ impl EnvSource {
         match self {
             EnvSource::Shared(env) => Ok(env.clone()),
             EnvSource::PerEpisode { build, .. } => build(),
+            EnvSource::Workflow { workflow, .. } => Err(agent_r1_envs::Error::Config {
+                key: "env".into(),
+                message: format!(
+                    "workflow `{}` drives its episodes without an env",
+                    workflow.name()
+                ),
+            }),
         }
     }
 
@@ -45,7 +61,9 @@ impl EnvSource {
     pub fn tool_names(&self) -> Vec<String> {
         match self {
             EnvSource::Shared(env) => env.tool_names(),
-            EnvSource::PerEpisode { tool_names, .. } => tool_names.clone(),
+            EnvSource::PerEpisode { tool_names, .. } | EnvSource::Workflow { tool_names, .. } => {
+                tool_names.clone()
+            }
         }
     }
 }
@@ -62,6 +80,9 @@ impl std::fmt::Debug for EnvSource {
             EnvSource::Shared(env) => write!(f, "EnvSource::Shared({})", env.name()),
             EnvSource::PerEpisode { tool_names, .. } => {
                 write!(f, "EnvSource::PerEpisode(tools: {tool_names:?})")
+            }
+            EnvSource::Workflow { workflow, .. } => {
+                write!(f, "EnvSource::Workflow({})", workflow.name())
             }
         }
     }

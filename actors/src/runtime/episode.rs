@@ -27,6 +27,7 @@ use super::episode_error::{EnvStage, EpisodeError};
 use super::live::{LiveBoard, LiveEntry, Stage};
 use super::render::TurnRenderer;
 use super::tool_pool::ToolPoolMsg;
+use super::workflow::{compact, Agent, Workflow};
 use super::EpisodeConfig;
 use crate::engine::{TurnOutput, TurnRequest};
 use crate::engine_set::EngineSet;
@@ -225,6 +226,9 @@ async fn start(
 ) -> Result<(), EpisodeError> {
     let shared = state.args.shared.clone();
     let env = match &shared.env {
+        EnvSource::Workflow { workflow, .. } => {
+            return run_workflow(myself, state, workflow.clone()).await
+        }
         EnvSource::Shared(env) => env.clone(),
         source @ EnvSource::PerEpisode { .. } => {
             let building = shared.stall.as_ref().map(|s| {
@@ -500,7 +504,10 @@ fn within_limit(
         .collect()
 }
 
-async fn run_calls(shared: &Shared, calls: Vec<Result<ToolCall, CallError>>) -> Vec<CallOutcome> {
+pub(crate) async fn run_calls(
+    shared: &Shared,
+    calls: Vec<Result<ToolCall, CallError>>,
+) -> Vec<CallOutcome> {
     let futures = calls.into_iter().map(|call| async move {
         let call = match call {
             Ok(call) => call,
@@ -591,6 +598,109 @@ async fn finish(
         wall_seconds: state.started.elapsed().as_secs_f64(),
     };
     shared.engine.release(state.args.episode_id);
+    state.live.completed();
+    shared
+        .sink
+        .send(trajectory)
+        .await
+        .map_err(|_| EpisodeError::ConsumerGone)?;
+    myself.stop(Some(COMPLETED.into()));
+    Ok(())
+}
+
+/// Runs the episode's workflow within `workflow_timeout` on a task of its own (a panic or a
+/// hang fails the episode with the reason, and the run goes on), then delivers its steps.
+async fn run_workflow(
+    myself: &ActorRef<EpisodeMsg>,
+    state: &mut EpisodeState,
+    workflow: Arc<dyn Workflow>,
+) -> Result<(), EpisodeError> {
+    let shared = state.args.shared.clone();
+    let agent = Arc::new(Agent::new(shared.clone(), state.args.episode_id));
+    let task = state.args.task.clone();
+    state.live.set(Stage::Generating);
+    let running = {
+        let (agent, workflow) = (agent.clone(), workflow.clone());
+        tokio::spawn(async move { workflow.run(&task, &agent).await })
+    };
+    let abort = running.abort_handle();
+    let after = shared.config.workflow_timeout;
+    let result = tokio::time::timeout(after, running).await;
+    if result.is_err() {
+        abort.abort();
+    }
+    agent.release();
+    let outcome = match result {
+        Err(_) => return Err(EpisodeError::Workflow(format!(
+            "stuck stage: `{}` gave no outcome within {after:?} (rollout.workflow_timeout_secs)",
+            workflow.name()
+        ))),
+        Ok(Err(join)) => {
+            return Err(EpisodeError::Workflow(if join.is_panic() {
+                format!(
+                    "`{}` panicked: {}",
+                    workflow.name(),
+                    crate::error::panic_message(join.into_panic().as_ref())
+                )
+            } else {
+                format!("`{}` was cancelled", workflow.name())
+            }))
+        }
+        Ok(Ok(Err(crate::Error::EngineStopped(reason)))) => {
+            return Err(EpisodeError::EngineStopped(reason))
+        }
+        Ok(Ok(Err(e))) => {
+            return Err(EpisodeError::Workflow(format!(
+                "`{}`: {e}",
+                workflow.name()
+            )))
+        }
+        Ok(Ok(Ok(outcome))) => outcome,
+    };
+    let bad = |what: String| EpisodeError::Workflow(format!("`{}` {what}", workflow.name()));
+    if !outcome.reward.is_finite() {
+        return Err(bad(format!("returned the reward {}", outcome.reward)));
+    }
+    let mut recorded = agent.take_steps();
+    for (k, reward) in outcome.step_rewards {
+        if !reward.is_finite() {
+            return Err(bad(format!("returned the reward {reward} for step {k}")));
+        }
+        match recorded.iter_mut().find(|(index, _)| *index == k) {
+            Some((_, r)) => r.step.reward += reward,
+            None => {
+                return Err(bad(format!(
+                    "rewarded step {k}, which it did not make (its steps: {:?})",
+                    recorded.iter().map(|(index, _)| *index).collect::<Vec<_>>()
+                )))
+            }
+        }
+    }
+    let (prompt_ids, steps) = compact(
+        recorded.into_iter().map(|(_, r)| r).collect(),
+        workflow.name(),
+    )
+    .map_err(|reason| bad(reason))?;
+    for s in &steps {
+        state.live.turn_done(s.action_ids.len(), s.tool_calls.len());
+        if let Some(r) = &s.rebuilt {
+            count_rebuild(r);
+        }
+    }
+    let trajectory = Trajectory {
+        episode_id: state.args.episode_id,
+        group_id: state.args.group_id,
+        task: (*state.args.task).clone(),
+        prompt_ids,
+        steps,
+        reward: outcome.reward,
+        metrics: outcome.metrics,
+        end: EpisodeEnd::Completed {
+            reason: "done".into(),
+        },
+        attempts: state.args.attempts,
+        wall_seconds: state.started.elapsed().as_secs_f64(),
+    };
     state.live.completed();
     shared
         .sink

@@ -82,6 +82,10 @@ pub enum EpisodeError {
     /// Nobody takes finished trajectories any more: the run stops.
     #[error("the trajectory consumer went away")]
     ConsumerGone,
+    /// The episode's workflow returned an error, panicked, returned no steps or a bad
+    /// reward, or did not finish within `workflow_timeout`.
+    #[error("workflow: {0}")]
+    Workflow(String),
     /// An actor could not be spawned or answered nothing.
     #[error("{0}")]
     Actor(String),

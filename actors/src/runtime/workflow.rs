@@ -1,0 +1,270 @@
+//! The `Workflow` extension point: user code that drives a whole episode.
+//!
+//! A workflow is async code that calls [`Agent::generate`] on any contexts it builds, as
+//! often as it likes and concurrently if it likes (a best-of-n, a debate, a planner then an
+//! executor, an answer then a self-check), calls tools through the run's tool pools, and
+//! returns rewards for the episode and for any of its steps. Every generate call is one
+//! recorded step with its own context; steps are kept in the order the calls were made, so a
+//! deterministic workflow gives the same trajectory every time. Contexts are token ids: the
+//! workflow renders what it writes anew with [`Agent::renderer`] and reuses sampled ids as
+//! they were sampled.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use async_trait::async_trait;
+
+use agent_r1_envs::task::Task;
+use agent_r1_envs::tool::{CallError, CallOutcome, ToolCall};
+
+use super::episode::Shared;
+use super::render::TurnRenderer;
+use crate::engine::TurnRequest;
+use crate::model::generate::FinishReason;
+use crate::trajectory::{RebuiltContext, Step};
+use crate::{Error, Result};
+
+/// User code that drives an episode (see the module documentation).
+#[async_trait]
+pub trait Workflow: Send + Sync + 'static {
+    /// The workflow's name, recorded on the contexts it builds.
+    fn name(&self) -> &str;
+
+    /// Runs one episode of `task`. An error fails the episode with its message (re-queued
+    /// once, like any failed episode).
+    async fn run(&self, task: &Task, agent: &Agent) -> Result<WorkflowOutcome>;
+}
+
+/// What a workflow returns.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WorkflowOutcome {
+    /// The episode's reward (placed on its last action token).
+    pub reward: f64,
+    /// Rewards of single steps, by the step index [`Generation::step`] gave.
+    pub step_rewards: Vec<(usize, f64)>,
+    /// Named metrics, as an env's score has.
+    pub metrics: BTreeMap<String, f64>,
+}
+
+/// One sampled step, as the workflow sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Generation {
+    /// The step's index in the episode's trajectory.
+    pub step: usize,
+    /// The ids sampled.
+    pub token_ids: Vec<u32>,
+    /// Their text (special tokens dropped).
+    pub text: String,
+    /// Why generation ended.
+    pub finish_reason: FinishReason,
+}
+
+/// A step the workflow made, with its whole context (compacted when the episode ends).
+pub(crate) struct Recorded {
+    pub(crate) context: Vec<u32>,
+    pub(crate) step: Step,
+}
+
+/// What a workflow drives the episode with.
+pub struct Agent {
+    shared: Arc<Shared>,
+    episode_id: u64,
+    /// Steps by call order; `None` while a call is in flight or when it failed.
+    steps: Mutex<Vec<Option<Recorded>>>,
+    /// Engine keys in use by calls in flight (a key per concurrent call, so that concurrent
+    /// calls draw their own random numbers), and every key used (released at the end).
+    lanes: Mutex<(Vec<bool>, usize)>,
+}
+
+impl Agent {
+    pub(crate) fn new(shared: Arc<Shared>, episode_id: u64) -> Self {
+        Self {
+            shared,
+            episode_id,
+            steps: Mutex::new(vec![]),
+            lanes: Mutex::new((vec![], 0)),
+        }
+    }
+
+    /// The model's chat template and tool-call format, for rendering prompts and what
+    /// follows an action in token space.
+    pub fn renderer(&self) -> &TurnRenderer {
+        &self.shared.renderer
+    }
+
+    /// The longest context a step may have (`rollout.max_context_length`).
+    pub fn max_context(&self) -> usize {
+        self.shared.config.max_context
+    }
+
+    /// Samples one step on `context` (a recorded step) within the turn deadline.
+    pub async fn generate(&self, context: Vec<u32>) -> Result<Generation> {
+        let config = &self.shared.config;
+        if context.is_empty() || context.len() + 1 >= config.max_context {
+            return Err(Error::invalid(
+                "workflow generate",
+                format!(
+                    "a context of {} tokens; allowed: 1 to {} (rollout.max_context_length less \
+                     room for one token)",
+                    context.len(),
+                    config.max_context.saturating_sub(2)
+                ),
+            ));
+        }
+        let index = {
+            let mut steps = self.lock_steps();
+            steps.push(None);
+            steps.len() - 1
+        };
+        let lane = self.take_lane();
+        let mut params = config.sampling.clone();
+        params.max_new_tokens = params
+            .max_new_tokens
+            .min(config.max_context.saturating_sub(context.len() + 1))
+            .max(1);
+        let request = TurnRequest {
+            episode: self.lane_key(lane),
+            context: context.clone(),
+            params,
+            stop_strings: config.stop_strings.clone(),
+        };
+        let began = Instant::now();
+        let out = self
+            .shared
+            .engine
+            .generate_within(request, config.generate_timeout)
+            .await;
+        self.give_lane(lane);
+        let out = out?;
+        let text = self
+            .shared
+            .renderer
+            .tokenizer()
+            .decode(&out.token_ids, true)?;
+        let token_versions = Step::compact_versions(out.policy_version, out.token_versions);
+        let generation = Generation {
+            step: index,
+            token_ids: out.token_ids.clone(),
+            text,
+            finish_reason: out.finish_reason,
+        };
+        let step = Step {
+            context_len: context.len(),
+            action_ids: out.token_ids,
+            logprobs: out.logprobs,
+            policy_version: out.policy_version,
+            token_versions,
+            finish_reason: out.finish_reason,
+            tool_calls: vec![],
+            observation_ids: vec![],
+            reward: 0.0,
+            generate_seconds: began.elapsed().as_secs_f64(),
+            tool_seconds: 0.0,
+            prefill_tokens: out.prefill_tokens,
+            rebuilt: None,
+        };
+        self.lock_steps()[index] = Some(Recorded { context, step });
+        Ok(generation)
+    }
+
+    /// Runs tool calls (in parallel, through the run's tool pools, with their timeouts);
+    /// outcomes come back in the calls' order, failures as outcomes. When `step` is given,
+    /// the outcomes are recorded on that step.
+    pub async fn call_tools(
+        &self,
+        step: Option<usize>,
+        calls: Vec<std::result::Result<ToolCall, CallError>>,
+    ) -> Vec<CallOutcome> {
+        let began = Instant::now();
+        let outcomes = super::episode::run_calls(&self.shared, calls).await;
+        if let Some(k) = step {
+            if let Some(Some(r)) = self.lock_steps().get_mut(k) {
+                r.step.tool_calls.extend(outcomes.iter().cloned());
+                r.step.tool_seconds += began.elapsed().as_secs_f64();
+            }
+        }
+        outcomes
+    }
+
+    fn lock_steps(&self) -> std::sync::MutexGuard<'_, Vec<Option<Recorded>>> {
+        self.steps.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn take_lane(&self) -> usize {
+        let mut lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
+        let lane = match lanes.0.iter().position(|busy| !busy) {
+            Some(free) => free,
+            None => {
+                lanes.0.push(false);
+                lanes.0.len() - 1
+            }
+        };
+        lanes.0[lane] = true;
+        lanes.1 = lanes.1.max(lane + 1);
+        lane
+    }
+
+    fn give_lane(&self, lane: usize) {
+        let mut lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
+        lanes.0[lane] = false;
+    }
+
+    /// The engine key of a lane: the episode id for the first, a distinct key per lane after.
+    fn lane_key(&self, lane: usize) -> u64 {
+        self.episode_id
+            .wrapping_add((lane as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+    }
+
+    /// Releases every engine key the episode used.
+    pub(crate) fn release(&self) {
+        let used = self.lanes.lock().unwrap_or_else(|e| e.into_inner()).1;
+        for lane in 0..used {
+            self.shared.engine.release(self.lane_key(lane));
+        }
+    }
+
+    /// The recorded steps by call index, in call order (failed calls left out).
+    pub(crate) fn take_steps(&self) -> Vec<(usize, Recorded)> {
+        std::mem::take(&mut *self.lock_steps())
+            .into_iter()
+            .enumerate()
+            .filter_map(|(k, r)| r.map(|r| (k, r)))
+            .collect()
+    }
+}
+
+/// The prompt ids and compact steps of steps recorded with whole contexts: a step whose
+/// context extends the previous step's context and action keeps the difference as that
+/// step's observation; any other is stored as rebuilt `by` the workflow. `step_rewards`
+/// index the recorded steps.
+pub(crate) fn compact(
+    recorded: Vec<Recorded>,
+    by: &str,
+) -> std::result::Result<(Vec<u32>, Vec<Step>), String> {
+    let Some(first) = recorded.first() else {
+        return Err(
+            "the workflow made no generate call: an episode needs at least one step".into(),
+        );
+    };
+    let prompt = first.context.clone();
+    let mut steps: Vec<Step> = Vec::with_capacity(recorded.len());
+    let mut previous: Option<Vec<u32>> = None;
+    for Recorded { context, mut step } in recorded {
+        if let Some(prev) = previous {
+            let last = steps.last_mut().expect("a previous step");
+            if context.len() >= prev.len() && context.starts_with(&prev) {
+                last.observation_ids = context[prev.len()..].to_vec();
+            } else {
+                step.rebuilt = Some(RebuiltContext::between(&prev, &context, by));
+            }
+        } else if context != prompt {
+            step.rebuilt = Some(RebuiltContext::between(&prompt, &context, by));
+        }
+        let mut chained = context;
+        chained.extend(&step.action_ids);
+        previous = Some(chained);
+        steps.push(step);
+    }
+    Ok((prompt, steps))
+}
