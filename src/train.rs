@@ -1455,6 +1455,7 @@ pub(crate) fn rollout_setups(
         setup.episode.generate_timeout = Duration::from_secs_f64(r.generate_timeout_secs);
         setup.episode.tool_queue_timeout = Duration::from_secs_f64(r.tool_queue_timeout_secs);
         setup.episode.env_timeout = Duration::from_secs_f64(r.env_timeout_secs);
+        setup.episode.workflow_timeout = Duration::from_secs_f64(r.workflow_timeout_secs);
         Ok(setup)
     };
     let mut train = build(&knobs)?;

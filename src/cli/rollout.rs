@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use agent_r1_actors::engine::{EngineConfig, EngineStats};
 use agent_r1_actors::runtime::fault::FaultyTool;
-use agent_r1_actors::runtime::{run_rollout, RolloutReport};
+use agent_r1_actors::runtime::{run_rollout, ContextPolicies, ContextPolicy, RolloutReport};
 use agent_r1_actors::tokenizer::HfTokenizer;
 use agent_r1_actors::trajectory::{Trajectory, TrajectoryWriter};
 use agent_r1_envs::env::Env;
@@ -94,6 +94,13 @@ pub(crate) struct RolloutArgs {
     /// Extra latency of every tool call, in milliseconds.
     #[arg(long, default_value_t = 0)]
     tool_latency_ms: u64,
+    /// What each turn sees of the history: full, window, elide or summary (docs/contexts.md).
+    #[arg(long, default_value = "full")]
+    context_policy: String,
+    /// The context policy's options, as JSON: `{"turns": 2}` for window, `{"keep_turns": 1}`
+    /// for elide, `{"budget_tokens": 512}` for summary.
+    #[arg(long, default_value = "{}")]
+    context_options: String,
     /// Where the world's corpus and search index are cached.
     #[arg(long, default_value = "runs/cache")]
     cache: PathBuf,
@@ -131,6 +138,7 @@ struct Outcome {
     step_count: u64,
     prefill_with_reuse: u64,
     context_tokens: u64,
+    rebuilt_steps: u64,
 }
 
 fn validate(a: &RolloutArgs) -> anyhow::Result<()> {
@@ -154,6 +162,19 @@ fn validate(a: &RolloutArgs) -> anyhow::Result<()> {
         a.split
     );
     Ok(())
+}
+
+/// `--context-policy` with `--context-options`, checked as `[env.context]` is.
+fn context_policy(a: &RolloutArgs) -> anyhow::Result<Arc<dyn ContextPolicy>> {
+    let options: serde_json::Value = serde_json::from_str(&a.context_options)
+        .map_err(|e| anyhow::anyhow!("--context-options: not JSON ({e}): {}", a.context_options))?;
+    let policy = ContextPolicies::with_builtins()
+        .create(&a.context_policy, &options)
+        .map_err(|e| anyhow::anyhow!("--context-policy {}: {e}", a.context_policy))?;
+    policy
+        .check_fits(a.max_context)
+        .map_err(|e| anyhow::anyhow!("--context-options: {e}"))?;
+    Ok(policy)
 }
 
 fn execute(
@@ -219,7 +240,8 @@ fn execute(
         max_tool_calls_per_turn: 1,
     };
     let env: Arc<dyn Env> = scenario.env.clone();
-    let setup = setup::rollout_setup(engine.clone(), tokenizer, env, vec![search], &knobs)?;
+    let mut setup = setup::rollout_setup(engine.clone(), tokenizer, env, vec![search], &knobs)?;
+    setup.context_policy = context_policy(a)?;
     let rt = setup::actor_runtime()?;
     let bar = ProgressBar::new(a.episodes as u64);
     if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
@@ -233,6 +255,7 @@ fn execute(
     let started = Instant::now();
     let mut steps = Vec::new();
     let (mut tokens, mut step_count, mut prefill, mut context) = (0u64, 0u64, 0u64, 0u64);
+    let mut rebuilt = 0u64;
     let result: anyhow::Result<(RolloutReport, EngineStats)> = rt.block_on(async {
         let (tx, mut rx) = tokio::sync::mpsc::channel(256);
         let run = tokio::spawn(run_rollout(setup, tasks, tx));
@@ -243,6 +266,7 @@ fn execute(
                 context += s.context_len as u64;
             }
             step_count += t.steps.len() as u64;
+            rebuilt += t.rebuilt_steps() as u64;
             tokens += t.generated_tokens() as u64;
             on_trajectory(&t)?;
             bar.inc(1);
@@ -266,6 +290,7 @@ fn execute(
         step_count,
         prefill_with_reuse: prefill,
         context_tokens: context,
+        rebuilt_steps: rebuilt,
     })
 }
 
@@ -332,6 +357,8 @@ pub(crate) fn run_bench(cmd: BenchRolloutCmd) -> anyhow::Result<()> {
         "engine_admit_s": e.admit_seconds,
         "engine_finish_s": e.finish_seconds,
         "engine_stop_check_s": e.stop_check_seconds,
+        "context_policy": cmd.common.context_policy,
+        "rebuilt_steps": outcome.rebuilt_steps,
         "context_tokens": outcome.context_tokens,
         "prefill_tokens": outcome.prefill_with_reuse,
         "reused_tokens": e.reused_tokens,

@@ -74,6 +74,11 @@ pub struct RolloutSection {
     /// Longest wait for one env call (reset, turn decision, observation, score), seconds.
     #[schemars(extend("exclusiveMinimum" = 0), range(max = 604800.0))]
     pub env_timeout_secs: f64,
+    /// Longest a workflow (`[env] name` naming a registered workflow) may take for one whole
+    /// episode, seconds; past it the episode fails with the reason and its calls are
+    /// cancelled.
+    #[schemars(extend("exclusiveMinimum" = 0), range(max = 604800.0))]
+    pub workflow_timeout_secs: f64,
     /// Reproducible sampling: the engine decodes one turn at a time and recomputes each
     /// context (no KV reuse), so every token's numerics depend on its own context alone, not
     /// on what else shared a batch. With `mode = "sync"` a run then repeats bit for bit, and
@@ -102,6 +107,7 @@ impl Default for RolloutSection {
             generate_timeout_secs: 1800.0,
             tool_queue_timeout_secs: 60.0,
             env_timeout_secs: 60.0,
+            workflow_timeout_secs: 3600.0,
             deterministic: false,
         }
     }

@@ -631,10 +631,12 @@ async fn run_workflow(
     }
     agent.release();
     let outcome = match result {
-        Err(_) => return Err(EpisodeError::Workflow(format!(
+        Err(_) => {
+            return Err(EpisodeError::Workflow(format!(
             "stuck stage: `{}` gave no outcome within {after:?} (rollout.workflow_timeout_secs)",
             workflow.name()
-        ))),
+        )))
+        }
         Ok(Err(join)) => {
             return Err(EpisodeError::Workflow(if join.is_panic() {
                 format!(

@@ -17,12 +17,12 @@ fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The command lines of the README's block that follows the marker comment.
-fn readme_steps() -> Vec<String> {
+/// The command lines of the README's block that follows the marker comment `marker`.
+fn readme_steps(marker: &str) -> Vec<String> {
     let readme =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
     let after = readme
-        .split_once("<!-- The lines of this block are run")
+        .split_once(marker)
         .expect("the README marks its steps")
         .1;
     let block = after
@@ -53,7 +53,9 @@ fn text(bytes: &[u8]) -> String {
 fn the_readme_steps_train_the_demo_agent_with_this_crates_tool() {
     let tmp = tempfile::tempdir().unwrap();
     let run_dir = tmp.path().join("custom-tool");
-    let steps = readme_steps();
+    let steps = readme_steps(
+        "<!-- The lines of this block are run, in order, by tests/readme_steps.rs. -->",
+    );
     assert_eq!(steps.len(), 4, "{steps:?}");
     assert!(steps[0].starts_with("cargo build --release -p custom-agent"));
     let mut outputs = Vec::new();
@@ -118,6 +120,68 @@ fn the_readme_steps_train_the_demo_agent_with_this_crates_tool() {
     assert_eq!(eval["checkpoint_step"], 3, "{eval}");
     assert_eq!(eval["episodes"], 8, "{eval}");
     assert_eq!(eval["failed"], 0, "{eval}");
+}
+
+#[test]
+fn the_readme_steps_train_this_crates_workflow() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run_dir = tmp.path().join("custom-workflow");
+    let steps = readme_steps(
+        "<!-- The lines of this block are run, in order, by tests/readme_steps.rs (workflow). -->",
+    );
+    assert_eq!(steps.len(), 2, "{steps:?}");
+    let mut outputs = Vec::new();
+    for line in &steps {
+        let line = line.replace("runs/custom-workflow", &run_dir.display().to_string());
+        let mut words = line.split_whitespace().map(str::to_string);
+        assert_eq!(words.next().as_deref(), Some("target/release/custom-agent"));
+        let args: Vec<String> = words.collect();
+        let out = run(&args);
+        assert!(
+            out.status.success(),
+            "`{line}` failed ({}):\n{}",
+            out.status,
+            text(&out.stderr)
+        );
+        outputs.push(out);
+    }
+    assert!(text(&outputs[0].stderr).contains("ok: examples/custom-tool/workflow.toml"));
+    let stdout = text(&outputs[1].stdout);
+    let summary: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(summary["updates"], 2, "{summary}");
+    // Every recorded episode: the answer in the task's context, the check in its own, with
+    // its own reward field; the learner trained both.
+    let mut episodes = 0;
+    for entry in std::fs::read_dir(run_dir.join("rollouts")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "jsonl") {
+            continue;
+        }
+        for line in std::fs::read_to_string(&path).unwrap().lines() {
+            let episode: Value = serde_json::from_str(line).unwrap();
+            if episode["end"]["status"] != "completed" {
+                continue;
+            }
+            episodes += 1;
+            let steps = episode["steps"].as_array().unwrap();
+            assert_eq!(steps.len(), 2, "{episode}");
+            assert!(steps[0].get("rebuilt").is_none(), "{episode}");
+            assert_eq!(steps[1]["rebuilt"]["by"], "self_check", "{episode}");
+            let reward = steps[1]["reward"].as_f64().unwrap();
+            assert!(reward == 0.0 || reward == 0.5, "{episode}");
+            assert!(
+                episode["metrics"]["check_calibrated"].is_number(),
+                "{episode}"
+            );
+        }
+    }
+    assert!(episodes > 0, "no completed episode in the run's rollouts");
+    let metrics = std::fs::read_to_string(run_dir.join("metrics.jsonl")).unwrap();
+    for line in metrics.lines() {
+        let row: Value = serde_json::from_str(line).unwrap();
+        assert!(row["action_tokens"].as_u64().unwrap_or(0) > 0, "{row}");
+    }
+    assert_eq!(metrics.lines().count(), 2);
 }
 
 #[test]
