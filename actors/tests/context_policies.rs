@@ -229,6 +229,19 @@ fn assert_logprobs_match_forward(f: &Fixture, t: &Trajectory) {
     }
 }
 
+/// Prints what the engine prefilled against what re-prefilling every context would cost.
+fn report_prefill(policy: &str, trajectories: &[Trajectory]) -> (u64, u64) {
+    let steps = trajectories.iter().flat_map(|t| &t.steps);
+    let prefilled: u64 = steps.clone().map(|s| s.prefill_tokens as u64).sum();
+    let contexts: u64 = steps.map(|s| s.context_len as u64).sum();
+    eprintln!(
+        "{policy}: prefilled {prefilled} of {contexts} context tokens ({:.1}%) over {} episodes",
+        100.0 * prefilled as f64 / contexts.max(1) as f64,
+        trajectories.len()
+    );
+    (prefilled, contexts)
+}
+
 /// The tool message of each tool turn, as the env's default `observe` renders it.
 fn echo_message() -> Message {
     Message::tool(format!("echo: {ECHOED}"))
@@ -243,15 +256,14 @@ fn window_contexts_follow_the_rule_and_logprobs_match_a_forward_pass() {
     for t in &trajectories {
         assert_eq!(t.steps.len(), CALLS + 1, "{:?}", t.end);
         let contexts: Vec<Vec<u32>> = t.contexts().collect();
-        for k in 0..t.steps.len() {
+        for (k, (context, s)) in contexts.iter().zip(&t.steps).enumerate() {
             // The rule: the prompt and the last `turns` turns, each as sampled and observed.
             let mut expected = t.prompt_ids.clone();
             for s in &t.steps[k.saturating_sub(turns)..k] {
                 expected.extend(&s.action_ids);
                 expected.extend(&s.observation_ids);
             }
-            assert_eq!(contexts[k], expected, "episode {} step {k}", t.episode_id);
-            let s = &t.steps[k];
+            assert_eq!(context, &expected, "episode {} step {k}", t.episode_id);
             assert_eq!(s.rebuilt.is_some(), k > turns, "step {k}");
             if let Some(r) = &s.rebuilt {
                 assert_eq!(r.by, "window");
@@ -268,6 +280,8 @@ fn window_contexts_follow_the_rule_and_logprobs_match_a_forward_pass() {
         assert_eq!(t.rows().len(), t.steps.len() - turns);
         assert_logprobs_match_forward(&f, t);
     }
+    let (prefilled, contexts) = report_prefill("window(2)", &trajectories);
+    assert!(prefilled < contexts);
 }
 
 #[test]
@@ -287,7 +301,7 @@ fn elided_contexts_follow_the_rule_and_logprobs_match_a_forward_pass() {
     for t in &trajectories {
         assert_eq!(t.steps.len(), CALLS + 1);
         let contexts: Vec<Vec<u32>> = t.contexts().collect();
-        for k in 0..t.steps.len() {
+        for (k, (context, step)) in contexts.iter().zip(&t.steps).enumerate() {
             let mut expected = t.prompt_ids.clone();
             for (j, s) in t.steps[..k].iter().enumerate() {
                 expected.extend(&s.action_ids);
@@ -299,17 +313,18 @@ fn elided_contexts_follow_the_rule_and_logprobs_match_a_forward_pass() {
                     expected.extend(&s.observation_ids);
                 }
             }
-            assert_eq!(contexts[k], expected, "episode {} step {k}", t.episode_id);
-            let s = &t.steps[k];
-            if let Some(r) = &s.rebuilt {
+            assert_eq!(context, &expected, "episode {} step {k}", t.episode_id);
+            if let Some(r) = &step.rebuilt {
                 assert_eq!(r.by, "elide");
                 assert!(r.kept > t.prompt_ids.len());
-                assert!(s.prefill_tokens < s.context_len);
+                assert!(step.prefill_tokens < step.context_len);
             }
         }
         assert_eq!(t.rebuilt_steps(), t.steps.len() - 1 - keep);
         assert_logprobs_match_forward(&f, t);
     }
+    let (prefilled, contexts) = report_prefill("elide(2)", &trajectories);
+    assert!(prefilled < contexts);
 }
 
 #[test]
@@ -370,17 +385,20 @@ fn summary_steps_are_trained_steps_and_their_contexts_follow_the_rule() {
         assert_logprobs_match_forward(&f, t);
     }
     assert!(summaries > 0, "no episode passed the budget");
+    report_prefill("summary(120)", &trajectories);
 }
 
 #[test]
 fn full_keeps_one_chained_row() {
     let f = fixture();
-    for t in rollout(&f, policy("full", json!({})), 2) {
+    let trajectories = rollout(&f, policy("full", json!({})), 4);
+    for t in &trajectories {
         assert_eq!(t.rebuilt_steps(), 0);
         assert_eq!(t.rows().len(), 1);
         assert_eq!(t.rows()[0].ids, t.token_stream());
-        assert_logprobs_match_forward(&f, &t);
+        assert_logprobs_match_forward(&f, t);
     }
+    report_prefill("full", &trajectories);
 }
 
 #[test]

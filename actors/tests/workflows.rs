@@ -239,9 +239,9 @@ fn a_two_call_workflow_records_each_call_as_a_step_with_its_own_context_and_trai
                 .continuation(&t.steps[0].action_ids, &[Message::user(CHECK)])
                 .unwrap(),
         );
-        for k in 1..4 {
-            assert_eq!(contexts[k], check, "step {k}");
-            let r = t.steps[k].rebuilt.as_ref().expect("a context of its own");
+        for (k, (context, step)) in contexts.iter().zip(&t.steps).enumerate().skip(1) {
+            assert_eq!(context, &check, "step {k}");
+            let r = step.rebuilt.as_ref().expect("a context of its own");
             assert_eq!(r.by, "answer_then_check");
         }
         // Step rewards where the workflow put them.

@@ -682,7 +682,7 @@ async fn run_workflow(
         recorded.into_iter().map(|(_, r)| r).collect(),
         workflow.name(),
     )
-    .map_err(|reason| bad(reason))?;
+    .map_err(bad)?;
     for s in &steps {
         state.live.turn_done(s.action_ids.len(), s.tool_calls.len());
         if let Some(r) = &s.rebuilt {
