@@ -334,3 +334,39 @@ fn a_hundred_thousand_episodes_list_their_first_page_from_the_index() {
         scanned.as_secs_f64() * 1e3,
     );
 }
+
+#[test]
+fn the_episode_page_marks_a_rebuilt_context_with_what_it_kept_and_dropped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    std::fs::create_dir_all(run.join("rollouts")).unwrap();
+    let mut t = trajectory(0, 1.0, 3);
+    // Step 2 sees the prompt and step 1's turn only: a window of one turn.
+    let chained: Vec<u32> = t.contexts().nth(2).unwrap();
+    let mut window = t.prompt_ids.clone();
+    window.extend(&t.steps[1].action_ids);
+    window.extend(&t.steps[1].observation_ids);
+    let rebuilt = agent_r1_actors::trajectory::RebuiltContext::between(&chained, &window, "window");
+    let (kept, dropped) = (rebuilt.kept, rebuilt.dropped);
+    t.steps[2].rebuilt = Some(rebuilt);
+    t.steps[2].context_len = window.len();
+    t.check_contexts().unwrap();
+    let mut w =
+        TrajectoryWriter::create(&run.join("rollouts/train-step-000001.jsonl"), None).unwrap();
+    w.write(&t).unwrap();
+    w.flush().unwrap();
+    let v = view(&run);
+    let (status, body) = get(v.addr, "/ui/episode?source=train-step-000001&n=0");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body.matches("Context rebuilt by <b>window</b>").count(),
+        1,
+        "{body}"
+    );
+    assert!(
+        body.contains(&format!(
+            "kept the first {kept} tokens of the full history, dropped {dropped}"
+        )),
+        "{body}"
+    );
+}
