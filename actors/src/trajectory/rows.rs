@@ -124,6 +124,30 @@ mod tests {
     }
 
     #[test]
+    fn the_stored_form_round_trips_and_a_chained_step_stores_nothing_more() {
+        // JSON is the form of rollouts files, checkpoints' pending trajectories and the
+        // cluster's wire.
+        let mut t = traj(
+            1,
+            0,
+            &[1, 2],
+            &[(&[3], &[-0.1], &[5], 0.0, 0), (&[6], &[-0.3], &[], 0.0, 0)],
+            1.0,
+        );
+        let chained = serde_json::to_string(&t).unwrap();
+        assert!(!chained.contains("rebuilt"), "{chained}");
+        t.steps[1].rebuilt = Some(RebuiltContext::between(&[1, 2, 3, 5], &[1, 2, 5], "window"));
+        t.steps[1].context_len = 3;
+        let json = serde_json::to_string(&t).unwrap();
+        let back: crate::trajectory::Trajectory = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, t);
+        assert_eq!(back.context(1), vec![1, 2, 5]);
+        // A file written before steps had their own contexts reads as chained steps.
+        let old: crate::trajectory::Trajectory = serde_json::from_str(&chained).unwrap();
+        assert_eq!(old.rebuilt_steps(), 0);
+    }
+
+    #[test]
     fn inconsistent_stored_contexts_are_named() {
         let mut t = traj(4, 0, &[1], &[(&[2], &[-0.1], &[], 0.0, 0)], 0.0);
         t.steps[0].rebuilt = Some(RebuiltContext {
