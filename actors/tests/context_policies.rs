@@ -10,17 +10,15 @@
 //! Test double, by design: `Scripted` calls `echo` on the first turns whatever the
 //! (untrained) model wrote, so episodes are long enough for the policies to act.
 
-use std::sync::Arc;
-use std::time::Duration;
+#[path = "support/tiny_agent.rs"]
+mod tiny_agent;
 
-use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle};
-use agent_r1_actors::model::presets::preset;
-use agent_r1_actors::model::{Placement, PolicyModel, SamplingParams};
+use std::sync::Arc;
+
+use agent_r1_actors::model::SamplingParams;
 use agent_r1_actors::runtime::{
-    run_rollout, ContextPolicies, ContextPolicy, EpisodeConfig, RolloutSetup, TurnRenderer,
+    ContextPolicies, ContextPolicy, EpisodeConfig, RolloutSetup, TurnRenderer,
 };
-use agent_r1_actors::tiny_tokenizer::write_tiny_tokenizer;
-use agent_r1_actors::tokenizer::HfTokenizer;
 use agent_r1_actors::trajectory::Trajectory;
 use agent_r1_envs::env::{Env, Score, TurnOutcome};
 use agent_r1_envs::message::Message;
@@ -28,7 +26,7 @@ use agent_r1_envs::task::Task;
 use agent_r1_envs::tool::{CallError, Tool, ToolCall, ToolOutput};
 use async_trait::async_trait;
 use serde_json::{json, Value};
-use tch::Kind;
+use tiny_agent::{assert_logprobs_match_forward, collect, task, tiny_agent, TinyAgent};
 
 /// Tool turns per episode (`max_turns` ends it on the turn after).
 const CALLS: usize = 6;
@@ -92,47 +90,7 @@ impl Env for Scripted {
     }
 }
 
-struct Fixture {
-    _dir: tempfile::TempDir,
-    engine: EngineHandle,
-    tokenizer: Arc<HfTokenizer>,
-    model: PolicyModel,
-}
-
-fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let ids = write_tiny_tokenizer(dir.path(), None, 512, &[]).unwrap();
-    tch::manual_seed(0);
-    PolicyModel::new(
-        preset("tiny", ids.vocab_size, ids.eos_token_ids).unwrap(),
-        Placement::default(),
-        false,
-    )
-    .unwrap()
-    .save(dir.path(), None)
-    .unwrap();
-    let path = dir.path().to_path_buf();
-    let (engine, _) = spawn_engine(
-        move || PolicyModel::load(&path, Placement::default(), false),
-        None,
-        EngineConfig {
-            max_batch_rows: 8,
-            max_context: 2048,
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    let tokenizer = Arc::new(HfTokenizer::from_dir(dir.path()).unwrap());
-    let model = PolicyModel::load(dir.path(), Placement::default(), false).unwrap();
-    Fixture {
-        _dir: dir,
-        engine,
-        tokenizer,
-        model,
-    }
-}
-
-fn renderer(f: &Fixture) -> Arc<TurnRenderer> {
+fn renderer(f: &TinyAgent) -> Arc<TurnRenderer> {
     Arc::new(TurnRenderer::new(f.tokenizer.clone(), vec![Echo.spec()], None).unwrap())
 }
 
@@ -142,7 +100,7 @@ fn policy(name: &str, options: Value) -> Arc<dyn ContextPolicy> {
         .unwrap()
 }
 
-fn rollout(f: &Fixture, policy: Arc<dyn ContextPolicy>, episodes: usize) -> Vec<Trajectory> {
+fn rollout(f: &TinyAgent, policy: Arc<dyn ContextPolicy>, episodes: usize) -> Vec<Trajectory> {
     let renderer = renderer(f);
     let end = renderer.end_of_turn_id();
     let setup = RolloutSetup {
@@ -170,63 +128,9 @@ fn rollout(f: &Fixture, policy: Arc<dyn ContextPolicy>, episodes: usize) -> Vec<
         stall: None,
     };
     let tasks = (0..episodes)
-        .map(|i| {
-            (
-                Task {
-                    id: format!("t-{i}"),
-                    data_source: "test".into(),
-                    question: format!("What is item {i}?"),
-                    answers: vec![],
-                    prompt: None,
-                    extra: Value::Null,
-                },
-                i as u64,
-            )
-        })
+        .map(|i| (task(format!("item {i}")), i as u64))
         .collect();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let (tx, mut rx) = tokio::sync::mpsc::channel(8);
-        let collector = tokio::spawn(async move {
-            let mut out = Vec::new();
-            while let Some(t) = rx.recv().await {
-                out.push(t);
-            }
-            out
-        });
-        tokio::time::timeout(Duration::from_secs(600), run_rollout(setup, tasks, tx))
-            .await
-            .expect("rollout must not hang")
-            .unwrap();
-        collector.await.unwrap()
-    })
-}
-
-/// Every recorded log-probability equals a plain forward pass over the step's own context
-/// and action, in float32 on the CPU.
-fn assert_logprobs_match_forward(f: &Fixture, t: &Trajectory) {
-    for (k, (s, context)) in t.steps.iter().zip(t.contexts()).enumerate() {
-        assert_eq!(context.len(), s.context_len);
-        let mut ids = context.clone();
-        ids.extend(&s.action_ids);
-        let lp = f
-            .model
-            .sequence_logits(&ids)
-            .unwrap()
-            .log_softmax(-1, Kind::Float);
-        for (j, (&tok, &stored)) in s.action_ids.iter().zip(&s.logprobs).enumerate() {
-            let v = lp.double_value(&[(context.len() + j - 1) as i64, tok as i64]);
-            assert!(
-                (v - stored as f64).abs() < 1e-5,
-                "episode {} step {k} token {j}: forward {v}, engine {stored}",
-                t.episode_id
-            );
-        }
-    }
+    collect(setup, tasks).1
 }
 
 /// Prints what the engine prefilled against what re-prefilling every context would cost.
@@ -249,7 +153,7 @@ fn echo_message() -> Message {
 
 #[test]
 fn window_contexts_follow_the_rule_and_logprobs_match_a_forward_pass() {
-    let f = fixture();
+    let f = tiny_agent(8, 2048);
     let turns = 2;
     let trajectories = rollout(&f, policy("window", json!({ "turns": turns })), 4);
     assert_eq!(trajectories.len(), 4);
@@ -278,7 +182,7 @@ fn window_contexts_follow_the_rule_and_logprobs_match_a_forward_pass() {
             }
         }
         assert_eq!(t.rows().len(), t.steps.len() - turns);
-        assert_logprobs_match_forward(&f, t);
+        assert_logprobs_match_forward(&f.model, t);
     }
     let (prefilled, contexts) = report_prefill("window(2)", &trajectories);
     assert!(prefilled < contexts);
@@ -286,7 +190,7 @@ fn window_contexts_follow_the_rule_and_logprobs_match_a_forward_pass() {
 
 #[test]
 fn elided_contexts_follow_the_rule_and_logprobs_match_a_forward_pass() {
-    let f = fixture();
+    let f = tiny_agent(8, 2048);
     let renderer = renderer(&f);
     let keep = 2;
     let placeholder = "[elided]";
@@ -321,7 +225,7 @@ fn elided_contexts_follow_the_rule_and_logprobs_match_a_forward_pass() {
             }
         }
         assert_eq!(t.rebuilt_steps(), t.steps.len() - 1 - keep);
-        assert_logprobs_match_forward(&f, t);
+        assert_logprobs_match_forward(&f.model, t);
     }
     let (prefilled, contexts) = report_prefill("elide(2)", &trajectories);
     assert!(prefilled < contexts);
@@ -329,7 +233,7 @@ fn elided_contexts_follow_the_rule_and_logprobs_match_a_forward_pass() {
 
 #[test]
 fn summary_steps_are_trained_steps_and_their_contexts_follow_the_rule() {
-    let f = fixture();
+    let f = tiny_agent(8, 2048);
     let renderer = renderer(&f);
     let request = "Summarise.";
     let budget = 120;
@@ -382,7 +286,7 @@ fn summary_steps_are_trained_steps_and_their_contexts_follow_the_rule() {
             chained.extend(&s.action_ids);
             chained.extend(&s.observation_ids);
         }
-        assert_logprobs_match_forward(&f, t);
+        assert_logprobs_match_forward(&f.model, t);
     }
     assert!(summaries > 0, "no episode passed the budget");
     report_prefill("summary(120)", &trajectories);
@@ -390,13 +294,13 @@ fn summary_steps_are_trained_steps_and_their_contexts_follow_the_rule() {
 
 #[test]
 fn full_keeps_one_chained_row() {
-    let f = fixture();
+    let f = tiny_agent(8, 2048);
     let trajectories = rollout(&f, policy("full", json!({})), 4);
     for t in &trajectories {
         assert_eq!(t.rebuilt_steps(), 0);
         assert_eq!(t.rows().len(), 1);
         assert_eq!(t.rows()[0].ids, t.token_stream());
-        assert_logprobs_match_forward(&f, t);
+        assert_logprobs_match_forward(&f.model, t);
     }
     report_prefill("full", &trajectories);
 }

@@ -7,27 +7,25 @@
 //! fault injection: a workflow that panics or never returns fails its episode with the
 //! reason while the others complete.
 
+#[path = "support/tiny_agent.rs"]
+mod tiny_agent;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle};
 use agent_r1_actors::learner::{
     AlgorithmConfig, Estimator, KlConfig, Learner, LearnerConfig, LearnerModels,
 };
-use agent_r1_actors::model::presets::preset;
 use agent_r1_actors::model::{Placement, PolicyModel, SamplingParams};
 use agent_r1_actors::runtime::{
-    run_rollout, Agent, EnvSource, EpisodeConfig, RolloutReport, RolloutSetup, TurnRenderer,
-    Workflow, WorkflowOutcome,
+    Agent, EnvSource, EpisodeConfig, RolloutReport, RolloutSetup, TurnRenderer, Workflow,
+    WorkflowOutcome,
 };
-use agent_r1_actors::tiny_tokenizer::write_tiny_tokenizer;
-use agent_r1_actors::tokenizer::HfTokenizer;
 use agent_r1_actors::trajectory::{EpisodeEnd, Trajectory};
 use agent_r1_envs::message::Message;
 use agent_r1_envs::task::Task;
 use async_trait::async_trait;
-use serde_json::Value;
-use tch::Kind;
+use tiny_agent::{assert_logprobs_match_forward, collect, task, tiny_agent, TinyAgent};
 
 const CHECK: &str = "Is that answer right? Reply yes or no.";
 
@@ -95,62 +93,8 @@ impl Workflow for AnswerThenCheck {
     }
 }
 
-struct Fixture {
-    _dir: tempfile::TempDir,
-    engine: EngineHandle,
-    tokenizer: Arc<HfTokenizer>,
-    model: PolicyModel,
-    path: std::path::PathBuf,
-}
-
-fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let ids = write_tiny_tokenizer(dir.path(), None, 512, &[]).unwrap();
-    tch::manual_seed(0);
-    PolicyModel::new(
-        preset("tiny", ids.vocab_size, ids.eos_token_ids).unwrap(),
-        Placement::default(),
-        false,
-    )
-    .unwrap()
-    .save(dir.path(), None)
-    .unwrap();
-    let path = dir.path().to_path_buf();
-    let load = path.clone();
-    let (engine, _) = spawn_engine(
-        move || PolicyModel::load(&load, Placement::default(), false),
-        None,
-        EngineConfig {
-            max_batch_rows: 8,
-            max_context: 1024,
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    let tokenizer = Arc::new(HfTokenizer::from_dir(dir.path()).unwrap());
-    let model = PolicyModel::load(dir.path(), Placement::default(), false).unwrap();
-    Fixture {
-        _dir: dir,
-        engine,
-        tokenizer,
-        model,
-        path,
-    }
-}
-
-fn task(id: String) -> Task {
-    Task {
-        question: format!("What is {id}?"),
-        id,
-        data_source: "test".into(),
-        answers: vec![],
-        prompt: None,
-        extra: Value::Null,
-    }
-}
-
 fn rollout(
-    f: &Fixture,
+    f: &TinyAgent,
     ids: Vec<String>,
     workflow_timeout: Duration,
 ) -> (RolloutReport, Vec<Trajectory>) {
@@ -188,31 +132,12 @@ fn rollout(
         .enumerate()
         .map(|(i, id)| (task(id), i as u64 / 2))
         .collect();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let (tx, mut rx) = tokio::sync::mpsc::channel(8);
-        let collector = tokio::spawn(async move {
-            let mut out = Vec::new();
-            while let Some(t) = rx.recv().await {
-                out.push(t);
-            }
-            out
-        });
-        let report = tokio::time::timeout(Duration::from_secs(600), run_rollout(setup, tasks, tx))
-            .await
-            .expect("rollout must not hang")
-            .unwrap();
-        (report, collector.await.unwrap())
-    })
+    collect(setup, tasks)
 }
 
 #[test]
 fn a_two_call_workflow_records_each_call_as_a_step_with_its_own_context_and_trains() {
-    let f = fixture();
+    let f = tiny_agent(8, 1024);
     let renderer = TurnRenderer::new(f.tokenizer.clone(), vec![], None).unwrap();
     let (report, trajectories) = rollout(
         &f,
@@ -259,22 +184,7 @@ fn a_two_call_workflow_records_each_call_as_a_step_with_its_own_context_and_trai
             t.steps[0].action_ids.len() as f64
         );
         // Sampling log-probs equal a plain forward pass over each step's own context.
-        for (k, (s, context)) in t.steps.iter().zip(&contexts).enumerate() {
-            let mut ids = context.clone();
-            ids.extend(&s.action_ids);
-            let lp = f
-                .model
-                .sequence_logits(&ids)
-                .unwrap()
-                .log_softmax(-1, Kind::Float);
-            for (j, (&tok, &stored)) in s.action_ids.iter().zip(&s.logprobs).enumerate() {
-                let v = lp.double_value(&[(context.len() + j - 1) as i64, tok as i64]);
-                assert!(
-                    (v - stored as f64).abs() < 1e-5,
-                    "step {k} token {j}: {v} vs {stored}"
-                );
-            }
-        }
+        assert_logprobs_match_forward(&f.model, t);
         assert_eq!(t.rows().len(), 4);
     }
     // The two concurrent calls drew their own samples: over four episodes they differ.
@@ -314,7 +224,7 @@ fn a_two_call_workflow_records_each_call_as_a_step_with_its_own_context_and_trai
 
 #[test]
 fn a_panicking_hanging_or_empty_workflow_fails_its_episode_with_the_reason_and_the_run_goes_on() {
-    let f = fixture();
+    let f = tiny_agent(8, 1024);
     let ids = vec![
         "q-0".to_string(),
         "panic-1".to_string(),

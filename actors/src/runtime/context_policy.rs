@@ -55,6 +55,17 @@ pub enum NextContext {
     Summarize(Vec<u32>),
 }
 
+impl NextContext {
+    /// `ids` as the next context: `Chained` when they are the chained context.
+    pub fn of(ids: Vec<u32>, chained: &[u32]) -> Self {
+        if ids == chained {
+            NextContext::Chained
+        } else {
+            NextContext::Rebuilt(ids)
+        }
+    }
+}
+
 /// A context policy (see the module documentation).
 pub trait ContextPolicy: Send + Sync + std::fmt::Debug + 'static {
     /// The policy's name, recorded on every context it rebuilds.
@@ -118,11 +129,7 @@ impl ContextPolicy for Window {
             ids.extend(&t.action_ids);
             ids.extend(&t.observation_ids);
         }
-        Ok(if ids == h.chained {
-            NextContext::Chained
-        } else {
-            NextContext::Rebuilt(ids)
-        })
+        Ok(NextContext::of(ids, h.chained))
     }
 }
 
@@ -161,11 +168,7 @@ impl ContextPolicy for Elide {
                 ids.extend(&t.observation_ids);
             }
         }
-        Ok(if ids == h.chained {
-            NextContext::Chained
-        } else {
-            NextContext::Rebuilt(ids)
-        })
+        Ok(NextContext::of(ids, h.chained))
     }
 }
 

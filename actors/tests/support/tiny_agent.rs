@@ -1,0 +1,122 @@
+//! A tiny agent on the real engine: the built-in `tiny` model with the tiny tokenizer and
+//! chat template, an engine on the CPU over it, and a rollout that collects every
+//! trajectory. Shared by the tests of context policies and workflows.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle};
+use agent_r1_actors::model::presets::preset;
+use agent_r1_actors::model::{Placement, PolicyModel};
+use agent_r1_actors::runtime::{run_rollout, RolloutReport, RolloutSetup};
+use agent_r1_actors::tiny_tokenizer::write_tiny_tokenizer;
+use agent_r1_actors::tokenizer::HfTokenizer;
+use agent_r1_actors::trajectory::Trajectory;
+use agent_r1_envs::task::Task;
+use serde_json::Value;
+use tch::Kind;
+
+pub struct TinyAgent {
+    _dir: tempfile::TempDir,
+    pub path: PathBuf,
+    pub engine: EngineHandle,
+    pub tokenizer: Arc<HfTokenizer>,
+    /// The same weights as the engine's, for plain forward passes.
+    pub model: PolicyModel,
+}
+
+/// A seeded tiny model and an engine of `max_batch_rows` rows and `max_context` tokens.
+pub fn tiny_agent(max_batch_rows: usize, max_context: usize) -> TinyAgent {
+    let dir = tempfile::tempdir().unwrap();
+    let ids = write_tiny_tokenizer(dir.path(), None, 512, &[]).unwrap();
+    tch::manual_seed(0);
+    PolicyModel::new(
+        preset("tiny", ids.vocab_size, ids.eos_token_ids).unwrap(),
+        Placement::default(),
+        false,
+    )
+    .unwrap()
+    .save(dir.path(), None)
+    .unwrap();
+    let path = dir.path().to_path_buf();
+    let load = path.clone();
+    let (engine, _) = spawn_engine(
+        move || PolicyModel::load(&load, Placement::default(), false),
+        None,
+        EngineConfig {
+            max_batch_rows,
+            max_context,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let tokenizer = Arc::new(HfTokenizer::from_dir(dir.path()).unwrap());
+    let model = PolicyModel::load(dir.path(), Placement::default(), false).unwrap();
+    TinyAgent {
+        _dir: dir,
+        path,
+        engine,
+        tokenizer,
+        model,
+    }
+}
+
+/// A task asking about `id`.
+pub fn task(id: String) -> Task {
+    Task {
+        question: format!("What is {id}?"),
+        id,
+        data_source: "test".into(),
+        answers: vec![],
+        prompt: None,
+        extra: Value::Null,
+    }
+}
+
+/// Runs `tasks` through one rollout of `setup` and collects the trajectories.
+pub fn collect(setup: RolloutSetup, tasks: Vec<(Task, u64)>) -> (RolloutReport, Vec<Trajectory>) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(8);
+        let collector = tokio::spawn(async move {
+            let mut out = Vec::new();
+            while let Some(t) = rx.recv().await {
+                out.push(t);
+            }
+            out
+        });
+        let report = tokio::time::timeout(Duration::from_secs(600), run_rollout(setup, tasks, tx))
+            .await
+            .expect("rollout must not hang")
+            .unwrap();
+        (report, collector.await.unwrap())
+    })
+}
+
+/// Asserts that every recorded log-probability of `t` equals a plain forward pass of `model`
+/// over the step's own context and action, within 1e-5 (float32 on the CPU).
+pub fn assert_logprobs_match_forward(model: &PolicyModel, t: &Trajectory) {
+    for (k, (s, context)) in t.steps.iter().zip(t.contexts()).enumerate() {
+        assert_eq!(context.len(), s.context_len);
+        let mut ids = context.clone();
+        ids.extend(&s.action_ids);
+        let lp = model
+            .sequence_logits(&ids)
+            .unwrap()
+            .log_softmax(-1, Kind::Float);
+        for (j, (&tok, &stored)) in s.action_ids.iter().zip(&s.logprobs).enumerate() {
+            let v = lp.double_value(&[(context.len() + j - 1) as i64, tok as i64]);
+            assert!(
+                (v - stored as f64).abs() < 1e-5,
+                "episode {} step {k} token {j}: forward {v}, engine {stored}",
+                t.episode_id
+            );
+        }
+    }
+}
