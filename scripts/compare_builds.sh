@@ -12,6 +12,9 @@ new=${2:?usage: compare_builds.sh OLD_BIN NEW_BIN [WORK_DIR]}
 work=${3:-$(mktemp -d)}
 mkdir -p "$work"
 PY=${PY:-python3}
+# As .cargo/config.toml sets for processes cargo runs: MKL's results independent of buffer
+# alignment, without which the warm start's matmuls may differ in their last bits between runs.
+export MKL_CBWR=${MKL_CBWR:-AUTO,STRICT}
 
 cat > "$work/train.toml" <<'TOML'
 [model]

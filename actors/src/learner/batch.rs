@@ -136,17 +136,16 @@ pub(crate) fn build_batch(
         .map(|t| t.reward + t.steps.iter().map(|s| s.reward).sum::<f64>())
         .collect();
     // The outcome reward goes to the trajectory's last action token: in its last row that has one.
-    let last_acting_row: Vec<Option<usize>> = (0..trajectories.len())
-        .map(|n| {
-            rows.iter().rposition(|(m, row)| {
-                *m == n
-                    && row
-                        .steps
-                        .clone()
-                        .any(|k| !trajectories[n].steps[k].action_ids.is_empty())
-            })
-        })
-        .collect();
+    let mut last_acting_row: Vec<Option<usize>> = vec![None; trajectories.len()];
+    for (r, (n, row)) in rows.iter().enumerate() {
+        if row
+            .steps
+            .clone()
+            .any(|k| !trajectories[*n].steps[k].action_ids.is_empty())
+        {
+            last_acting_row[*n] = Some(r);
+        }
+    }
     for (r, (n, row)) in rows.iter().enumerate() {
         let traj = &trajectories[*n];
         let len = row.ids.len().min(max_len);

@@ -613,42 +613,32 @@ impl Learner {
         }
         // Credit is assigned per trajectory: on the rows as they are when each trajectory is
         // one row, else on the estimation layout (see `estimation_layout`).
-        let (advantages, returns) = match &batch.layout {
-            None => {
-                let mut scores = Tensor::from_slice(&batch.scores)
-                    .to_kind(Kind::Float)
-                    .to_device(device);
-                if let Some((k, coef)) = &kl_in_reward {
-                    scores -= k.sum_dim_intlist(1, false, Kind::Float) * *coef;
-                }
-                estimate(
-                    &self.config,
-                    &rewards,
-                    &batch.action_mask,
-                    &scores,
-                    &batch.group_ids,
-                    old_values.as_ref(),
-                )?
-            }
-            Some(layout) => {
-                let mut scores = layout.score_tensor(Kind::Float, device);
-                if let Some((k, coef)) = &kl_in_reward {
-                    scores -= layout
-                        .to_trajectories(k)
-                        .sum_dim_intlist(1, false, Kind::Float)
-                        * *coef;
-                }
-                let values = old_values.as_ref().map(|v| layout.to_trajectories(v));
-                let (adv, ret) = estimate(
-                    &self.config,
-                    &layout.to_trajectories(&rewards),
-                    &layout.to_trajectories(&batch.action_mask),
-                    &scores,
-                    &layout.group_ids,
-                    values.as_ref(),
-                )?;
-                (layout.to_rows(&adv), ret.map(|r| layout.to_rows(&r)))
-            }
+        let layout = batch.layout.as_ref();
+        let per_trajectory = |x: &Tensor| match layout {
+            None => x.shallow_clone(),
+            Some(l) => l.to_trajectories(x),
+        };
+        let mut scores = match layout {
+            None => Tensor::from_slice(&batch.scores)
+                .to_kind(Kind::Float)
+                .to_device(device),
+            Some(l) => l.score_tensor(Kind::Float, device),
+        };
+        if let Some((k, coef)) = &kl_in_reward {
+            scores -= per_trajectory(k).sum_dim_intlist(1, false, Kind::Float) * *coef;
+        }
+        let values = old_values.as_ref().map(per_trajectory);
+        let (advantages, returns) = estimate(
+            &self.config,
+            &per_trajectory(&rewards),
+            &per_trajectory(&batch.action_mask),
+            &scores,
+            layout.map_or(&batch.group_ids, |l| &l.group_ids),
+            values.as_ref(),
+        )?;
+        let (advantages, returns) = match layout {
+            None => (advantages, returns),
+            Some(l) => (l.to_rows(&advantages), returns.map(|r| l.to_rows(&r))),
         };
         stats.advantage_mean = algo::masked_mean(&advantages, &train_mask)?.double_value(&[]);
         // Rows whose inputs are already not finite: the usual culprits of a skipped step.

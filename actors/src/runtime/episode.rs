@@ -289,7 +289,20 @@ async fn generate(
     state: &mut EpisodeState,
     context: Vec<u32>,
 ) -> Result<(TurnOutput, f64), EpisodeError> {
-    let shared = state.args.shared.clone();
+    state.live.set(Stage::Generating);
+    Ok(sample(&state.args.shared, state.args.episode_id, context).await?)
+}
+
+/// Samples one turn on `context` under engine key `key` (an episode's id), with the
+/// episode's sampling and its new tokens bounded by the room left in `max_context`; one
+/// deadline for the whole turn (rollout.generate_timeout_secs): admission, queueing and
+/// decoding. Returns the output and the seconds it took. The episode loop and a workflow's
+/// `generate` both go through it.
+pub(crate) async fn sample(
+    shared: &Shared,
+    key: u64,
+    context: Vec<u32>,
+) -> crate::Result<(TurnOutput, f64)> {
     let config = &shared.config;
     let mut params = config.sampling.clone();
     params.max_new_tokens = params
@@ -297,15 +310,12 @@ async fn generate(
         .min(config.max_context.saturating_sub(context.len() + 1))
         .max(1);
     let request = TurnRequest {
-        episode: state.args.episode_id,
+        episode: key,
         context,
         params,
         stop_strings: config.stop_strings.clone(),
     };
     let began = Instant::now();
-    state.live.set(Stage::Generating);
-    // One deadline for the whole turn (rollout.generate_timeout_secs): admission, queueing
-    // and decoding.
     let out = shared
         .engine
         .generate_within(request, config.generate_timeout)
@@ -314,7 +324,7 @@ async fn generate(
 }
 
 /// The step of a sampled turn on a context of `context_len` tokens.
-fn step_of(out: TurnOutput, context_len: usize, generate_seconds: f64) -> Step {
+pub(crate) fn step_of(out: TurnOutput, context_len: usize, generate_seconds: f64) -> Step {
     let token_versions = Step::compact_versions(out.policy_version, out.token_versions);
     Step {
         context_len,

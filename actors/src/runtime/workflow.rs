@@ -20,7 +20,6 @@ use agent_r1_envs::tool::{CallError, CallOutcome, ToolCall};
 
 use super::episode::Shared;
 use super::render::TurnRenderer;
-use crate::engine::TurnRequest;
 use crate::model::generate::FinishReason;
 use crate::trajectory::{RebuiltContext, Step};
 use crate::{Error, Result};
@@ -118,51 +117,21 @@ impl Agent {
             steps.len() - 1
         };
         let lane = self.take_lane();
-        let mut params = config.sampling.clone();
-        params.max_new_tokens = params
-            .max_new_tokens
-            .min(config.max_context.saturating_sub(context.len() + 1))
-            .max(1);
-        let request = TurnRequest {
-            episode: self.lane_key(lane),
-            context: context.clone(),
-            params,
-            stop_strings: config.stop_strings.clone(),
-        };
-        let began = Instant::now();
-        let out = self
-            .shared
-            .engine
-            .generate_within(request, config.generate_timeout)
-            .await;
+        let sampled =
+            super::episode::sample(&self.shared, self.lane_key(lane), context.clone()).await;
         self.give_lane(lane);
-        let out = out?;
+        let (out, seconds) = sampled?;
         let text = self
             .shared
             .renderer
             .tokenizer()
             .decode(&out.token_ids, true)?;
-        let token_versions = Step::compact_versions(out.policy_version, out.token_versions);
+        let step = super::episode::step_of(out, context.len(), seconds);
         let generation = Generation {
             step: index,
-            token_ids: out.token_ids.clone(),
+            token_ids: step.action_ids.clone(),
             text,
-            finish_reason: out.finish_reason,
-        };
-        let step = Step {
-            context_len: context.len(),
-            action_ids: out.token_ids,
-            logprobs: out.logprobs,
-            policy_version: out.policy_version,
-            token_versions,
-            finish_reason: out.finish_reason,
-            tool_calls: vec![],
-            observation_ids: vec![],
-            reward: 0.0,
-            generate_seconds: began.elapsed().as_secs_f64(),
-            tool_seconds: 0.0,
-            prefill_tokens: out.prefill_tokens,
-            rebuilt: None,
+            finish_reason: step.finish_reason,
         };
         self.lock_steps()[index] = Some(Recorded { context, step });
         Ok(generation)
