@@ -17,10 +17,10 @@ use agent_r1_actors::model::presets::{preset, shape, PRESETS};
 use agent_r1_actors::model::{write_config, ModelConfig, Placement, PolicyModel, SamplingParams};
 use agent_r1_actors::runtime::context_policy::Full;
 use agent_r1_actors::runtime::{
-    ArgValidator, EnvSource, EpisodeConfig, RolloutSetup, TurnRenderer,
+    ArgValidator, ContextPolicy, EnvSource, EpisodeConfig, RolloutSetup, TurnRenderer,
 };
 use agent_r1_actors::sft::{
-    tokenize_demonstration, train_sft, Demonstration, SftConfig, SftReport,
+    sequences_under_policy, tokenize_demonstration, train_sft, Demonstration, SftConfig, SftReport,
 };
 use agent_r1_actors::tiny_tokenizer::{write_tiny_tokenizer, write_tokenizer, TinyTokenizerIds};
 use agent_r1_actors::tokenizer::HfTokenizer;
@@ -426,7 +426,8 @@ pub struct WarmStartPhase {
 
 /// Supervised warm start of the model in `base` on a generated env's demonstrations (their
 /// tool calls run through the real `tools`, so the observations are the ones RL will see),
-/// saved to `out`.
+/// saved to `out`. Each turn is taught in the context `context` (the env's context policy)
+/// will give it.
 ///
 /// RL from a fresh model almost never samples a well-formed tool call, so nothing gets
 /// rewarded; a short warm start teaches the format. The phases run in order on the same
@@ -445,16 +446,22 @@ pub fn warm_start(
     placement: Placement,
     sft: &SftConfig,
     phases: &[WarmStartPhase],
+    context: &dyn ContextPolicy,
     mut on_step: impl FnMut(usize, f64) -> ControlFlow<()>,
 ) -> anyhow::Result<WarmStart> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the warm start's async runtime")?;
-    let tokenizer = HfTokenizer::from_dir(base)?;
+    let tokenizer = Arc::new(HfTokenizer::from_dir(base)?);
     let tasks: HashMap<&str, &Task> = train.iter().map(|t| (t.id.as_str(), t)).collect();
     let by_name: HashMap<&str, &Arc<dyn Tool>> = tools.iter().map(|t| (t.name(), t)).collect();
     let specs: Vec<serde_json::Value> = tools.iter().map(|t| t.spec()).collect();
+    // Under a policy other than `full`, each turn is taught in the context that policy
+    // will give it.
+    let renderer = (context.name() != "full")
+        .then(|| TurnRenderer::new(tokenizer.clone(), specs.clone(), None))
+        .transpose()?;
     let mut model = PolicyModel::load(base, placement, false)?;
     let mut report: Option<SftReport> = None;
     let mut demonstrations = 0;
@@ -486,11 +493,18 @@ pub fn warm_start(
                     .map(|o| o.text)
                     .unwrap_or_else(|e| format!("Error: {e}"))
             });
-            let d = Demonstration {
-                messages,
-                tools: Some(specs.clone()),
-            };
-            sequences.push(tokenize_demonstration(&tokenizer, &d)?);
+            match &renderer {
+                None => sequences.push(tokenize_demonstration(
+                    &tokenizer,
+                    &Demonstration {
+                        messages,
+                        tools: Some(specs.clone()),
+                    },
+                )?),
+                Some(renderer) => {
+                    sequences.extend(sequences_under_policy(renderer, context, &messages)?)
+                }
+            }
         }
         demonstrations += sequences.len();
         let offset = report.as_ref().map_or(0, |r| r.steps);

@@ -150,10 +150,14 @@ pub struct Scenario {
     pub context_policy: Arc<dyn ContextPolicy>,
 }
 
+/// The env option that says how the model writes tool calls.
+const TOOL_CALL_FORMAT_KEY: &str = "tool_call_format";
+
 /// Builds the env named by the config, its tools and its task splits. The synthetic world's
 /// corpus is written under `RUN/world/`, and the `search` tool is pointed at it (and its
 /// index kept there) unless the config names a corpus itself. `agent-r1 eval` builds its
-/// env the same way, from a checkpoint's saved config.
+/// env the same way, from a checkpoint's saved config. Envs that read tool calls get the
+/// model's tool-call format unless `[env.options]` names one.
 pub fn scenario(
     cfg: &TrainConfig,
     run_dir: &Path,
@@ -164,6 +168,17 @@ pub fn scenario(
         .with_context(|| format!("{}: cannot create", world_dir.display()))?;
     let corpus = world_dir.join("corpus.jsonl");
     let mut options = cfg.env_options();
+    if let Value::Object(map) = &mut options {
+        let reads_calls = registries
+            .envs
+            .option_keys(&cfg.env.name)
+            .iter()
+            .any(|k| k.key == TOOL_CALL_FORMAT_KEY);
+        if reads_calls && !map.contains_key(TOOL_CALL_FORMAT_KEY) {
+            let format = cfg.model.resolved_tool_call_format();
+            map.insert(TOOL_CALL_FORMAT_KEY.into(), json!(format.name()));
+        }
+    }
     let (env, generated, train, test): (EnvSource, _, _, _) =
         if registries.workflows.contains(&cfg.env.name) {
             let workflow = registries
@@ -1177,6 +1192,7 @@ fn base_model(
             placement,
             &sft,
             &phases,
+            scenario.context_policy.as_ref(),
             |step, loss| {
                 live.touch(format!("warm start step {step}"));
                 if step % 25 == 0 || step + 1 == total {
@@ -1684,4 +1700,52 @@ fn write_plots(run_dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
         eval_em: eval.iter().map(|r| (r.step as f64, r.em)).collect(),
     };
     plot::write_curves(run_dir, &curves)
+}
+
+#[cfg(test)]
+mod tests {
+    use agent_r1_envs::envs::prompt::qa_system_prompt;
+    use agent_r1_envs::tool_call::ToolCallFormat;
+
+    use super::*;
+
+    fn system_prompt_of(extra_model: &str, extra_options: &str) -> String {
+        let cfg = TrainConfig::from_toml_str(&format!(
+            "[model]\npreset = \"tiny\"\ndevice = \"cpu\"\n{extra_model}\n\
+             [env]\nname = \"synthetic_multihop\"\n[env.world]\nn_questions = 20\n\
+             [env.options]\n{extra_options}\n"
+        ))
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let scenario = scenario(&cfg, dir.path(), &Registries::builtins()).unwrap();
+        let EnvSource::Shared(env) = &scenario.env else {
+            panic!("a plain env")
+        };
+        env.reset(&scenario.train[0]).unwrap()[0].content.clone()
+    }
+
+    /// The QA env reads calls in the model's format: the tiny preset's (hermes), the one
+    /// `[model]` names, or the one `[env.options]` names over it.
+    #[test]
+    fn envs_read_tool_calls_in_the_models_format() {
+        assert_eq!(
+            system_prompt_of("", ""),
+            qa_system_prompt(ToolCallFormat::Hermes)
+        );
+        assert_eq!(
+            system_prompt_of("tool_call_format = \"mistral\"", ""),
+            qa_system_prompt(ToolCallFormat::Mistral)
+        );
+        assert_eq!(
+            system_prompt_of(
+                "tool_call_format = \"mistral\"",
+                "tool_call_format = \"llama3_json\""
+            ),
+            qa_system_prompt(ToolCallFormat::Llama3Json)
+        );
+        assert_ne!(
+            qa_system_prompt(ToolCallFormat::Mistral),
+            qa_system_prompt(ToolCallFormat::Llama3Json)
+        );
+    }
 }

@@ -14,6 +14,10 @@ use tch::{Kind, Tensor};
 
 use agent_r1_envs::message::{Message, Role};
 
+mod policy_contexts;
+
+pub use policy_contexts::sequences_under_policy;
+
 use crate::model::PolicyModel;
 use crate::tokenizer::HfTokenizer;
 use crate::{Error, Result};

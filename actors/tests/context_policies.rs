@@ -19,6 +19,7 @@ use agent_r1_actors::model::SamplingParams;
 use agent_r1_actors::runtime::{
     ContextPolicies, ContextPolicy, EpisodeConfig, RolloutSetup, TurnRenderer,
 };
+use agent_r1_actors::sft::sequences_under_policy;
 use agent_r1_actors::trajectory::Trajectory;
 use agent_r1_envs::env::{Env, Score, TurnOutcome};
 use agent_r1_envs::message::Message;
@@ -338,4 +339,74 @@ fn bad_policy_options_are_named() {
         "{e}"
     );
     assert!(summary.check_fits(8192).is_ok());
+}
+
+/// The warm start teaches each turn in the context the policy gives it at rollout time: with
+/// a window of one turn, the third turn's sequence is the prompt, the second turn and its
+/// observation, then the third action (the only part trained); with `full`, the whole
+/// demonstration is one chained sequence.
+#[test]
+fn demonstrations_under_a_policy_teach_the_contexts_it_builds() {
+    let dir = tempfile::tempdir().unwrap();
+    agent_r1_actors::tiny_tokenizer::write_tiny_tokenizer(dir.path(), None, 512, &[]).unwrap();
+    let tokenizer =
+        Arc::new(agent_r1_actors::tokenizer::HfTokenizer::from_dir(dir.path()).unwrap());
+    let renderer = TurnRenderer::new(tokenizer.clone(), vec![Echo.spec()], None).unwrap();
+    let call = |q: &str| {
+        format!("<think>look</think>\n<tool_call>\n{{\"name\": \"echo\", \"arguments\": {{\"text\": \"{q}\"}}}}\n</tool_call>")
+    };
+    let answer = "<think>done</think>\n<answer>hi</answer>";
+    let prompt = vec![
+        Message::system("Use the tool."),
+        Message::user("Question: hi?"),
+    ];
+    let mut messages = prompt.clone();
+    for (q, result) in [("a", "first result"), ("b", "second result")] {
+        messages.push(Message::assistant(call(q)));
+        messages.push(Message::tool(result));
+    }
+    messages.push(Message::assistant(answer));
+
+    let end = renderer.end_of_turn_id();
+    let prompt_ids = renderer.prompt(&prompt).unwrap();
+    let action = |text: &str| {
+        let mut ids = tokenizer.encode(text, false).unwrap();
+        ids.push(end);
+        ids
+    };
+    let (a1, a2, a3) = (action(&call("a")), action(&call("b")), action(answer));
+    let o1 = renderer
+        .continuation(&a1, &[Message::tool("first result")])
+        .unwrap();
+    let o2 = renderer
+        .continuation(&a2, &[Message::tool("second result")])
+        .unwrap();
+
+    let window = sequences_under_policy(
+        &renderer,
+        policy("window", json!({"turns": 1})).as_ref(),
+        &messages,
+    )
+    .unwrap();
+    assert_eq!(window.len(), 2, "the third turn's context is rebuilt");
+    let first: Vec<u32> = [&prompt_ids[..], &a1, &o1, &a2, &o2].concat();
+    assert_eq!(window[0].ids, first);
+    let second: Vec<u32> = [&prompt_ids[..], &a2, &o2, &a3].concat();
+    assert_eq!(window[1].ids, second);
+    let trained_at = |s: &agent_r1_actors::sft::SftSequence| -> Vec<u32> {
+        s.ids
+            .iter()
+            .zip(&s.trained)
+            .filter(|(_, t)| **t)
+            .map(|(id, _)| *id)
+            .collect()
+    };
+    assert_eq!(trained_at(&window[0]), [&a1[..], &a2[..]].concat());
+    assert_eq!(trained_at(&window[1]), a3);
+
+    let full =
+        sequences_under_policy(&renderer, policy("full", json!({})).as_ref(), &messages).unwrap();
+    assert_eq!(full.len(), 1);
+    assert_eq!(full[0].ids, [&first[..], &a3[..]].concat());
+    assert_eq!(trained_at(&full[0]), [&a1[..], &a2[..], &a3[..]].concat());
 }

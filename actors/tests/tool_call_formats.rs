@@ -1,7 +1,11 @@
-//! An agent trained from either family calls tools the way its template taught it: a Qwen3
-//! model (hermes `<tool_call>` after a `<think>` block) and a Llama 3.1 model (a bare JSON
-//! object, `"parameters"`) each run a real episode through the runtime, with the real engine,
-//! their family's tokenizer and chat template, and a real tool.
+//! An agent of each family calls tools the way its template taught it: a Qwen3 model (hermes
+//! `<tool_call>` after a `<think>` block), a Llama 3.1 model (a JSON object, `"parameters"`)
+//! and a Mistral v0.3 model (`[TOOL_CALLS]` and a JSON list, its results carrying the
+//! `tool_call_id`s its template requires) each run a real episode of the built-in tool env
+//! through the runtime, with the real engine, their family's tokenizer and chat template, and
+//! a real tool. The env reads the calls in the model's own format: its default system prompt
+//! shows that format, and the `format` reward and `tool_calls` metric count the calls as the
+//! model wrote them.
 //!
 //! The models are tiny and random, then taught one episode by supervised steps on the exact
 //! token stream the runtime builds (prompt, action, the template's observation suffix,
@@ -20,7 +24,9 @@ use agent_r1_actors::sft::{train_sft, SftConfig, SftSequence};
 use agent_r1_actors::tiny_tokenizer::{train_tokenizer, TokenizerStyle, BUILTIN_CORPUS};
 use agent_r1_actors::tokenizer::HfTokenizer;
 use agent_r1_actors::trajectory::{EpisodeEnd, Trajectory};
-use agent_r1_envs::env::{Env, Score};
+use agent_r1_envs::env::Env;
+use agent_r1_envs::envs::prompt::qa_system_prompt;
+use agent_r1_envs::envs::MultihopQaEnv;
 use agent_r1_envs::message::Message;
 use agent_r1_envs::task::Task;
 use agent_r1_envs::tool::{CallOutcome, Tool, ToolOutput};
@@ -58,32 +64,15 @@ impl Tool for Echo {
     }
 }
 
-/// A one-question env: the defaults decide turns (calls run, no call ends the episode) and
-/// write observations.
-struct EchoEnv;
-
-impl Env for EchoEnv {
-    fn name(&self) -> &str {
-        "echo"
-    }
-    fn tool_names(&self) -> Vec<String> {
-        vec!["echo".into()]
-    }
-    fn reset(&self, task: &Task) -> agent_r1_envs::Result<Vec<Message>> {
-        Ok(vec![
-            Message::system("Use the echo tool, then answer."),
-            Message::user(task.question.clone()),
-        ])
-    }
-    fn score(&self, _task: &Task, transcript: &[Message]) -> Score {
-        let answered = transcript
-            .last()
-            .is_some_and(|m| m.content.contains("<answer>hi</answer>"));
-        Score {
-            reward: f64::from(u8::from(answered)),
-            metrics: Default::default(),
-        }
-    }
+/// The built-in tool env (`multihop_qa`, Agent-R1's reward) with the echo tool, reading
+/// calls in `format`.
+fn qa_env(format: ToolCallFormat) -> MultihopQaEnv {
+    MultihopQaEnv::from_options(&json!({
+        "tools": ["echo"],
+        "reward": "agent_r1_qa",
+        "tool_call_format": format.name(),
+    }))
+    .unwrap()
 }
 
 fn task() -> Task {
@@ -105,26 +94,24 @@ fn call_texts(calls: usize) -> Vec<String> {
         .collect()
 }
 
-/// What the model is taught to write in each turn, in its family's format: the first turn
-/// makes `calls` calls (several only in hermes, one `<tool_call>` block each).
+/// What the model is taught to write in each turn, in its family's format after a `<think>`
+/// block (Agent-R1's protocol): the first turn makes `calls` calls (several only in hermes,
+/// one `<tool_call>` block each).
 fn actions(format: ToolCallFormat, calls: usize) -> (String, String) {
-    match format {
-        ToolCallFormat::Hermes => (
-            format!(
-                "<think>\nI will use the tool.\n</think>\n\n{}",
-                call_texts(calls)
-                    .iter()
-                    .map(|t| format!("<tool_call>\n{{\"name\": \"echo\", \"arguments\": {{\"text\": \"{t}\"}}}}\n</tool_call>"))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            ),
-            "<think>\nIt said hi.\n</think>\n\n<answer>hi</answer>".into(),
-        ),
-        ToolCallFormat::Llama3Json => (
-            "{\"name\": \"echo\", \"parameters\": {\"text\": \"hi\"}}".into(),
-            "<answer>hi</answer>".into(),
-        ),
-    }
+    let think = "<think>\nI will use the tool.\n</think>\n\n";
+    let answer = "<think>\nIt said hi.\n</think>\n\n<answer>hi</answer>".to_string();
+    let call = match format {
+        ToolCallFormat::Hermes => call_texts(calls)
+            .iter()
+            .map(|t| format!("<tool_call>\n{{\"name\": \"echo\", \"arguments\": {{\"text\": \"{t}\"}}}}\n</tool_call>"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        ToolCallFormat::Llama3Json => "{\"name\": \"echo\", \"parameters\": {\"text\": \"hi\"}}".into(),
+        ToolCallFormat::Mistral => {
+            "[TOOL_CALLS] [{\"name\": \"echo\", \"arguments\": {\"text\": \"hi\"}}]".into()
+        }
+    };
+    (format!("{think}{call}"), answer)
 }
 
 fn model_config(family: &str, vocab: usize) -> ModelConfig {
@@ -161,7 +148,7 @@ fn run_family(style: TokenizerStyle, family: &str, format: ToolCallFormat, calls
     );
 
     // The episode in token space, as the runtime will build it.
-    let env = EchoEnv;
+    let env = qa_env(format);
     let (first, second) = actions(format, calls);
     let end = renderer.end_of_turn_id();
     let prompt = renderer.prompt(&env.reset(&task()).unwrap()).unwrap();
@@ -231,7 +218,7 @@ fn run_family(style: TokenizerStyle, family: &str, format: ToolCallFormat, calls
     .unwrap();
     let setup = RolloutSetup {
         engine: engine.into(),
-        env: agent_r1_actors::runtime::EnvSource::Shared(Arc::new(EchoEnv)),
+        env: agent_r1_actors::runtime::EnvSource::Shared(Arc::new(qa_env(format))),
         tools: vec![echo.clone() as Arc<dyn Tool>],
         renderer: renderer.clone(),
         context_policy: std::sync::Arc::new(agent_r1_actors::runtime::context_policy::Full),
@@ -284,7 +271,23 @@ fn run_family(style: TokenizerStyle, family: &str, format: ToolCallFormat, calls
     );
     assert_eq!(trajectory.steps.len(), 2);
     assert_eq!(trajectory.steps[0].tool_calls.len(), calls);
-    assert_eq!(trajectory.reward, 1.0, "answered after the observation");
+    // Agent-R1's reward in the model's own format: 0.5 for the call turn when it holds one
+    // well-formed call (the original's rule; three calls in a turn are not one), 0.5 for the
+    // answer turn, and the answer.
+    let format_score = if calls == 1 { 1.0 } else { 0.5 };
+    assert_eq!(trajectory.metrics["format"], format_score);
+    assert_eq!(trajectory.metrics["tool_calls"], calls as f64);
+    assert_eq!(trajectory.metrics["substring_em"], 1.0);
+    assert_eq!(trajectory.reward, -1.0 + format_score + 1.0);
+    // The system prompt showed the call in the model's format.
+    let shown = format.example("search", json!({"query": "..."}));
+    let system = qa_system_prompt(format);
+    assert!(
+        format == ToolCallFormat::Hermes || system.contains(&shown),
+        "{system}"
+    );
+    let prompt_text = tokenizer.decode(&trajectory.prompt_ids, false).unwrap();
+    assert!(prompt_text.contains(&system), "{prompt_text}");
 
     // Token-in, token-out: the stored stream is the one built above, actions are the engine's
     // samples, and the engine's log-probabilities are the model's over the stored stream.
@@ -351,9 +354,19 @@ fn llama31_agent_calls_tools_in_json_format() {
 }
 
 #[test]
-fn a_mistral_agent_is_refused_at_start_with_the_templates_reason() {
-    // Mistral v0.3's template wants a 9-character `tool_call_id` on every tool result; the
-    // runtime's observations have none, so the renderer refuses before any episode runs.
+fn mistral_agent_calls_tools_with_call_ids() {
+    run_family(
+        TokenizerStyle::Mistral,
+        "mistral",
+        ToolCallFormat::Mistral,
+        1,
+    );
+}
+
+/// Mistral's template refuses a tool result without a 9-character `tool_call_id`: the
+/// renderer numbers the results it appends, and keeps an id a message already has.
+#[test]
+fn mistral_results_carry_call_ids() {
     let dir = tempfile::tempdir().unwrap();
     train_tokenizer(
         TokenizerStyle::Mistral,
@@ -366,7 +379,31 @@ fn a_mistral_agent_is_refused_at_start_with_the_templates_reason() {
     .write_to(dir.path())
     .unwrap();
     let tokenizer = Arc::new(HfTokenizer::from_dir(dir.path()).unwrap());
-    let e = TurnRenderer::new(tokenizer, vec![Echo::default().spec()], None)
+    let renderer =
+        TurnRenderer::new(tokenizer.clone(), vec![Echo::default().spec()], None).unwrap();
+    assert_eq!(renderer.tool_call_format(), ToolCallFormat::Mistral);
+    let end = renderer.end_of_turn_id();
+    let results = [
+        Message::tool("a"),
+        Message::tool("b").with_tool_call_id("abcdefghi"),
+    ];
+    let ids = renderer.continuation(&[end], &results).unwrap();
+    let text = tokenizer.decode(&ids, false).unwrap();
+    assert!(
+        text.contains("\"call_id\": \"call00001\"") && text.contains("\"call_id\": \"abcdefghi\""),
+        "{text}"
+    );
+    // Without the renderer's numbering the template refuses, with its own reason.
+    let e = tokenizer
+        .apply_chat_template(
+            &[
+                Message::user("x"),
+                Message::assistant("y"),
+                Message::tool("a"),
+            ],
+            None,
+            false,
+        )
         .unwrap_err()
         .to_string();
     assert!(e.contains("Tool call IDs"), "{e}");

@@ -38,6 +38,10 @@ pub struct Message {
     pub role: Role,
     /// Text content.
     pub content: String,
+    /// The call a tool result answers, for templates that pair them (Mistral's wants a
+    /// 9-character id on every result); the renderer numbers results that have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 impl Message {
@@ -46,6 +50,7 @@ impl Message {
         Self {
             role,
             content: content.into(),
+            tool_call_id: None,
         }
     }
     /// A system message.
@@ -63,5 +68,10 @@ impl Message {
     /// A tool-result message.
     pub fn tool(content: impl Into<String>) -> Self {
         Self::new(Role::Tool, content)
+    }
+    /// This message, answering the call `id`.
+    pub fn with_tool_call_id(mut self, id: impl Into<String>) -> Self {
+        self.tool_call_id = Some(id.into());
+        self
     }
 }

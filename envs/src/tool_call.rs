@@ -1,12 +1,14 @@
 //! How a model writes tool calls. The format is a property of the model (what its chat
 //! template taught it), not of the env: Qwen models write hermes `<tool_call>` spans, Llama
-//! 3.1-3.3 write a bare JSON object as the whole turn.
+//! 3.1-3.3 write a bare JSON object as the whole turn, Mistral writes `[TOOL_CALLS]` and a
+//! JSON list.
 //!
 //! Parsing never fails as a whole: each call becomes either a [`ToolCall`] or a
 //! [`CallError`] that is shown to the model, so malformed output is something to learn from.
 
 pub mod hermes;
 pub mod llama3_json;
+pub mod mistral;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -28,17 +30,25 @@ pub enum ToolCallFormat {
     /// `{"name": ..., "parameters": {...}}` as the whole assistant turn (Llama 3.1-3.3's JSON
     /// tool calling).
     Llama3Json,
+    /// `[TOOL_CALLS] [{"name": ..., "arguments": {...}}]` as the whole assistant turn
+    /// (Mistral-7B-Instruct v0.3 and later).
+    Mistral,
 }
 
 impl ToolCallFormat {
     /// Every format, in the order messages list them.
-    pub const ALL: [ToolCallFormat; 2] = [ToolCallFormat::Hermes, ToolCallFormat::Llama3Json];
+    pub const ALL: [ToolCallFormat; 3] = [
+        ToolCallFormat::Hermes,
+        ToolCallFormat::Llama3Json,
+        ToolCallFormat::Mistral,
+    ];
 
     /// The name used in configs.
     pub fn name(self) -> &'static str {
         match self {
             ToolCallFormat::Hermes => "hermes",
             ToolCallFormat::Llama3Json => "llama3_json",
+            ToolCallFormat::Mistral => "mistral",
         }
     }
 
@@ -47,6 +57,7 @@ impl ToolCallFormat {
         match self {
             ToolCallFormat::Hermes => hermes::parse_tool_calls(text),
             ToolCallFormat::Llama3Json => llama3_json::parse_tool_calls(text),
+            ToolCallFormat::Mistral => mistral::parse_tool_calls(text),
         }
     }
 
@@ -55,6 +66,7 @@ impl ToolCallFormat {
         match self {
             ToolCallFormat::Hermes => hermes::render_tool_call(call),
             ToolCallFormat::Llama3Json => llama3_json::render_tool_call(call),
+            ToolCallFormat::Mistral => mistral::render_tool_call(call),
         }
     }
 
@@ -63,16 +75,26 @@ impl ToolCallFormat {
     pub fn call_end(self) -> Option<&'static str> {
         match self {
             ToolCallFormat::Hermes => Some(CALL_CLOSE),
-            ToolCallFormat::Llama3Json => None,
+            ToolCallFormat::Llama3Json | ToolCallFormat::Mistral => None,
         }
     }
 
+    /// How the format writes a call, for system prompts: `call` as the model writes it.
+    pub fn example(self, name: &str, arguments: Value) -> String {
+        self.render(&ToolCall {
+            name: name.to_string(),
+            arguments,
+        })
+    }
+
     /// The format a chat template teaches, recognised by what it writes for tool calls:
-    /// `<tool_call>` tags (hermes) or Llama 3.1's `"parameters"` objects and
-    /// `<|python_tag|>`. `None` for a template without tool calls.
+    /// `<tool_call>` tags (hermes), `[TOOL_CALLS]` (Mistral), or Llama 3.1's `"parameters"`
+    /// objects and `<|python_tag|>`. `None` for a template without tool calls.
     pub fn detect(chat_template: &str) -> Option<Self> {
         if chat_template.contains(CALL_OPEN) {
             Some(ToolCallFormat::Hermes)
+        } else if chat_template.contains(mistral::TOOL_CALLS_TAG) {
+            Some(ToolCallFormat::Mistral)
         } else if chat_template.contains("<|python_tag|>")
             || chat_template.contains("\"parameters\": ")
         {
@@ -178,7 +200,7 @@ mod tests {
         }
         let e = "pythonic".parse::<ToolCallFormat>().unwrap_err();
         assert!(
-            e.contains("pythonic") && e.contains("hermes, llama3_json"),
+            e.contains("pythonic") && e.contains("hermes, llama3_json, mistral"),
             "{e}"
         );
     }
@@ -192,6 +214,10 @@ mod tests {
         assert_eq!(
             ToolCallFormat::detect("{{- '<|python_tag|>' + tool_call.name }}"),
             Some(ToolCallFormat::Llama3Json)
+        );
+        assert_eq!(
+            ToolCallFormat::detect("{{- \"[TOOL_CALLS] [\" }}"),
+            Some(ToolCallFormat::Mistral)
         );
         assert_eq!(ToolCallFormat::detect("{{ messages[0].content }}"), None);
     }

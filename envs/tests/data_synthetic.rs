@@ -8,6 +8,7 @@ use agent_r1_envs::reward::{score_qa, RewardKind};
 use agent_r1_envs::synthetic::{
     demos, gold_demo, DemoConfig, Split, SyntheticConfig, SyntheticWorld,
 };
+use agent_r1_envs::tool_call::ToolCallFormat;
 
 fn world(seed: u64) -> SyntheticWorld {
     SyntheticWorld::generate(&SyntheticConfig {
@@ -193,6 +194,7 @@ fn gold_demos_are_hermes_and_score_full_marks() {
         assert_eq!(transcript.len(), 2 + 2 * q.hops.len() + 1);
         let s = score_qa(
             RewardKind::AgentR1Qa,
+            ToolCallFormat::Hermes,
             std::slice::from_ref(&q.answer),
             &transcript,
         );
@@ -222,6 +224,7 @@ fn imperfect_demos_guess_wrong_after_one_search() {
         let transcript = demo.messages(vec![], |c| w.observe(c.str_arg("query"), 3));
         let s = score_qa(
             RewardKind::HotpotqaEm,
+            ToolCallFormat::Hermes,
             std::slice::from_ref(&q.answer),
             &transcript,
         );
@@ -298,4 +301,54 @@ fn variants_give_every_question_the_same_share_of_early_answers() {
     assert!(per_question.iter().all(|&n| n <= 1));
     let ones = per_question.iter().filter(|&&n| n == 1).count() as f64 / train.len() as f64;
     assert!((0.4..0.8).contains(&ones), "{ones}");
+}
+
+#[test]
+fn document_filler_lengthens_documents_and_changes_nothing_else() {
+    let plain = world(5);
+    let long = SyntheticWorld::generate(&SyntheticConfig {
+        seed: 5,
+        document_filler: 6,
+        ..SyntheticConfig::default()
+    })
+    .expect("world");
+    assert_eq!(plain.questions, long.questions);
+    assert_eq!(plain.world.facts, long.world.facts);
+    assert_eq!(plain.world.entities, long.world.entities);
+    let names: Vec<&str> = long
+        .world
+        .entities
+        .iter()
+        .map(|e| e.name.as_str())
+        .collect();
+    for (p, l) in plain.world.documents.iter().zip(&long.world.documents) {
+        assert_eq!(p.title, l.title);
+        let filler = l
+            .text
+            .strip_prefix(&format!("{} ", p.text))
+            .unwrap_or_else(|| panic!("{:?} does not extend {:?}", l.text, p.text));
+        assert_eq!(filler.matches('.').count(), 6, "{filler:?}");
+        assert!(
+            !names.iter().any(|n| filler.contains(n)),
+            "filler names an entity: {filler:?}"
+        );
+    }
+    // Every hop is still found first by its name.
+    for q in &long.questions {
+        for hop in &q.hops {
+            let top = long.observe(&hop.subject, 1);
+            assert!(top.starts_with(&format!("Doc 1 (Title: {})", hop.subject)));
+        }
+    }
+    assert!(long.world.documents[0].text.len() > 4 * plain.world.documents[0].text.len());
+}
+
+#[test]
+fn document_filler_past_its_range_is_refused() {
+    let err = SyntheticWorld::generate(&SyntheticConfig {
+        document_filler: 65,
+        ..SyntheticConfig::default()
+    })
+    .expect_err("65 filler sentences");
+    assert!(err.to_string().contains("document_filler"), "{err}");
 }

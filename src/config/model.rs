@@ -26,8 +26,9 @@ pub struct ModelSection {
     /// `auto` (float32 on CPU, bf16 on CUDA), `float32` or `bf16` (CUDA only).
     #[serde(default = "default_auto")]
     pub dtype: String,
-    /// How the model writes tool calls: `hermes` (`<tool_call>` spans, Qwen) or
-    /// `llama3_json` (Llama 3.1's JSON object); absent, what its chat template teaches.
+    /// How the model writes tool calls: `hermes` (`<tool_call>` spans, Qwen),
+    /// `llama3_json` (Llama 3.1's JSON object) or `mistral` (`[TOOL_CALLS]` and a JSON
+    /// list); absent, what its chat template teaches.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_format: Option<ToolCallFormat>,
     /// Extra variables for the chat template, as transformers' `apply_chat_template` kwargs
@@ -98,6 +99,19 @@ impl Section for ModelSection {
 }
 
 impl ModelSection {
+    /// The model's tool-call format: `tool_call_format` when written, else what the chat
+    /// template in `dir` teaches, else hermes (the `tiny` preset's Qwen-style template).
+    pub fn resolved_tool_call_format(&self) -> ToolCallFormat {
+        self.tool_call_format
+            .or_else(|| {
+                let dir = self.dir.as_ref()?;
+                agent_r1_actors::tokenizer::HfTokenizer::from_dir(dir)
+                    .ok()?
+                    .tool_call_format()
+            })
+            .unwrap_or_default()
+    }
+
     /// With [`FileCheck::Require`], that the model directory holds a model.
     pub(super) fn check_files(&self, files: FileCheck) -> Result<(), ConfigError> {
         match (&self.dir, files) {

@@ -9,13 +9,14 @@
 //! Sampled text is never decoded and re-encoded, which is what broke Agent-R1's importance
 //! ratios.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use serde_json::Value;
 
-use agent_r1_envs::message::Message;
+use agent_r1_envs::message::{Message, Role};
 use agent_r1_envs::tool::{CallError, ToolCall};
-use agent_r1_envs::tool_call::ToolCallFormat;
+use agent_r1_envs::tool_call::{mistral, ToolCallFormat};
 
 use crate::tokenizer::HfTokenizer;
 use crate::{Error, Result};
@@ -127,7 +128,30 @@ impl TurnRenderer {
     /// The first context of an episode.
     pub fn prompt(&self, messages: &[Message]) -> Result<Vec<u32>> {
         self.tokenizer
-            .encode_chat(messages, self.tools.as_deref(), true)
+            .encode_chat(&self.with_call_ids(messages), self.tools.as_deref(), true)
+    }
+
+    /// `messages` with every tool result that has no `tool_call_id` numbered within its
+    /// turn (`call00001`, ...), for formats whose template pairs results with calls
+    /// (Mistral's); unchanged for the others.
+    fn with_call_ids<'a>(&self, messages: &'a [Message]) -> Cow<'a, [Message]> {
+        let needs = |m: &Message| m.role == Role::Tool && m.tool_call_id.is_none();
+        if self.format != ToolCallFormat::Mistral || !messages.iter().any(needs) {
+            return Cow::Borrowed(messages);
+        }
+        let mut n = 0;
+        let numbered = messages
+            .iter()
+            .map(|m| {
+                n = if m.role == Role::Tool { n + 1 } else { 0 };
+                if needs(m) {
+                    m.clone().with_tool_call_id(mistral::call_id(n))
+                } else {
+                    m.clone()
+                }
+            })
+            .collect();
+        Cow::Owned(numbered)
     }
 
     /// Ids to append after a sampled action so the context continues with `observations`
@@ -165,6 +189,7 @@ impl TurnRenderer {
     ) -> Result<(String, String)> {
         let mut convo = vec![Message::user("x"), Message::assistant(ACTION_MARKER)];
         convo.extend_from_slice(observations);
+        let convo = self.with_call_ids(&convo);
         let text = self.tokenizer.apply_chat_template(
             &convo,
             self.tools.as_deref(),

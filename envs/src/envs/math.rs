@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::prompt::{first_messages, MATH_SYSTEM_PROMPT};
+use super::prompt::{first_messages, math_system_prompt};
 use super::registry::{check_option_keys, parse_options};
 use crate::config::Section;
 use crate::env::{Env, Score};
@@ -12,6 +12,7 @@ use crate::error::Result;
 use crate::message::Message;
 use crate::reward::numeric::score_numeric;
 use crate::task::Task;
+use crate::tool_call::ToolCallFormat;
 
 /// Registry name.
 pub const NAME: &str = "math";
@@ -20,7 +21,8 @@ pub const NAME: &str = "math";
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default)]
 pub struct MathOptions {
-    /// System prompt for tasks without their own prompt (default: [`MATH_SYSTEM_PROMPT`]).
+    /// System prompt for tasks without their own prompt (default: [`math_system_prompt`] in
+    /// the model's tool-call format).
     pub system_prompt: Option<String>,
     /// Use a task's ready-made prompt (Agent-R1 parquet rows) when it has one.
     pub use_task_prompt: bool,
@@ -32,6 +34,11 @@ pub struct MathOptions {
     /// Relative tolerance of the numeric match (absolute below 1).
     #[schemars(range(min = 0.0, max = 0.1))]
     pub tolerance: f64,
+    /// How the model writes tool calls (`hermes`, `llama3_json`, `mistral`): the default
+    /// system prompt shows it, and the `format` reward and `tool_calls` metric read it. The
+    /// trainer sets it to the model's own format (`[model] tool_call_format`, else what its
+    /// chat template teaches) unless written here.
+    pub tool_call_format: Option<ToolCallFormat>,
 }
 
 impl Default for MathOptions {
@@ -42,6 +49,7 @@ impl Default for MathOptions {
             max_observation_chars: 2048,
             tools: vec!["calculator".to_string()],
             tolerance: 1e-6,
+            tool_call_format: None,
         }
     }
 }
@@ -103,7 +111,7 @@ impl Env for MathEnv {
             task,
             self.options.use_task_prompt,
             self.options.system_prompt.as_deref(),
-            MATH_SYSTEM_PROMPT,
+            &math_system_prompt(self.options.tool_call_format.unwrap_or_default()),
         )
     }
 
@@ -112,6 +120,11 @@ impl Env for MathEnv {
     }
 
     fn score(&self, task: &Task, transcript: &[Message]) -> Score {
-        score_numeric(&task.answers, transcript, self.options.tolerance)
+        score_numeric(
+            self.options.tool_call_format.unwrap_or_default(),
+            &task.answers,
+            transcript,
+            self.options.tolerance,
+        )
     }
 }

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::corpus::CorpusSpec;
-use super::prompt::{first_messages, QA_SYSTEM_PROMPT};
+use super::prompt::{first_messages, qa_system_prompt};
 use super::registry::{check_option_keys, parse_options};
 use crate::env::{Env, Score};
 use crate::error::Result;
@@ -12,6 +12,7 @@ use crate::message::Message;
 use crate::reward::{score_qa, ProcessRewardConfig, RewardKind};
 use crate::task::Task;
 use crate::tool::CallOutcome;
+use crate::tool_call::ToolCallFormat;
 
 /// Registry name.
 pub const NAME: &str = "multihop_qa";
@@ -22,7 +23,8 @@ pub const NAME: &str = "multihop_qa";
 pub struct QaOptions {
     /// The reward trained on (`agent_r1_qa`, `hotpotqa_em`, `hotpotqa_f1`, `substring_em`).
     pub reward: RewardKind,
-    /// System prompt for tasks without their own prompt (default: [`QA_SYSTEM_PROMPT`]).
+    /// System prompt for tasks without their own prompt (default: [`qa_system_prompt`] in
+    /// the model's tool-call format).
     pub system_prompt: Option<String>,
     /// Use a task's ready-made prompt (Agent-R1 parquet rows) when it has one.
     pub use_task_prompt: bool,
@@ -33,6 +35,11 @@ pub struct QaOptions {
     pub process_reward: ProcessRewardConfig,
     /// Tools an episode may call.
     pub tools: Vec<String>,
+    /// How the model writes tool calls (`hermes`, `llama3_json`, `mistral`): the default
+    /// system prompt shows it, and the `format` reward and `tool_calls` metric read it. The
+    /// trainer sets it to the model's own format (`[model] tool_call_format`, else what its
+    /// chat template teaches) unless written here.
+    pub tool_call_format: Option<ToolCallFormat>,
 }
 
 impl Default for QaOptions {
@@ -44,6 +51,7 @@ impl Default for QaOptions {
             max_observation_chars: 2048,
             process_reward: ProcessRewardConfig::default(),
             tools: vec!["search".to_string()],
+            tool_call_format: None,
         }
     }
 }
@@ -119,7 +127,7 @@ impl Env for MultihopQaEnv {
             task,
             qa.use_task_prompt,
             qa.system_prompt.as_deref(),
-            QA_SYSTEM_PROMPT,
+            &qa_system_prompt(qa.tool_call_format.unwrap_or_default()),
         )
     }
 
@@ -132,6 +140,12 @@ impl Env for MultihopQaEnv {
     }
 
     fn score(&self, task: &Task, transcript: &[Message]) -> Score {
-        score_qa(self.options.qa.reward, &task.answers, transcript)
+        let qa = &self.options.qa;
+        score_qa(
+            qa.reward,
+            qa.tool_call_format.unwrap_or_default(),
+            &task.answers,
+            transcript,
+        )
     }
 }

@@ -3,6 +3,7 @@
 use crate::error::{Error, Result};
 use crate::message::Message;
 use crate::task::Task;
+use crate::tool_call::ToolCallFormat;
 
 /// The first messages of an episode: the task's own prompt when it has one and
 /// `use_task_prompt` (Agent-R1 parquet rows), else `[system(system or default_system),
@@ -28,6 +29,38 @@ pub fn first_messages(
         Message::system(system.unwrap_or(default_system)),
         Message::user(format!("Question: {}", task.question)),
     ])
+}
+
+/// The QA envs' default system prompt for a model that writes tool calls in `calls`:
+/// [`QA_SYSTEM_PROMPT`] for hermes, the same instructions with the call written the
+/// model's way otherwise.
+pub fn qa_system_prompt(calls: ToolCallFormat) -> String {
+    match calls {
+        ToolCallFormat::Hermes => QA_SYSTEM_PROMPT.to_string(),
+        other => format!(
+            "You answer questions by searching a document collection. First think step by step \
+             inside <think>...</think>. To search, write a call to the `search` tool as {} \
+             and wait for its result. Search once per fact you need; questions may need several \
+             searches, each using what the previous one found. When you know the answer, write \
+             <think>...</think> followed by <answer>...</answer> containing only the short answer.",
+            other.example("search", serde_json::json!({"query": "..."}))
+        ),
+    }
+}
+
+/// The math envs' default system prompt for a model that writes tool calls in `calls`
+/// ([`MATH_SYSTEM_PROMPT`] for hermes).
+pub fn math_system_prompt(calls: ToolCallFormat) -> String {
+    match calls {
+        ToolCallFormat::Hermes => MATH_SYSTEM_PROMPT.to_string(),
+        other => format!(
+            "You solve math word problems. First think step by step inside <think>...</think>. \
+             To compute, write a call to the `calculator` tool as {} and wait for its result. \
+             When you know the answer, write <think>...</think> followed by \
+             <answer>...</answer> containing only the number.",
+            other.example("calculator", serde_json::json!({"expression": "..."}))
+        ),
+    }
 }
 
 /// Tells the model the hermes protocol: reason in `<think>`, search with a `<tool_call>`,

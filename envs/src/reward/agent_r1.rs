@@ -18,6 +18,7 @@
 //!   here as `substring_em`, never as `em`.
 
 use super::normalize::{normalize_answer, py_strip};
+use crate::tool_call::{llama3_json, mistral, ToolCallFormat};
 
 /// The parts of `qa_em_and_format` for one episode.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -32,9 +33,19 @@ pub struct AgentR1Score {
     pub reward: f64,
 }
 
-/// Scores the assistant blocks of an episode against the gold answers.
+/// Scores the assistant blocks of an episode against the gold answers, tool calls read in
+/// hermes (the original's format).
 pub fn qa_em_and_format(assistant_blocks: &[&str], golds: &[String]) -> AgentR1Score {
-    let format = format_score(assistant_blocks);
+    qa_em_and_format_in(ToolCallFormat::Hermes, assistant_blocks, golds)
+}
+
+/// [`qa_em_and_format`] for a model that writes tool calls in `calls`.
+pub fn qa_em_and_format_in(
+    calls: ToolCallFormat,
+    assistant_blocks: &[&str],
+    golds: &[String],
+) -> AgentR1Score {
+    let format = format_score_in(calls, assistant_blocks);
     let (answer, substring_em) = match assistant_blocks.last() {
         None => (0.0, 0.0),
         Some(last) => {
@@ -74,12 +85,17 @@ pub fn training_reward(format: f64, answer: f64) -> f64 {
 /// `compute_score_format`: 0.5 per well-formed tool-calling block, 0.5 for a well-formed
 /// final answer block. No blocks score 0.
 pub fn format_score(assistant_blocks: &[&str]) -> f64 {
+    format_score_in(ToolCallFormat::Hermes, assistant_blocks)
+}
+
+/// [`format_score`] with tool calls in `calls`' format.
+pub fn format_score_in(calls: ToolCallFormat, assistant_blocks: &[&str]) -> f64 {
     let Some((last, rest)) = assistant_blocks.split_last() else {
         return 0.0;
     };
     let mut score = 0.0;
     for block in rest {
-        if is_tool_call_block(block) {
+        if is_tool_call_block_in(calls, block) {
             score += 0.5;
         }
     }
@@ -101,7 +117,23 @@ fn ends_with_tag(block: &str, closing: &str) -> Option<usize> {
         .map(str::len)
 }
 
-/// A non-final block: exactly one of each tag and
+/// A well-formed non-final block in the model's own format: a `<think>...</think>` block,
+/// then exactly one call. Hermes keeps the original's rule ([`is_tool_call_block`]); in the
+/// JSON formats (Llama 3.1's object, Mistral's `[TOOL_CALLS]` list) the call must be the
+/// rest of the turn.
+pub fn is_tool_call_block_in(calls: ToolCallFormat, block: &str) -> bool {
+    let once = |tag: &str| block.matches(tag).count() == 1;
+    let thinks = block.starts_with("<think>") && once("<think>") && once("</think>");
+    match calls {
+        ToolCallFormat::Hermes => is_tool_call_block(block),
+        ToolCallFormat::Llama3Json => thinks && llama3_json::is_whole_call(block),
+        ToolCallFormat::Mistral => {
+            thinks && mistral::is_whole_call_list(block) && calls.parse(block).len() == 1
+        }
+    }
+}
+
+/// A non-final hermes block: exactly one of each tag and
 /// `^<think>(.*?)</think>(.*?)<tool_call>(.*?)</tool_call>$` (DOTALL).
 pub fn is_tool_call_block(block: &str) -> bool {
     let once = |tag: &str| block.matches(tag).count() == 1;
@@ -193,6 +225,50 @@ mod tests {
         assert!(!is_tool_call_block(
             "<think>a<tool_call>{}</think></tool_call>"
         ));
+    }
+
+    #[test]
+    fn tool_call_blocks_in_each_format() {
+        let llama =
+            "<think>look it up</think>{\"name\": \"search\", \"parameters\": {\"query\": \"x\"}}";
+        let mistral = "<think>look it up</think>[TOOL_CALLS] [{\"name\": \"search\", \"arguments\": {\"query\": \"x\"}}]";
+        let untagged =
+            "<think>look it up</think> [{\"name\": \"search\", \"arguments\": {\"query\": \"x\"}}]";
+        use ToolCallFormat::*;
+        for (format, good) in [
+            (Hermes, CALL),
+            (Llama3Json, llama),
+            (Mistral, mistral),
+            (Mistral, untagged),
+        ] {
+            assert!(is_tool_call_block_in(format, good), "{format}: {good}");
+            // Each format's call is not a call in the others.
+            for other in ToolCallFormat::ALL.into_iter().filter(|f| *f != format) {
+                assert!(!is_tool_call_block_in(other, good), "{other}: {good}");
+            }
+            // No think block, text after the call, two think blocks: not well formed.
+            let bare = &good[good.find("</think>").unwrap() + 8..];
+            assert!(!is_tool_call_block_in(format, bare), "{format}: {bare}");
+            assert!(!is_tool_call_block_in(
+                format,
+                &format!("<think>a</think>{good}")
+            ));
+        }
+        assert!(!is_tool_call_block_in(Llama3Json, &format!("{llama} done")));
+        assert!(!is_tool_call_block_in(Mistral, &format!("{mistral} done")));
+        let two = "<think>a</think>[TOOL_CALLS] [{\"name\": \"a\"}, {\"name\": \"b\"}]";
+        assert!(!is_tool_call_block_in(Mistral, two));
+        let last = "<think>found</think><answer>Paris</answer>";
+        let golds = golds(&["Paris"]);
+        for (format, good) in [(Hermes, CALL), (Llama3Json, llama), (Mistral, mistral)] {
+            let s = qa_em_and_format_in(format, &[good, last], &golds);
+            assert_eq!((s.format, s.reward), (1.0, 1.0), "{format}");
+        }
+        // A hermes call read as Llama's is malformed: only the answer block scores.
+        assert_eq!(
+            qa_em_and_format_in(Llama3Json, &[CALL, last], &golds).format,
+            0.5
+        );
     }
 
     #[test]

@@ -3,11 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use super::agent_r1::{extract_answer, format_score};
+use super::agent_r1::{extract_answer, format_score_in};
 use super::qa::assistant_blocks;
 use crate::env::Score;
 use crate::message::Message;
-use crate::tool_call::parse_tool_calls;
+use crate::tool_call::ToolCallFormat;
 
 /// The number a text states: the last number in it. Thousands separators (`1,234`), a
 /// currency sign, a trailing `%` or unit and a sentence's final `.` are ignored; `p/q` reads
@@ -62,8 +62,14 @@ pub fn numbers_match(answer: f64, gold: f64, tolerance: f64) -> bool {
 /// matches a gold answer's number.
 ///
 /// Metrics (all always present): `em`; `has_answer` (0/1); `format` (Agent-R1's format
-/// score of the turns); `turns` (assistant turns); `tool_calls` (tool-call spans written).
-pub fn score_numeric(golds: &[String], transcript: &[Message], tolerance: f64) -> Score {
+/// score of the turns); `turns` (assistant turns); `tool_calls` (tool calls written, read in
+/// the model's format `calls`).
+pub fn score_numeric(
+    calls: ToolCallFormat,
+    golds: &[String],
+    transcript: &[Message],
+    tolerance: f64,
+) -> Score {
     let blocks = assistant_blocks(transcript);
     let answer = blocks.last().and_then(|b| extract_answer(b));
     let correct = answer.and_then(parse_number).is_some_and(|a| {
@@ -72,12 +78,12 @@ pub fn score_numeric(golds: &[String], transcript: &[Message], tolerance: f64) -
             .filter_map(|g| parse_number(g))
             .any(|g| numbers_match(a, g, tolerance))
     });
-    let tool_calls: usize = blocks.iter().map(|b| parse_tool_calls(b).len()).sum();
+    let tool_calls: usize = blocks.iter().map(|b| calls.parse(b).len()).sum();
     let flag = |b: bool| if b { 1.0 } else { 0.0 };
     let metrics = BTreeMap::from([
         ("em".to_string(), flag(correct)),
         ("has_answer".to_string(), flag(answer.is_some())),
-        ("format".to_string(), format_score(&blocks)),
+        ("format".to_string(), format_score_in(calls, &blocks)),
         ("turns".to_string(), blocks.len() as f64),
         ("tool_calls".to_string(), tool_calls as f64),
     ]);
@@ -128,6 +134,7 @@ mod tests {
         };
         let golds = vec!["72".to_string()];
         let s = score_numeric(
+            ToolCallFormat::Hermes,
             &golds,
             &transcript("<think>ok</think>\n<answer>72.0</answer>"),
             1e-6,
@@ -142,12 +149,18 @@ mod tests {
             (1.0, 1.0, 2.0)
         );
         let s = score_numeric(
+            ToolCallFormat::Hermes,
             &golds,
             &transcript("<think>ok</think>\n<answer>71</answer>"),
             1e-6,
         );
         assert_eq!((s.reward, s.metrics["has_answer"]), (0.0, 1.0));
-        let s = score_numeric(&golds, &transcript("I think 72"), 1e-6);
+        let s = score_numeric(
+            ToolCallFormat::Hermes,
+            &golds,
+            &transcript("I think 72"),
+            1e-6,
+        );
         assert_eq!((s.reward, s.metrics["has_answer"]), (0.0, 0.0));
     }
 }

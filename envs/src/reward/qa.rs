@@ -2,12 +2,12 @@
 
 use std::collections::BTreeMap;
 
-use super::agent_r1::{extract_answer, qa_em_and_format};
+use super::agent_r1::{extract_answer, qa_em_and_format_in};
 use super::hotpotqa::best_score;
 use super::kind::RewardKind;
 use crate::env::Score;
 use crate::message::{Message, Role};
-use crate::tool_call::parse_tool_calls;
+use crate::tool_call::ToolCallFormat;
 
 /// The texts of the assistant turns of a transcript, in order.
 pub fn assistant_blocks(transcript: &[Message]) -> Vec<&str> {
@@ -32,13 +32,21 @@ pub fn final_answer(transcript: &[Message]) -> Option<&str> {
 ///   against the best gold (0 when there is no `<answer>`);
 /// - `substring_em`: Agent-R1's "EM" (a gold is a substring of the `<answer>`);
 /// - `format`, `answer_score`, `agent_r1_reward`: the parts of Agent-R1's `qa_em_and_format`;
-/// - `has_answer` (0/1), `turns` (assistant turns), `tool_calls` (tool-call spans written).
-pub fn score_qa(kind: RewardKind, golds: &[String], transcript: &[Message]) -> Score {
+/// - `has_answer` (0/1), `turns` (assistant turns), `tool_calls` (tool calls written).
+///
+/// `calls` is the model's tool-call format: `format` and `tool_calls` read the calls as the
+/// model writes them.
+pub fn score_qa(
+    kind: RewardKind,
+    calls: ToolCallFormat,
+    golds: &[String],
+    transcript: &[Message],
+) -> Score {
     let blocks = assistant_blocks(transcript);
     let answer = blocks.last().and_then(|b| extract_answer(b));
     let official = answer.map(|a| best_score(a, golds)).unwrap_or_default();
-    let legacy = qa_em_and_format(&blocks, golds);
-    let tool_calls: usize = blocks.iter().map(|b| parse_tool_calls(b).len()).sum();
+    let legacy = qa_em_and_format_in(calls, &blocks, golds);
+    let tool_calls: usize = blocks.iter().map(|b| calls.parse(b).len()).sum();
     let metrics = BTreeMap::from([
         ("em".to_string(), official.em),
         ("f1".to_string(), official.f1),
@@ -73,23 +81,43 @@ mod tests {
             Message::assistant("<think>found</think>\n<answer>Paris, France</answer>"),
         ];
         let golds = vec!["Paris".to_string()];
-        let s = score_qa(RewardKind::AgentR1Qa, &golds, &transcript);
+        let s = score_qa(
+            RewardKind::AgentR1Qa,
+            ToolCallFormat::Hermes,
+            &golds,
+            &transcript,
+        );
         assert_eq!(s.reward, 1.0);
         assert_eq!(s.metrics["substring_em"], 1.0);
         assert_eq!(s.metrics["em"], 0.0);
         assert!((s.metrics["f1"] - 2.0 / 3.0).abs() < 1e-12);
         assert_eq!(s.metrics["tool_calls"], 1.0);
         assert_eq!(s.metrics["turns"], 2.0);
-        let em = score_qa(RewardKind::HotpotqaEm, &golds, &transcript);
+        let em = score_qa(
+            RewardKind::HotpotqaEm,
+            ToolCallFormat::Hermes,
+            &golds,
+            &transcript,
+        );
         assert_eq!(em.reward, 0.0);
-        let f1 = score_qa(RewardKind::HotpotqaF1, &golds, &transcript);
+        let f1 = score_qa(
+            RewardKind::HotpotqaF1,
+            ToolCallFormat::Hermes,
+            &golds,
+            &transcript,
+        );
         assert!((f1.reward - 2.0 / 3.0).abs() < 1e-12);
     }
 
     #[test]
     fn no_answer_tag_scores_zero_em_even_for_empty_gold() {
         let transcript = vec![Message::assistant("I don't know")];
-        let s = score_qa(RewardKind::HotpotqaEm, &[String::new()], &transcript);
+        let s = score_qa(
+            RewardKind::HotpotqaEm,
+            ToolCallFormat::Hermes,
+            &[String::new()],
+            &transcript,
+        );
         assert_eq!(s.metrics["em"], 0.0);
         assert_eq!(s.metrics["has_answer"], 0.0);
     }

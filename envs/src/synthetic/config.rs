@@ -31,6 +31,12 @@ pub struct SyntheticConfig {
     /// Fraction of questions in the test split.
     #[schemars(range(min = 0.0), extend("exclusiveMaximum" = 1))]
     pub test_fraction: f64,
+    /// Sentences of background added to every document after its facts (0: none). They
+    /// name no other entity, so they change no answer; they make search results long, for
+    /// agents whose history outgrows their context (the long-horizon variant). Drawn from
+    /// their own random stream: the entities, facts and questions do not depend on it.
+    #[schemars(range(max = 64))]
+    pub document_filler: usize,
 }
 
 impl Default for SyntheticConfig {
@@ -44,6 +50,7 @@ impl Default for SyntheticConfig {
             n_questions: 400,
             three_hop_fraction: 0.4,
             test_fraction: 0.2,
+            document_filler: 0,
         }
     }
 }
@@ -58,6 +65,13 @@ impl Section for SyntheticConfig {
                     "at least n_countries ({}): every country has a city",
                     self.n_countries
                 ),
+            ));
+        }
+        if self.document_filler > 64 {
+            return Err(ConfigError::range(
+                "document_filler",
+                self.document_filler,
+                "at most 64 sentences per document",
             ));
         }
         let entities = self.n_countries + self.n_cities + self.n_people + self.n_companies;

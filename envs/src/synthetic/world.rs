@@ -62,6 +62,40 @@ impl Relation {
     }
 }
 
+/// The random stream of the documents' filler sentences (world 0, questions 1, demos 2).
+const FILLER_STREAM: u64 = 3;
+
+/// One background sentence that names no entity ("The old market is known for its quiet
+/// harbour.").
+fn filler_sentence(rng: &mut WorldRng) -> String {
+    const WHAT: [&str; 12] = [
+        "market", "harbour", "library", "bridge", "festival", "museum", "garden", "school",
+        "railway", "theatre", "mill", "square",
+    ];
+    const LIKE: [&str; 10] = [
+        "old", "busy", "quiet", "famous", "small", "large", "new", "green", "stone", "river",
+    ];
+    const DOES: [&str; 8] = [
+        "is known for its",
+        "was rebuilt near its",
+        "is often compared with its",
+        "draws visitors to its",
+        "holds a yearly event at its",
+        "is proud of its",
+        "has records of its",
+        "is described in guides with its",
+    ];
+    let mut pick = |items: &[&'static str]| items[rng.index(items.len())];
+    let (a, b, c, d, e) = (
+        pick(&LIKE),
+        pick(&WHAT),
+        pick(&DOES),
+        pick(&LIKE),
+        pick(&WHAT),
+    );
+    format!("The {a} {b} {c} {d} {e}.")
+}
+
 /// One entity.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Entity {
@@ -160,6 +194,15 @@ impl World {
         world.documents = (0..world.entities.len())
             .map(|e| world.document_for(e, &mut rng))
             .collect();
+        if config.document_filler > 0 {
+            let mut rng = WorldRng::new(config.seed, FILLER_STREAM);
+            for doc in &mut world.documents {
+                for _ in 0..config.document_filler {
+                    doc.text.push(' ');
+                    doc.text.push_str(&filler_sentence(&mut rng));
+                }
+            }
+        }
         Ok(world)
     }
 

@@ -44,6 +44,25 @@ pub fn parse_tool_calls(text: &str) -> Vec<Result<ToolCall, CallError>> {
     calls
 }
 
+/// Whether the turn, past an optional `<think>` block and `<|python_tag|>`, is one call
+/// object and nothing after it (the format reward's "well-formed call").
+pub fn is_whole_call(text: &str) -> bool {
+    let mut rest = text.trim_start();
+    if let Some(after) = rest.strip_prefix("<think>") {
+        match after.find("</think>") {
+            Some(end) => rest = after[end + "</think>".len()..].trim_start(),
+            None => return false,
+        }
+    }
+    rest = rest.strip_prefix(PYTHON_TAG).unwrap_or(rest).trim_start();
+    if !rest.starts_with('{') {
+        return false;
+    }
+    let mut values = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
+    matches!(values.next(), Some(Ok(v)) if call_from_value(&v).is_ok())
+        && rest[values.byte_offset()..].trim().is_empty()
+}
+
 /// Renders a call as Llama 3.1's chat template renders an assistant's past call:
 /// `{"name": "NAME", "parameters": ARGS}` with ARGS as `tojson` writes them.
 pub fn render_tool_call(call: &ToolCall) -> String {
