@@ -34,6 +34,8 @@ fn every_example_config_parses_and_validates() {
             "demo_async.toml",
             "grpo.toml",
             "hotpotqa_qwen2.5.toml",
+            "long_horizon.toml",
+            "long_horizon_full.toml",
             "math.toml",
             "ppo_critic.toml"
         ]

@@ -32,6 +32,11 @@ pub struct BatchSummary {
     pub tool_calls_per_episode: f64,
     /// Model turns per episode.
     pub turns_per_episode: f64,
+    /// Context tokens the engine prefilled, over every step.
+    pub prefill_tokens: u64,
+    /// Context tokens of every step's whole context: what prefilling each from scratch
+    /// would cost.
+    pub context_tokens: u64,
 }
 
 impl BatchSummary {
@@ -54,7 +59,10 @@ impl BatchSummary {
             .map(|s| s.tool_calls.len())
             .sum();
         let turns: usize = trajectories.iter().map(|t| t.steps.len()).sum();
+        let steps = || trajectories.iter().flat_map(|t| &t.steps);
         Self {
+            prefill_tokens: steps().map(|s| s.prefill_tokens as u64).sum(),
+            context_tokens: steps().map(|s| s.context_len as u64).sum(),
             episodes: n,
             failed: trajectories.iter().filter(|t| !t.completed()).count(),
             reward_mean: trajectories.iter().map(|t| t.reward).sum::<f64>() / nf,
@@ -95,6 +103,10 @@ pub struct UpdateRow {
     pub tool_calls_per_episode: f64,
     /// Model turns per episode.
     pub turns_per_episode: f64,
+    /// Context tokens the engine prefilled for the batch (the rest came from reused KV).
+    pub prefill_tokens: u64,
+    /// Context tokens of all the batch's steps: what prefilling each context whole would cost.
+    pub context_tokens: u64,
     /// Every env metric's mean.
     pub metrics: BTreeMap<String, f64>,
     /// Policy-gradient loss.
@@ -159,6 +171,8 @@ impl UpdateRow {
             f1: batch.metric("f1"),
             tool_calls_per_episode: batch.tool_calls_per_episode,
             turns_per_episode: batch.turns_per_episode,
+            prefill_tokens: batch.prefill_tokens,
+            context_tokens: batch.context_tokens,
             metrics: batch.metrics.clone(),
             policy_loss: stats.policy_loss,
             value_loss: stats.value_loss,
