@@ -127,6 +127,20 @@ impl std::str::FromStr for ToolCallFormat {
     }
 }
 
+/// The turn past one leading `<think>...</think>` block (trimmed), or the whole turn when
+/// it has none; `None` when the block is not closed. The JSON formats let an agent prompted
+/// to reason first still call tools.
+pub(crate) fn after_think(text: &str) -> Option<&str> {
+    let rest = text.trim_start();
+    match rest.strip_prefix("<think>") {
+        Some(after) => {
+            let end = after.find("</think>")?;
+            Some(after[end + "</think>".len()..].trim_start())
+        }
+        None => Some(rest),
+    }
+}
+
 /// Reads one call's JSON object: a string `name`, and its arguments under `arguments`
 /// (hermes) or `parameters` (Llama 3.1), as an object or a JSON string holding one; none
 /// means `{}`.

@@ -8,7 +8,7 @@
 
 use serde_json::Value;
 
-use super::{call_from_value, python_json};
+use super::{after_think, call_from_value, python_json};
 use crate::tool::{CallError, ToolCall};
 
 /// Llama 3.1's marker before code or a call, a special token decoding usually drops.
@@ -16,15 +16,9 @@ const PYTHON_TAG: &str = "<|python_tag|>";
 
 /// Parses the calls of an assistant turn, in order; empty when the turn is not a call.
 pub fn parse_tool_calls(text: &str) -> Vec<Result<ToolCall, CallError>> {
-    let mut rest = text.trim_start();
-    rest = rest.strip_prefix(PYTHON_TAG).unwrap_or(rest).trim_start();
-    if let Some(after) = rest.strip_prefix("<think>") {
-        match after.find("</think>") {
-            Some(end) => rest = after[end + "</think>".len()..].trim_start(),
-            None => return vec![],
-        }
-        rest = rest.strip_prefix(PYTHON_TAG).unwrap_or(rest).trim_start();
-    }
+    let Some(mut rest) = call_start(text) else {
+        return vec![];
+    };
     let mut calls = Vec::new();
     while rest.starts_with('{') {
         let mut values = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
@@ -47,20 +41,21 @@ pub fn parse_tool_calls(text: &str) -> Vec<Result<ToolCall, CallError>> {
 /// Whether the turn, past an optional `<think>` block and `<|python_tag|>`, is one call
 /// object and nothing after it (the format reward's "well-formed call").
 pub fn is_whole_call(text: &str) -> bool {
-    let mut rest = text.trim_start();
-    if let Some(after) = rest.strip_prefix("<think>") {
-        match after.find("</think>") {
-            Some(end) => rest = after[end + "</think>".len()..].trim_start(),
-            None => return false,
-        }
-    }
-    rest = rest.strip_prefix(PYTHON_TAG).unwrap_or(rest).trim_start();
-    if !rest.starts_with('{') {
+    let Some(rest) = call_start(text).filter(|r| r.starts_with('{')) else {
         return false;
-    }
+    };
     let mut values = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
     matches!(values.next(), Some(Ok(v)) if call_from_value(&v).is_ok())
         && rest[values.byte_offset()..].trim().is_empty()
+}
+
+/// Where the calls of a turn would start: past `<|python_tag|>` and one `<think>` block
+/// (the tag may sit before or after it); `None` for an unclosed `<think>`.
+fn call_start(text: &str) -> Option<&str> {
+    let rest = text.trim_start();
+    let rest = rest.strip_prefix(PYTHON_TAG).unwrap_or(rest);
+    let rest = after_think(rest)?;
+    Some(rest.strip_prefix(PYTHON_TAG).unwrap_or(rest).trim_start())
 }
 
 /// Renders a call as Llama 3.1's chat template renders an assistant's past call:

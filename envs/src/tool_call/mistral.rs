@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use super::{call_from_value, python_json};
+use super::{after_think, call_from_value, python_json};
 use crate::tool::{CallError, ToolCall};
 
 /// The control token before a list of calls.
@@ -47,11 +47,7 @@ pub fn is_whole_call_list(text: &str) -> bool {
 /// The text after `[TOOL_CALLS]`, or from an untagged list's `[` on: where the calls are,
 /// when the turn is a call.
 fn call_list(text: &str) -> Option<&str> {
-    let mut rest = text.trim_start();
-    if let Some(after) = rest.strip_prefix("<think>") {
-        let end = after.find("</think>")?;
-        rest = after[end + "</think>".len()..].trim_start();
-    }
+    let rest = after_think(text)?;
     let tagged = rest.strip_prefix(TOOL_CALLS_TAG).map(str::trim_start);
     let rest = tagged.unwrap_or(rest);
     let untagged_list = rest.starts_with('[') && rest[1..].trim_start().starts_with('{');
