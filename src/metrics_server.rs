@@ -510,6 +510,22 @@ fn describe_series() {
         "Episodes whose task prompt was over rollout.max_prompt_length (or left no room for a turn); failed, not retried, not trained on."
     );
     describe_counter!(
+        "agent_r1_endpoint_requests_total",
+        "Requests to the OpenAI-compatible endpoint, by route and HTTP status."
+    );
+    describe_counter!(
+        "agent_r1_endpoint_contexts_rebuilt_total",
+        "Endpoint chat requests whose earlier assistant messages were not all reused as sampled (edited or never returned by the endpoint): rendered whole, recorded as rebuilt contexts."
+    );
+    describe_counter!(
+        "agent_r1_endpoint_reused_tokens_total",
+        "Context tokens of endpoint chat requests taken from earlier steps as sampled instead of rendered anew."
+    );
+    describe_counter!(
+        "agent_r1_agent_processes_total",
+        "Outside agent programs (external_agent) finished, by outcome (completed, failed, timed_out)."
+    );
+    describe_counter!(
         "agent_r1_context_rebuilds_total",
         "Turn contexts the [env.context] policy rebuilt instead of extending the history, by policy."
     );

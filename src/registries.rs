@@ -5,7 +5,10 @@
 //! kinds and hands the result to [`crate::cli::main`], and every command (`train`, `eval`,
 //! `check-config`, `tool call`, ...) knows them: `examples/custom-tool/` is such a crate.
 
-use agent_r1_actors::runtime::{ContextPolicies, Workflows};
+use std::sync::Arc;
+
+use agent_r1_actors::endpoint::{external_agent, ExternalAgent, ExternalAgentOptions};
+use agent_r1_actors::runtime::{ContextPolicies, Workflow, Workflows};
 use agent_r1_envs::envs::registry::EnvRegistry;
 use agent_r1_envs::reward::ScorerRegistry;
 use agent_r1_envs::tools::ToolRegistry;
@@ -22,8 +25,9 @@ pub struct Registries {
     /// Context policies of `[env.context]` (`full`, `window`, `elide`, `summary`, and a
     /// user's own).
     pub context_policies: ContextPolicies,
-    /// Workflows that drive whole episodes, named by `[env] name` like envs (none built in:
-    /// a user's crate registers its own).
+    /// Workflows that drive whole episodes, named by `[env] name` like envs
+    /// (`external_agent`: an outside program through the OpenAI-compatible endpoint, and a
+    /// user's own).
     pub workflows: Workflows,
 }
 
@@ -35,7 +39,15 @@ impl Registries {
             envs: EnvRegistry::with_builtins(),
             scorers: ScorerRegistry::with_builtins(),
             context_policies: ContextPolicies::with_builtins(),
-            workflows: Workflows::default(),
+            workflows: builtin_workflows(),
         }
     }
+}
+
+fn builtin_workflows() -> Workflows {
+    let mut workflows = Workflows::default();
+    workflows.register(external_agent::NAME, |options: ExternalAgentOptions| {
+        Ok(Arc::new(ExternalAgent::new(options)?) as Arc<dyn Workflow>)
+    });
+    workflows
 }

@@ -7,6 +7,7 @@
 pub mod algo;
 pub mod chat_template;
 pub mod device;
+pub mod endpoint;
 pub mod engine;
 pub mod engine_set;
 pub mod error;

@@ -49,7 +49,7 @@ pub use render::TurnRenderer;
 pub use service::{RolloutService, TaskSender};
 pub use supervisor::{EpisodeRequest, RolloutSummary, RETRY_BIT};
 pub use tool_pool::{RestartPolicy, ToolPool, ToolPoolMsg, ToolPoolStats};
-pub use workflow::{Agent, Generation, Workflow, WorkflowOutcome};
+pub use workflow::{Agent, GenerateOptions, Generation, Workflow, WorkflowOutcome};
 pub use workflow_registry::Workflows;
 
 use crate::engine_set::EngineSet;

@@ -79,6 +79,22 @@ impl ToolCallFormat {
         }
     }
 
+    /// The text of a turn before its tool calls (a `<think>` block, a sentence), trimmed:
+    /// what an OpenAI-style response returns as the message's `content` beside its
+    /// `tool_calls`. The whole turn when it has no call start.
+    pub fn content_before_calls(self, text: &str) -> &str {
+        let cut = match self {
+            ToolCallFormat::Hermes => text.find(CALL_OPEN),
+            ToolCallFormat::Mistral => text
+                .find(mistral::TOOL_CALLS_TAG)
+                .or_else(|| json_turn_start(text, '[')),
+            ToolCallFormat::Llama3Json => {
+                json_turn_start(text, '{').or_else(|| text.find("<|python_tag|>"))
+            }
+        };
+        cut.map_or(text, |at| &text[..at]).trim()
+    }
+
     /// How the format writes a call, for system prompts: `call` as the model writes it.
     pub fn example(self, name: &str, arguments: Value) -> String {
         self.render(&ToolCall {
@@ -125,6 +141,12 @@ impl std::str::FromStr for ToolCallFormat {
                 )
             })
     }
+}
+
+/// Where a turn that is a JSON call after an optional `<think>` block starts its JSON.
+fn json_turn_start(text: &str, open: char) -> Option<usize> {
+    let rest = after_think(text)?;
+    rest.starts_with(open).then(|| text.len() - rest.len())
 }
 
 /// The turn past one leading `<think>...</think>` block (trimmed), or the whole turn when

@@ -27,7 +27,7 @@ use super::episode_error::{EnvStage, EpisodeError};
 use super::live::{LiveBoard, LiveEntry, Stage};
 use super::render::TurnRenderer;
 use super::tool_pool::ToolPoolMsg;
-use super::workflow::{compact, Agent, Workflow};
+use super::workflow::{compact, Agent, GenerateOptions, Workflow};
 use super::EpisodeConfig;
 use crate::engine::{TurnOutput, TurnRequest};
 use crate::engine_set::EngineSet;
@@ -303,17 +303,30 @@ pub(crate) async fn sample(
     key: u64,
     context: Vec<u32>,
 ) -> crate::Result<(TurnOutput, f64)> {
+    sample_with(shared, key, context, &GenerateOptions::default()).await
+}
+
+/// [`sample`] with a call's own limits on top of the run's sampling settings.
+pub(crate) async fn sample_with(
+    shared: &Shared,
+    key: u64,
+    context: Vec<u32>,
+    options: &GenerateOptions,
+) -> crate::Result<(TurnOutput, f64)> {
     let config = &shared.config;
     let mut params = config.sampling.clone();
     params.max_new_tokens = params
         .max_new_tokens
+        .min(options.max_new_tokens.unwrap_or(usize::MAX))
         .min(config.max_context.saturating_sub(context.len() + 1))
         .max(1);
+    let mut stop_strings = config.stop_strings.clone();
+    stop_strings.extend(options.stop.iter().cloned());
     let request = TurnRequest {
         episode: key,
         context,
         params,
-        stop_strings: config.stop_strings.clone(),
+        stop_strings,
     };
     let began = Instant::now();
     let out = shared

@@ -62,7 +62,7 @@ impl TurnRenderer {
         }
         // The suffix must tokenize as it does inside the whole text; it does when it starts
         // with a special token, as every chat template's turn separator does.
-        let probe = [Message::tool("probe result")];
+        let probe = to_values(&renderer.with_call_ids(&[Message::tool("probe result")]))?;
         let (before, after) = renderer.split_at_marker(&probe, true)?;
         let whole = renderer
             .tokenizer
@@ -157,6 +157,19 @@ impl TurnRenderer {
     /// Ids to append after a sampled action so the context continues with `observations`
     /// and the next generation prompt.
     pub fn continuation(&self, action_ids: &[u32], observations: &[Message]) -> Result<Vec<u32>> {
+        let observations = self.with_call_ids(observations);
+        let observations = to_values(&observations)?;
+        self.continuation_of_values(action_ids, &observations)
+    }
+
+    /// [`Self::continuation`] for messages as the chat template reads them (OpenAI-style
+    /// objects: `tool_calls` on assistant messages, `tool_call_id` and `name` on tool
+    /// results), written as they are.
+    pub fn continuation_of_values(
+        &self,
+        action_ids: &[u32],
+        observations: &[Value],
+    ) -> Result<Vec<u32>> {
         let (_, suffix) = self.split_at_marker(observations, true)?;
         let suffix = self.tokenizer.encode(&suffix, false)?;
         if !suffix.starts_with(&self.turn_close) {
@@ -184,12 +197,11 @@ impl TurnRenderer {
     /// marker.
     fn split_at_marker(
         &self,
-        observations: &[Message],
+        observations: &[Value],
         add_generation_prompt: bool,
     ) -> Result<(String, String)> {
-        let mut convo = vec![Message::user("x"), Message::assistant(ACTION_MARKER)];
+        let mut convo = to_values(&[Message::user("x"), Message::assistant(ACTION_MARKER)])?;
         convo.extend_from_slice(observations);
-        let convo = self.with_call_ids(&convo);
         let text = self.tokenizer.apply_chat_template(
             &convo,
             self.tools.as_deref(),
@@ -205,4 +217,12 @@ impl TurnRenderer {
             )),
         }
     }
+}
+
+/// Messages as the JSON objects the chat template reads.
+fn to_values(messages: &[Message]) -> Result<Vec<Value>> {
+    messages
+        .iter()
+        .map(|m| serde_json::to_value(m).map_err(|e| Error::Template(format!("a message: {e}"))))
+        .collect()
 }

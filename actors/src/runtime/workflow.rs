@@ -57,6 +57,21 @@ pub struct Generation {
     pub text: String,
     /// Why generation ended.
     pub finish_reason: FinishReason,
+    /// The sampling log-probability of each id (what the learner trains with).
+    pub logprobs: Vec<f32>,
+    /// The policy version that sampled the first id.
+    pub policy_version: u64,
+}
+
+/// A call's own limits on top of the run's sampling settings (`[rollout]`), which every
+/// call samples with so that the learner's log-probabilities are the engine's.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GenerateOptions {
+    /// At most this many new tokens (the run's `max_response_length` and the context still
+    /// bound it).
+    pub max_new_tokens: Option<usize>,
+    /// More strings that end the turn (included in the output, as the run's stop strings).
+    pub stop: Vec<String>,
 }
 
 /// A step the workflow made, with its whole context (compacted when the episode ends).
@@ -97,8 +112,23 @@ impl Agent {
         self.shared.config.max_context
     }
 
+    /// The run's sampling settings (temperature, top-p, top-k, the longest turn, stop ids).
+    pub fn sampling(&self) -> &crate::model::SamplingParams {
+        &self.shared.config.sampling
+    }
+
     /// Samples one step on `context` (a recorded step) within the turn deadline.
     pub async fn generate(&self, context: Vec<u32>) -> Result<Generation> {
+        self.generate_with(context, &GenerateOptions::default())
+            .await
+    }
+
+    /// [`Self::generate`] with the call's own limits.
+    pub async fn generate_with(
+        &self,
+        context: Vec<u32>,
+        options: &GenerateOptions,
+    ) -> Result<Generation> {
         let config = &self.shared.config;
         if context.is_empty() || context.len() + 1 >= config.max_context {
             return Err(Error::invalid(
@@ -117,8 +147,13 @@ impl Agent {
             steps.len() - 1
         };
         let lane = self.take_lane();
-        let sampled =
-            super::episode::sample(&self.shared, self.lane_key(lane), context.clone()).await;
+        let sampled = super::episode::sample_with(
+            &self.shared,
+            self.lane_key(lane),
+            context.clone(),
+            options,
+        )
+        .await;
         self.give_lane(lane);
         let (out, seconds) = sampled?;
         let text = self
@@ -132,6 +167,8 @@ impl Agent {
             token_ids: step.action_ids.clone(),
             text,
             finish_reason: step.finish_reason,
+            logprobs: step.logprobs.clone(),
+            policy_version: step.policy_version,
         };
         self.lock_steps()[index] = Some(Recorded { context, step });
         Ok(generation)

@@ -1,0 +1,284 @@
+//! The OpenAI-compatible endpoint driven by the official `openai` Python package: a real
+//! client in its own process (`tests/py/openai_agent.py`, run by the `external_agent`
+//! workflow once per episode), the real engine over a tiny model in libtorch, the real
+//! tokenizer and chat template.
+//!
+//! What the client sent is in its transcript; the test renders the contexts it expects from
+//! those messages itself (the whole conversation through the chat template, or an earlier
+//! context, its sampled ids and the template's continuation) and compares them with the
+//! recorded trajectory token for token, and the log-probabilities with a plain forward pass.
+
+#[path = "support/tiny_agent.rs"]
+mod tiny_agent;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_r1_actors::endpoint::{ExternalAgent, ExternalAgentOptions};
+use agent_r1_actors::model::SamplingParams;
+use agent_r1_actors::runtime::{EnvSource, EpisodeConfig, RolloutSetup, TurnRenderer};
+use agent_r1_actors::trajectory::{EpisodeEnd, Trajectory};
+use agent_r1_envs::message::Message;
+use agent_r1_envs::task::Task;
+use serde_json::{json, Value};
+use tiny_agent::{assert_logprobs_match_forward, collect, tiny_agent, TinyAgent};
+
+fn python() -> PathBuf {
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
+    assert!(
+        venv.exists(),
+        "{}: missing; `make venv` installs the test's Python packages",
+        venv.display()
+    );
+    venv
+}
+
+fn agent_script() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/py/openai_agent.py")
+        .display()
+        .to_string()
+}
+
+fn external_agent() -> Arc<ExternalAgent> {
+    Arc::new(
+        ExternalAgent::new(ExternalAgentOptions {
+            command: vec![python().display().to_string(), agent_script()],
+            timeout_secs: 600.0,
+            ..Default::default()
+        })
+        .unwrap(),
+    )
+}
+
+/// One episode of `scenario` through the runtime; the trajectory and the client's transcript.
+fn run_scenario(f: &TinyAgent, scenario: &str, sampling: SamplingParams) -> (Trajectory, Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let transcript = dir.path().join("transcript.json");
+    let renderer = Arc::new(TurnRenderer::new(f.tokenizer.clone(), vec![], None).unwrap());
+    let setup = RolloutSetup {
+        engine: f.engine.clone().into(),
+        env: EnvSource::Workflow {
+            workflow: external_agent(),
+            tool_names: vec![],
+        },
+        tools: vec![],
+        renderer,
+        context_policy: Arc::new(agent_r1_actors::runtime::context_policy::Full),
+        episode: EpisodeConfig {
+            max_context: 1024,
+            sampling,
+            workflow_timeout: Duration::from_secs(900),
+            ..Default::default()
+        },
+        concurrency: 1,
+        tool_queue_capacity: 8,
+        restart: Default::default(),
+        validate: Arc::new(|_, _| Ok(())),
+        live: Default::default(),
+        stall: None,
+    };
+    let task = Task {
+        id: format!("{scenario}-0"),
+        data_source: "test".into(),
+        question: "Who founded Acme?".into(),
+        answers: vec!["hi".into()],
+        prompt: None,
+        extra: json!({"scenario": scenario, "transcript": transcript}),
+    };
+    let (_, mut trajectories) = collect(setup, vec![(task, 0)]);
+    assert_eq!(trajectories.len(), 1);
+    let t = trajectories.remove(0);
+    assert!(
+        matches!(t.end, EpisodeEnd::Completed { .. }),
+        "the episode failed: {:?}",
+        t.end
+    );
+    let transcript: Value =
+        serde_json::from_str(&std::fs::read_to_string(&transcript).unwrap()).unwrap();
+    (t, transcript)
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+/// Messages as the chat template reads them: a call's arguments parsed into an object.
+fn template_form(messages: &Value) -> Vec<Value> {
+    messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            let mut m = m.clone();
+            if m["content"].is_null() {
+                m["content"] = json!("");
+            }
+            if let Some(calls) = m.get_mut("tool_calls").and_then(Value::as_array_mut) {
+                for c in calls {
+                    let args = c["function"]["arguments"].as_str().unwrap().to_string();
+                    c["function"]["arguments"] = serde_json::from_str(&args).unwrap();
+                }
+            }
+            m
+        })
+        .collect()
+}
+
+fn tools() -> Vec<Value> {
+    vec![json!({"type": "function", "function": {
+        "name": "search", "description": "Searches the corpus.",
+        "parameters": {"type": "object", "properties": {"query": {"type": "string"}},
+                       "required": ["query"]}}})]
+}
+
+#[test]
+fn the_openai_client_drives_an_episode_recorded_token_for_token() {
+    let f = tiny_agent(4, 1024);
+    let end = TurnRenderer::new(f.tokenizer.clone(), vec![], None)
+        .unwrap()
+        .end_of_turn_id();
+    let sampling = SamplingParams {
+        temperature: 1.0,
+        max_new_tokens: 16,
+        stop_token_ids: vec![end],
+        ..Default::default()
+    };
+    let (t, transcript) = run_scenario(&f, "conversation", sampling);
+    let turns = transcript.as_array().unwrap();
+    assert_eq!(turns.len(), 3);
+    assert_eq!(t.steps.len(), 3, "one step per chat request");
+    let received: Vec<&Value> = turns.iter().map(|x| &x["received"]).collect();
+    let actions: Vec<Vec<u32>> = received.iter().map(|r| ids(&r["token_ids"])).collect();
+
+    // Request 1: the whole conversation through the chat template, with the tools.
+    let tools = tools();
+    let ctx1 = f
+        .tokenizer
+        .encode_chat(&template_form(&turns[0]["messages"]), Some(&tools), true)
+        .unwrap();
+    // Request 2 sent the first reply back unchanged: its context is the first context, the
+    // sampled ids as sampled, and the template's continuation (never re-tokenised).
+    let with_tools = TurnRenderer::new(f.tokenizer.clone(), tools.clone(), None).unwrap();
+    let mut ctx2 = ctx1.clone();
+    ctx2.extend(&actions[0]);
+    ctx2.extend(
+        with_tools
+            .continuation(&actions[0], &[Message::user("Go on.")])
+            .unwrap(),
+    );
+    // Request 3 kept the first reply and replaced the second with a search call the agent
+    // wrote: the first reply's sampled ids are kept, everything after them is rendered by
+    // the template (the edited turn included), and the context is a rebuilt one.
+    let messages3 = template_form(&turns[2]["messages"]);
+    let mut ctx3 = ctx1.clone();
+    ctx3.extend(&actions[0]);
+    ctx3.extend(
+        with_tools
+            .continuation_of_values(&actions[0], &messages3[3..])
+            .unwrap(),
+    );
+    let contexts: Vec<Vec<u32>> = t.contexts().collect();
+    assert_eq!(contexts[0], ctx1);
+    assert_eq!(contexts[1], ctx2);
+    assert_eq!(contexts[2], ctx3);
+    for (k, s) in t.steps.iter().enumerate() {
+        assert_eq!(
+            s.action_ids, actions[k],
+            "step {k}: the ids the client received"
+        );
+        let lp: Vec<f32> = received[k]["logprobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap() as f32)
+            .collect();
+        assert_eq!(
+            s.logprobs, lp,
+            "step {k}: the log-probs returned are the recorded ones"
+        );
+    }
+    // The replayed reply was reused (a chained step), the edited one rebuilt.
+    assert!(
+        t.steps[1].rebuilt.is_none(),
+        "the replayed reply is chained"
+    );
+    assert_eq!(
+        received[1]["agent_r1"]["reused_tokens"],
+        json!(ctx1.len() + actions[0].len())
+    );
+    assert_eq!(received[1]["agent_r1"]["rebuilt"], json!(false));
+    assert!(
+        t.steps[2].rebuilt.is_some(),
+        "the edited reply is a rebuilt context"
+    );
+    assert_eq!(received[2]["agent_r1"]["rebuilt"], json!(true));
+    assert_eq!(
+        received[2]["agent_r1"]["reused_tokens"],
+        json!(ctx1.len() + actions[0].len())
+    );
+    assert_eq!(messages3[3], json!({"role": "user", "content": "Go on."}));
+    assert!(messages3[4]["tool_calls"].is_array(), "{}", messages3[4]);
+    // The streamed turn came back whole through the client's stream parser.
+    assert_eq!(turns[1]["stream"], json!(true));
+    assert!(received[1]["usage"]["completion_tokens"].as_u64().unwrap() > 0);
+    // Token-in, token-out: the engine's log-probs are the model's own over each step.
+    assert_logprobs_match_forward(&f.model, &t);
+    // The reward line: the episode's reward and a step reward named by completion id.
+    assert_eq!(t.metrics["requests"], 3.0);
+    assert_eq!(t.steps[0].reward, 0.5);
+}
+
+#[test]
+fn bad_requests_get_openai_error_objects() {
+    let f = tiny_agent(4, 1024);
+    let end = TurnRenderer::new(f.tokenizer.clone(), vec![], None)
+        .unwrap()
+        .end_of_turn_id();
+    let sampling = SamplingParams {
+        temperature: 1.0,
+        max_new_tokens: 16,
+        stop_token_ids: vec![end],
+        ..Default::default()
+    };
+    let (t, transcript) = run_scenario(&f, "errors", sampling);
+    let seen = transcript.as_array().unwrap()[0]["errors"].clone();
+    let by_case = |name: &str| -> Value {
+        seen.as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["case"] == name)
+            .unwrap_or_else(|| panic!("case {name} missing: {seen}"))
+            .clone()
+    };
+    for (case, status, says) in [
+        ("temperature", 400, "rollout.temperature"),
+        ("max_tokens", 400, "max_response_length"),
+        ("tool_choice", 400, "auto"),
+        ("unknown_field", 400, "bogus"),
+        ("role", 400, "messages[0].role"),
+        ("top_logprobs", 400, "top_logprobs"),
+        ("tool_schema", 400, "tools[0]"),
+        ("wrong_key", 401, "no episode in flight"),
+        ("malformed_json", 400, "not valid JSON"),
+    ] {
+        let c = by_case(case);
+        assert_eq!(c["status"], json!(status), "{case}: {c}");
+        let message = c["body"]["message"]
+            .as_str()
+            .or_else(|| c["body"]["error"]["message"].as_str())
+            .unwrap_or_else(|| panic!("{case}: no error message: {c}"));
+        assert!(message.contains(says), "{case}: {message}");
+    }
+    assert_eq!(by_case("models")["status"], json!(200));
+    assert_eq!(by_case("completion_by_path")["status"], json!(200));
+    // Only the completion made a step: refused requests sample nothing.
+    assert_eq!(t.steps.len(), 1);
+    assert_eq!(t.prompt_ids, vec![1, 2, 3]);
+    assert_logprobs_match_forward(&f.model, &t);
+}
