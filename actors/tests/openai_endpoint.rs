@@ -7,6 +7,8 @@
 //! those messages itself (the whole conversation through the chat template, or an earlier
 //! context, its sampled ids and the template's continuation) and compares them with the
 //! recorded trajectory token for token, and the log-probabilities with a plain forward pass.
+//! A tiny model taught one conversation by supervised steps (a search call in the hermes
+//! format, then an answer) shows the model's own calls coming back as `tool_calls`.
 
 #[path = "support/tiny_agent.rs"]
 mod tiny_agent;
@@ -18,11 +20,14 @@ use std::time::Duration;
 use agent_r1_actors::endpoint::{ExternalAgent, ExternalAgentOptions};
 use agent_r1_actors::model::SamplingParams;
 use agent_r1_actors::runtime::{EnvSource, EpisodeConfig, RolloutSetup, TurnRenderer};
+use agent_r1_actors::sft::{train_sft, SftConfig, SftSequence};
 use agent_r1_actors::trajectory::{EpisodeEnd, Trajectory};
 use agent_r1_envs::message::Message;
 use agent_r1_envs::task::Task;
 use serde_json::{json, Value};
-use tiny_agent::{assert_logprobs_match_forward, collect, tiny_agent, TinyAgent};
+use tiny_agent::{
+    assert_logprobs_match_forward, collect, tiny_agent, tiny_agent_taught, TinyAgent,
+};
 
 fn python() -> PathBuf {
     let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
@@ -280,5 +285,96 @@ fn bad_requests_get_openai_error_objects() {
     // Only the completion made a step: refused requests sample nothing.
     assert_eq!(t.steps.len(), 1);
     assert_eq!(t.prompt_ids, vec![1, 2, 3]);
+    assert_logprobs_match_forward(&f.model, &t);
+}
+
+const QUESTION: &str = "Who founded Acme?";
+const SYSTEM: &str = "You answer questions; search when unsure.";
+const CALL: &str = "<think>\nI will search.\n</think>\n\n<tool_call>\n{\"name\": \"search\", \
+                    \"arguments\": {\"query\": \"Acme\"}}\n</tool_call>";
+const ANSWER: &str = "<answer>hi</answer>";
+
+#[test]
+fn the_models_own_tool_calls_come_back_as_tool_calls() {
+    // The conversation the agent will have, in token space, taught to the model.
+    let teach = |model: &mut agent_r1_actors::model::PolicyModel,
+                 tok: &Arc<agent_r1_actors::tokenizer::HfTokenizer>| {
+        let r = TurnRenderer::new(tok.clone(), tools(), None).unwrap();
+        let end = r.end_of_turn_id();
+        let messages = vec![
+            json!({"role": "system", "content": SYSTEM}),
+            json!({"role": "user", "content": QUESTION}),
+        ];
+        let ctx1 = tok.encode_chat(&messages, Some(&tools()), true).unwrap();
+        let mut a1 = tok.encode(CALL, false).unwrap();
+        a1.push(end);
+        let result = json!({"role": "tool", "tool_call_id": "call00001",
+                            "content": "Nothing found for Acme."});
+        let cont = r.continuation_of_values(&a1, &[result]).unwrap();
+        let mut a2 = tok.encode(ANSWER, false).unwrap();
+        a2.push(end);
+        let mut stream = ctx1.clone();
+        let mut trained = vec![false; ctx1.len()];
+        for (part, on) in [(&a1, true), (&cont, false), (&a2, true)] {
+            stream.extend(part.iter());
+            trained.extend(std::iter::repeat_n(on, part.len()));
+        }
+        let report = train_sft(
+            model,
+            &[SftSequence {
+                ids: stream,
+                trained,
+            }],
+            &SftConfig {
+                steps: 300,
+                batch_size: 1,
+                learning_rate: 3e-3,
+                final_lr_fraction: 1.0,
+                warmup_steps: 10,
+                ..Default::default()
+            },
+            |_, _| std::ops::ControlFlow::Continue(()),
+        )
+        .unwrap();
+        assert!(report.last_loss < 0.01, "not learnt: {report:?}");
+    };
+    let f = tiny_agent_taught(4, 1024, teach);
+    let end = TurnRenderer::new(f.tokenizer.clone(), vec![], None)
+        .unwrap()
+        .end_of_turn_id();
+    let sampling = SamplingParams {
+        temperature: 0.0,
+        max_new_tokens: 64,
+        stop_token_ids: vec![end],
+        ..Default::default()
+    };
+    let (t, transcript) = run_scenario(&f, "tool", sampling);
+    let turns = transcript.as_array().unwrap();
+    assert_eq!(turns.len(), 2);
+    let first = &turns[0]["received"];
+    assert_eq!(first["finish_reason"], json!("tool_calls"));
+    let message = &first["message"];
+    assert_eq!(
+        message["content"],
+        json!("<think>\nI will search.\n</think>")
+    );
+    let calls = message["tool_calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0]["function"]["name"], json!("search"));
+    let args: Value =
+        serde_json::from_str(calls[0]["function"]["arguments"].as_str().unwrap()).unwrap();
+    assert_eq!(args, json!({"query": "Acme"}));
+    // The call's result went back with the call's id; the answer was streamed.
+    let sent = turns[1]["messages"].as_array().unwrap();
+    assert_eq!(sent[3]["tool_call_id"], calls[0]["id"]);
+    assert_eq!(turns[1]["received"]["message"]["content"], json!(ANSWER));
+    assert_eq!(t.reward, 1.0);
+    // The call turn was reused as sampled: the answer's context chains onto it.
+    assert_eq!(t.steps.len(), 2);
+    assert!(t.steps[1].rebuilt.is_none());
+    assert_eq!(
+        turns[1]["received"]["agent_r1"]["reused_tokens"],
+        json!(t.steps[0].context_len + t.steps[0].action_ids.len())
+    );
     assert_logprobs_match_forward(&f.model, &t);
 }

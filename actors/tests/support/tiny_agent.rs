@@ -29,17 +29,29 @@ pub struct TinyAgent {
 
 /// A seeded tiny model and an engine of `max_batch_rows` rows and `max_context` tokens.
 pub fn tiny_agent(max_batch_rows: usize, max_context: usize) -> TinyAgent {
+    tiny_agent_taught(max_batch_rows, max_context, |_, _| {})
+}
+
+/// [`tiny_agent`] whose model `teach` changes (supervised steps) before the engine loads it.
+pub fn tiny_agent_taught(
+    max_batch_rows: usize,
+    max_context: usize,
+    teach: impl FnOnce(&mut PolicyModel, &Arc<HfTokenizer>),
+) -> TinyAgent {
     let dir = tempfile::tempdir().unwrap();
     let ids = write_tiny_tokenizer(dir.path(), None, 512, &[]).unwrap();
     tch::manual_seed(0);
-    PolicyModel::new(
+    let mut model = PolicyModel::new(
         preset("tiny", ids.vocab_size, ids.eos_token_ids).unwrap(),
         Placement::default(),
         false,
     )
-    .unwrap()
-    .save(dir.path(), None)
     .unwrap();
+    teach(
+        &mut model,
+        &Arc::new(HfTokenizer::from_dir(dir.path()).unwrap()),
+    );
+    model.save(dir.path(), None).unwrap();
     let path = dir.path().to_path_buf();
     let load = path.clone();
     let (engine, _) = spawn_engine(
