@@ -53,6 +53,12 @@ pub struct ExternalAgentOptions {
     /// episode fails.
     #[schemars(range(min = 0.001))]
     pub timeout_secs: f64,
+    /// Longest the program may go without a request of its own in flight (from its start,
+    /// or from the last answer it was given); past it, it is taken as hung, its process
+    /// group killed and the episode failed. Time its requests wait on the engine does not
+    /// count.
+    #[schemars(range(min = 0.001))]
+    pub idle_timeout_secs: f64,
     /// Agent programs running at once; more episodes wait for a slot.
     #[schemars(range(min = 1, max = 100000))]
     pub max_processes: usize,
@@ -72,6 +78,7 @@ impl Default for ExternalAgentOptions {
             listen: "127.0.0.1:0".into(),
             model_name: "agent-r1".into(),
             timeout_secs: 600.0,
+            idle_timeout_secs: 300.0,
             max_processes: 256,
             max_requests_per_episode: 16,
             request_timeout_secs: 600.0,
@@ -105,6 +112,7 @@ impl KindOptions for ExternalAgentOptions {
         }
         for (key, v) in [
             ("timeout_secs", self.timeout_secs),
+            ("idle_timeout_secs", self.idle_timeout_secs),
             ("request_timeout_secs", self.request_timeout_secs),
         ] {
             if !(v.is_finite() && v > 0.0) {
@@ -209,9 +217,14 @@ impl Workflow for ExternalAgent {
         let timeout = Duration::from_secs_f64(self.options.timeout_secs);
         let deadline = tokio::time::sleep(timeout);
         tokio::pin!(deadline);
+        let idle = Duration::from_secs_f64(self.options.idle_timeout_secs);
+        let idle_deadline = tokio::time::sleep(idle);
+        tokio::pin!(idle_deadline);
         let mut in_flight = FuturesUnordered::new();
         let exited = loop {
             tokio::select! {
+                // A request already waiting is served before any deadline is looked at.
+                biased;
                 Some(request) = requests.recv() => {
                     let (conversation, tag) = (&conversation, &tag);
                     in_flight.push(async move {
@@ -219,8 +232,19 @@ impl Workflow for ExternalAgent {
                         let _ = request.reply.send(answer);
                     });
                 }
-                Some(()) = in_flight.next(), if !in_flight.is_empty() => {}
+                Some(()) = in_flight.next(), if !in_flight.is_empty() => {
+                    idle_deadline.as_mut().reset(tokio::time::Instant::now() + idle);
+                }
                 status = process.wait() => break status,
+                _ = &mut idle_deadline, if in_flight.is_empty() => {
+                    process.kill_group();
+                    metrics::counter!("agent_r1_agent_processes_total", "outcome" => "timed_out")
+                        .increment(1);
+                    return Err(Error::Timeout {
+                        what: format!("agent command {program:?} to make a request or exit (env.options.idle_timeout_secs); it was taken as hung and its process group was killed"),
+                        after: idle,
+                    });
+                }
                 _ = &mut deadline => {
                     process.kill_group();
                     metrics::counter!("agent_r1_agent_processes_total", "outcome" => "timed_out")
