@@ -32,6 +32,7 @@ fn every_example_config_parses_and_validates() {
         [
             "demo.toml",
             "demo_async.toml",
+            "external_agent.toml",
             "grpo.toml",
             "hotpotqa_qwen2.5.toml",
             "long_horizon.toml",
