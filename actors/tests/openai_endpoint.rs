@@ -378,3 +378,92 @@ fn the_models_own_tool_calls_come_back_as_tool_calls() {
     );
     assert_logprobs_match_forward(&f.model, &t);
 }
+
+#[test]
+fn an_agent_service_takes_many_episodes_in_one_process() {
+    use std::io::BufRead;
+    let mut service = std::process::Command::new(python())
+        .arg(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/py/agent_service.py")
+                .display()
+                .to_string(),
+        )
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = service.stdout.take().unwrap();
+    // The service ends with the test, failed or not.
+    struct Ends(std::process::Child);
+    impl Drop for Ends {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _service = Ends(service);
+    let mut line = String::new();
+    std::io::BufReader::new(stdout)
+        .read_line(&mut line)
+        .unwrap();
+    let port: u16 = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("{line}"))
+        .parse()
+        .unwrap();
+
+    let f = tiny_agent(8, 1024);
+    let end = TurnRenderer::new(f.tokenizer.clone(), vec![], None)
+        .unwrap()
+        .end_of_turn_id();
+    let workflow = Arc::new(
+        ExternalAgent::new(ExternalAgentOptions {
+            service_url: Some(format!("http://127.0.0.1:{port}/episode")),
+            timeout_secs: 600.0,
+            ..Default::default()
+        })
+        .unwrap(),
+    );
+    let setup = RolloutSetup {
+        engine: f.engine.clone().into(),
+        env: EnvSource::Workflow {
+            workflow,
+            tool_names: vec![],
+        },
+        tools: vec![],
+        renderer: Arc::new(TurnRenderer::new(f.tokenizer.clone(), vec![], None).unwrap()),
+        context_policy: Arc::new(agent_r1_actors::runtime::context_policy::Full),
+        episode: EpisodeConfig {
+            max_context: 1024,
+            sampling: SamplingParams {
+                temperature: 1.0,
+                max_new_tokens: 16,
+                stop_token_ids: vec![end],
+                ..Default::default()
+            },
+            workflow_timeout: Duration::from_secs(900),
+            ..Default::default()
+        },
+        concurrency: 8,
+        tool_queue_capacity: 8,
+        restart: Default::default(),
+        validate: Arc::new(|_, _| Ok(())),
+        live: Default::default(),
+        stall: None,
+    };
+    let tasks = (0..8)
+        .map(|i| (tiny_agent::task(format!("service-{i}")), i as u64))
+        .collect();
+    let (_, trajectories) = collect(setup, tasks);
+    assert_eq!(trajectories.len(), 8);
+    for t in &trajectories {
+        assert!(matches!(t.end, EpisodeEnd::Completed { .. }), "{:?}", t.end);
+        assert_eq!(t.steps.len(), 2);
+        // The service sent the first reply back unchanged: the second step chains onto it.
+        assert!(t.steps[1].rebuilt.is_none());
+        assert_eq!(t.reward, 1.0);
+        assert!(t.metrics["reused_tokens"] > 0.0);
+        assert_logprobs_match_forward(&f.model, t);
+    }
+}

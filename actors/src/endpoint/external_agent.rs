@@ -1,6 +1,9 @@
 //! `external_agent`: episodes driven by an outside program through the endpoint.
 //!
-//! Each episode runs the configured command once: the task as JSON on its stdin, the
+//! The program is either a command run once per episode, or a long-lived agent service that
+//! takes many episodes at once: each episode is one `POST` to `service_url` with
+//! `{"task", "base_url", "api_key", "episode_base_url"}`, answered (status 200) with the
+//! reward object below. A command is run like this: the task as JSON on its stdin, the
 //! endpoint in `OPENAI_BASE_URL` and the episode's key in `OPENAI_API_KEY` (also
 //! `AGENT_R1_EPISODE_BASE_URL`, a base URL naming the episode, for clients whose key is
 //! fixed). Every completion it asks for is a step of the episode. When it exits with status
@@ -43,6 +46,9 @@ pub struct ExternalAgentOptions {
     /// stdin, the endpoint in OPENAI_BASE_URL and OPENAI_API_KEY; its last line of stdout is
     /// the reward, {"reward": 1.0} (with optional "metrics" and "step_rewards").
     pub command: Vec<String>,
+    /// Or a long-lived agent service: one POST per episode (the task, the endpoint's base
+    /// URL and the episode's key), answered with the reward object.
+    pub service_url: Option<String>,
     /// The program's working directory (the trainer's when unset).
     pub working_dir: Option<PathBuf>,
     /// Where the OpenAI-compatible endpoint listens (port 0 picks a free port).
@@ -74,6 +80,7 @@ impl Default for ExternalAgentOptions {
     fn default() -> Self {
         Self {
             command: vec![],
+            service_url: None,
             working_dir: None,
             listen: "127.0.0.1:0".into(),
             model_name: "agent-r1".into(),
@@ -94,12 +101,32 @@ impl KindOptions for ExternalAgentOptions {
                 message,
             })
         };
-        if self.command.is_empty() || self.command[0].is_empty() {
-            return bad(
-                "command",
-                "missing: the agent program to run per episode, e.g. [\"python3\", \"agent.py\"]"
-                    .into(),
-            );
+        match (&self.service_url, self.command.is_empty()) {
+            (None, true) => {
+                return bad(
+                    "command",
+                    "missing: the agent program to run per episode, e.g. [\"python3\", \
+                     \"agent.py\"] (or service_url, an agent service)"
+                        .into(),
+                )
+            }
+            (Some(_), false) => {
+                return bad(
+                    "service_url",
+                    "set with command: an episode runs a command or posts to a service, not both"
+                        .into(),
+                )
+            }
+            (Some(url), true) if !url.starts_with("http://") && !url.starts_with("https://") => {
+                return bad(
+                    "service_url",
+                    format!("{url:?}: an http:// or https:// URL"),
+                )
+            }
+            (None, false) if self.command[0].is_empty() => {
+                return bad("command", "its program is empty".into())
+            }
+            _ => {}
         }
         if self.listen.parse::<SocketAddr>().is_err() {
             return bad(
@@ -201,19 +228,12 @@ impl Workflow for ExternalAgent {
         ));
         let input =
             serde_json::to_vec(task).map_err(|e| Error::Other(format!("the task as JSON: {e}")))?;
-        let env = [
-            ("OPENAI_BASE_URL", endpoint.base_url()),
-            ("OPENAI_API_KEY", key.clone()),
-            ("AGENT_R1_EPISODE_BASE_URL", endpoint.episode_base_url(&key)),
-        ];
-        let program = &self.options.command[0];
-        let mut process = AgentProcess::spawn(
-            &self.options.command,
-            self.options.working_dir.as_deref(),
-            &env,
-            input,
-        )
-        .map_err(|e| Error::Other(format!("agent command {program:?} cannot start: {e}")))?;
+        let program = match &self.options.service_url {
+            Some(url) => format!("agent service {url}"),
+            None => format!("agent command {:?}", self.options.command[0]),
+        };
+        let driver = self.start(&endpoint, &key, task, input, &program)?;
+        tokio::pin!(driver);
         let timeout = Duration::from_secs_f64(self.options.timeout_secs);
         let deadline = tokio::time::sleep(timeout);
         tokio::pin!(deadline);
@@ -221,7 +241,12 @@ impl Workflow for ExternalAgent {
         let idle_deadline = tokio::time::sleep(idle);
         tokio::pin!(idle_deadline);
         let mut in_flight = FuturesUnordered::new();
-        let exited = loop {
+        let timed_out = |what: String, after: Duration| {
+            metrics::counter!("agent_r1_agent_processes_total", "outcome" => "timed_out")
+                .increment(1);
+            Err(Error::Timeout { what, after })
+        };
+        let finished = loop {
             tokio::select! {
                 // A request already waiting is served before any deadline is looked at.
                 biased;
@@ -235,42 +260,27 @@ impl Workflow for ExternalAgent {
                 Some(()) = in_flight.next(), if !in_flight.is_empty() => {
                     idle_deadline.as_mut().reset(tokio::time::Instant::now() + idle);
                 }
-                status = process.wait() => break status,
+                finished = &mut driver => break finished,
                 _ = &mut idle_deadline, if in_flight.is_empty() => {
-                    process.kill_group();
-                    metrics::counter!("agent_r1_agent_processes_total", "outcome" => "timed_out")
-                        .increment(1);
-                    return Err(Error::Timeout {
-                        what: format!("agent command {program:?} to make a request or exit (env.options.idle_timeout_secs); it was taken as hung and its process group was killed"),
-                        after: idle,
-                    });
+                    // Dropping the driver kills a command's process group.
+                    return timed_out(
+                        format!("{program} to make a request or finish (env.options.idle_timeout_secs); it was taken as hung and stopped"),
+                        idle,
+                    );
                 }
                 _ = &mut deadline => {
-                    process.kill_group();
-                    metrics::counter!("agent_r1_agent_processes_total", "outcome" => "timed_out")
-                        .increment(1);
-                    return Err(Error::Timeout {
-                        what: format!("agent command {program:?} (env.options.timeout_secs); its process group was killed"),
-                        after: timeout,
-                    });
+                    return timed_out(
+                        format!("{program} (env.options.timeout_secs); it was stopped"),
+                        timeout,
+                    );
                 }
             }
         };
-        // Requests still in flight answer a program that has exited.
+        // Requests still in flight answer a program that has finished.
         drop(in_flight);
-        let status = exited
-            .map_err(|e| Error::Other(format!("waiting for agent command {program:?}: {e}")))?;
-        let finished = process.finish(status).await;
-        let outcome = if finished.status.success() {
-            read_outcome(&finished.stdout, &conversation)
-                .map_err(|e| Error::Other(format!("agent command {program:?} {e}")))
-        } else {
-            Err(Error::Other(format!(
-                "agent command {program:?} exited with {}; its stderr ends: {}",
-                finished.status,
-                last_chars(&finished.stderr, 600)
-            )))
-        };
+        let outcome = finished
+            .and_then(|text| read_outcome(&text, &conversation))
+            .map_err(|e| Error::Other(format!("{program} {e}")));
         let label = if outcome.is_ok() {
             "completed"
         } else {
@@ -279,6 +289,93 @@ impl Workflow for ExternalAgent {
         metrics::counter!("agent_r1_agent_processes_total", "outcome" => label).increment(1);
         outcome
     }
+}
+
+/// What an episode's program hands back: the text holding the reward, or why there is none.
+type Driven = std::result::Result<String, String>;
+
+/// An episode's program running: its command or its post to the agent service.
+type Driver = std::pin::Pin<Box<dyn std::future::Future<Output = Driven> + Send>>;
+
+impl ExternalAgent {
+    /// Starts the episode's program: the command (its process group killed when the returned
+    /// future is dropped) or the post to the agent service.
+    fn start(
+        &self,
+        endpoint: &Endpoint,
+        key: &str,
+        task: &Task,
+        input: Vec<u8>,
+        program: &str,
+    ) -> Result<Driver> {
+        if let Some(url) = &self.options.service_url {
+            let body = serde_json::json!({
+                "task": task,
+                "base_url": endpoint.base_url(),
+                "api_key": key,
+                "episode_base_url": endpoint.episode_base_url(key),
+            });
+            let (url, timeout) = (url.clone(), self.options.timeout_secs);
+            let post = tokio::task::spawn_blocking(move || post_episode(&url, &body, timeout));
+            return Ok(Box::pin(async move {
+                post.await
+                    .unwrap_or_else(|e| Err(format!("the request to it failed: {e}")))
+            }));
+        }
+        let env = [
+            ("OPENAI_BASE_URL", endpoint.base_url()),
+            ("OPENAI_API_KEY", key.to_string()),
+            ("AGENT_R1_EPISODE_BASE_URL", endpoint.episode_base_url(key)),
+        ];
+        let mut process = AgentProcess::spawn(
+            &self.options.command,
+            self.options.working_dir.as_deref(),
+            &env,
+            input,
+        )
+        .map_err(|e| Error::Other(format!("{program} cannot start: {e}")))?;
+        Ok(Box::pin(async move {
+            let status = process
+                .wait()
+                .await
+                .map_err(|e| format!("cannot be waited for: {e}"))?;
+            let finished = process.finish(status).await;
+            if finished.status.success() {
+                Ok(finished.stdout)
+            } else {
+                Err(format!(
+                    "exited with {}; its stderr ends: {}",
+                    finished.status,
+                    last_chars(&finished.stderr, 600)
+                ))
+            }
+        }))
+    }
+}
+
+/// Posts one episode to an agent service and returns its answer's body.
+fn post_episode(url: &str, body: &Value, timeout_secs: f64) -> Driven {
+    let agent = ureq::Agent::new_with_config(
+        ureq::Agent::config_builder()
+            .timeout_global(Some(Duration::from_secs_f64(timeout_secs)))
+            .http_status_as_error(false)
+            .build(),
+    );
+    let mut response = agent
+        .post(url)
+        .send_json(body)
+        .map_err(|e| format!("could not be reached: {e}"))?;
+    let status = response.status();
+    let text = response
+        .body_mut()
+        .with_config()
+        .limit(1 << 20)
+        .read_to_string()
+        .map_err(|e| format!("answered a body that cannot be read: {e}"))?;
+    if !status.is_success() {
+        return Err(format!("answered {status}: {}", last_chars(&text, 600)));
+    }
+    Ok(text)
 }
 
 fn last_chars(s: &str, n: usize) -> String {
@@ -301,8 +398,16 @@ fn read_outcome(
     stdout: &str,
     conversation: &Mutex<Conversation>,
 ) -> std::result::Result<WorkflowOutcome, String> {
-    let format_hint = "its last line of stdout must be a JSON object like {\"reward\": 1.0}";
-    let Some(line) = stdout.lines().rev().find(|l| !l.trim().is_empty()) else {
+    let format_hint =
+        "its answer (a command: the last line of its stdout) must be a JSON object like \
+         {\"reward\": 1.0}";
+    let whole = stdout.trim();
+    let line = if whole.starts_with('{') && serde_json::from_str::<Value>(whole).is_ok() {
+        Some(whole)
+    } else {
+        stdout.lines().rev().find(|l| !l.trim().is_empty())
+    };
+    let Some(line) = line else {
         return Err(format!("printed no reward: {format_hint}"));
     };
     let value: Value = serde_json::from_str(line.trim()).map_err(|e| {
