@@ -39,8 +39,14 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
 
+class Server(ThreadingHTTPServer):
+    # agent-r1 posts every episode in flight at once.
+    request_queue_size = 1024
+    daemon_threads = True
+
+
 def main():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = Server(("127.0.0.1", 0), Handler)
     print(f"listening on {server.server_address[1]}", flush=True)
     server.serve_forever()
 
