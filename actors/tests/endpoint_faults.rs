@@ -14,11 +14,8 @@ mod tiny_agent;
 use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use agent_r1_actors::endpoint::{ExternalAgent, ExternalAgentOptions};
-use agent_r1_actors::model::SamplingParams;
-use agent_r1_actors::runtime::{EnvSource, EpisodeConfig, RolloutSetup, TurnRenderer};
 use agent_r1_actors::trajectory::EpisodeEnd;
 use agent_r1_envs::task::Task;
 use rand::seq::SliceRandom;
@@ -44,9 +41,6 @@ fn alive(pid: u32) -> bool {
 #[test]
 fn killed_and_hanging_agents_fail_or_retry_and_leave_nothing_behind() {
     let f = tiny_agent(64, 512);
-    let end = TurnRenderer::new(f.tokenizer.clone(), vec![], None)
-        .unwrap()
-        .end_of_turn_id();
     let state = tempfile::tempdir().unwrap();
     let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
     assert!(python.exists(), "{}: `make venv` first", python.display());
@@ -86,33 +80,7 @@ fn killed_and_hanging_agents_fail_or_retry_and_leave_nothing_behind() {
             (task, i as u64)
         })
         .collect();
-    let setup = RolloutSetup {
-        engine: f.engine.clone().into(),
-        env: EnvSource::Workflow {
-            workflow,
-            tool_names: vec![],
-        },
-        tools: vec![],
-        renderer: Arc::new(TurnRenderer::new(f.tokenizer.clone(), vec![], None).unwrap()),
-        context_policy: Arc::new(agent_r1_actors::runtime::context_policy::Full),
-        episode: EpisodeConfig {
-            max_context: 512,
-            sampling: SamplingParams {
-                temperature: 1.0,
-                max_new_tokens: 8,
-                stop_token_ids: vec![end],
-                ..Default::default()
-            },
-            workflow_timeout: Duration::from_secs(3600),
-            ..Default::default()
-        },
-        concurrency: EPISODES,
-        tool_queue_capacity: 8,
-        restart: Default::default(),
-        validate: Arc::new(|_, _| Ok(())),
-        live: Default::default(),
-        stall: None,
-    };
+    let setup = f.workflow_setup(workflow, 1.0, 8, EPISODES);
     let (report, trajectories) = collect(setup, tasks);
 
     // Every episode ended, once.

@@ -15,11 +15,9 @@ mod tiny_agent;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use agent_r1_actors::endpoint::{ExternalAgent, ExternalAgentOptions};
-use agent_r1_actors::model::SamplingParams;
-use agent_r1_actors::runtime::{EnvSource, EpisodeConfig, RolloutSetup, TurnRenderer};
+use agent_r1_actors::runtime::TurnRenderer;
 use agent_r1_actors::sft::{train_sft, SftConfig, SftSequence};
 use agent_r1_actors::trajectory::{EpisodeEnd, Trajectory};
 use agent_r1_envs::message::Message;
@@ -46,11 +44,12 @@ fn agent_script() -> String {
         .to_string()
 }
 
-fn external_agent() -> Arc<ExternalAgent> {
+fn external_agent(max_requests_per_episode: usize) -> Arc<ExternalAgent> {
     Arc::new(
         ExternalAgent::new(ExternalAgentOptions {
             command: vec![python().display().to_string(), agent_script()],
             timeout_secs: 600.0,
+            max_requests_per_episode,
             ..Default::default()
         })
         .unwrap(),
@@ -58,39 +57,39 @@ fn external_agent() -> Arc<ExternalAgent> {
 }
 
 /// One episode of `scenario` through the runtime; the trajectory and the client's transcript.
-fn run_scenario(f: &TinyAgent, scenario: &str, sampling: SamplingParams) -> (Trajectory, Value) {
+fn run_scenario(
+    f: &TinyAgent,
+    scenario: &str,
+    temperature: f64,
+    max_new_tokens: usize,
+) -> (Trajectory, Value) {
+    run_scenario_with(f, scenario, temperature, max_new_tokens, 16, json!({}))
+}
+
+/// [`run_scenario`] with the episode's request allowance and more of the task's `extra`.
+fn run_scenario_with(
+    f: &TinyAgent,
+    scenario: &str,
+    temperature: f64,
+    max_new_tokens: usize,
+    max_requests_per_episode: usize,
+    more: Value,
+) -> (Trajectory, Value) {
     let dir = tempfile::tempdir().unwrap();
     let transcript = dir.path().join("transcript.json");
-    let renderer = Arc::new(TurnRenderer::new(f.tokenizer.clone(), vec![], None).unwrap());
-    let setup = RolloutSetup {
-        engine: f.engine.clone().into(),
-        env: EnvSource::Workflow {
-            workflow: external_agent(),
-            tool_names: vec![],
-        },
-        tools: vec![],
-        renderer,
-        context_policy: Arc::new(agent_r1_actors::runtime::context_policy::Full),
-        episode: EpisodeConfig {
-            max_context: 1024,
-            sampling,
-            workflow_timeout: Duration::from_secs(900),
-            ..Default::default()
-        },
-        concurrency: 1,
-        tool_queue_capacity: 8,
-        restart: Default::default(),
-        validate: Arc::new(|_, _| Ok(())),
-        live: Default::default(),
-        stall: None,
-    };
+    let workflow = external_agent(max_requests_per_episode);
+    let setup = f.workflow_setup(workflow, temperature, max_new_tokens, 1);
+    let mut extra = json!({"scenario": scenario, "transcript": transcript});
+    for (k, v) in more.as_object().unwrap() {
+        extra[k] = v.clone();
+    }
     let task = Task {
         id: format!("{scenario}-0"),
         data_source: "test".into(),
         question: "Who founded Acme?".into(),
         answers: vec!["hi".into()],
         prompt: None,
-        extra: json!({"scenario": scenario, "transcript": transcript}),
+        extra,
     };
     let (_, mut trajectories) = collect(setup, vec![(task, 0)]);
     assert_eq!(trajectories.len(), 1);
@@ -145,16 +144,7 @@ fn tools() -> Vec<Value> {
 #[test]
 fn the_openai_client_drives_an_episode_recorded_token_for_token() {
     let f = tiny_agent(4, 1024);
-    let end = TurnRenderer::new(f.tokenizer.clone(), vec![], None)
-        .unwrap()
-        .end_of_turn_id();
-    let sampling = SamplingParams {
-        temperature: 1.0,
-        max_new_tokens: 16,
-        stop_token_ids: vec![end],
-        ..Default::default()
-    };
-    let (t, transcript) = run_scenario(&f, "conversation", sampling);
+    let (t, transcript) = run_scenario(&f, "conversation", 1.0, 16);
     let turns = transcript.as_array().unwrap();
     assert_eq!(turns.len(), 3);
     assert_eq!(t.steps.len(), 3, "one step per chat request");
@@ -242,16 +232,7 @@ fn the_openai_client_drives_an_episode_recorded_token_for_token() {
 #[test]
 fn bad_requests_get_openai_error_objects() {
     let f = tiny_agent(4, 1024);
-    let end = TurnRenderer::new(f.tokenizer.clone(), vec![], None)
-        .unwrap()
-        .end_of_turn_id();
-    let sampling = SamplingParams {
-        temperature: 1.0,
-        max_new_tokens: 16,
-        stop_token_ids: vec![end],
-        ..Default::default()
-    };
-    let (t, transcript) = run_scenario(&f, "errors", sampling);
+    let (t, transcript) = run_scenario(&f, "errors", 1.0, 16);
     let seen = transcript.as_array().unwrap()[0]["errors"].clone();
     let by_case = |name: &str| -> Value {
         seen.as_array()
@@ -339,16 +320,7 @@ fn the_models_own_tool_calls_come_back_as_tool_calls() {
         assert!(report.last_loss < 0.01, "not learnt: {report:?}");
     };
     let f = tiny_agent_taught(4, 1024, teach);
-    let end = TurnRenderer::new(f.tokenizer.clone(), vec![], None)
-        .unwrap()
-        .end_of_turn_id();
-    let sampling = SamplingParams {
-        temperature: 0.0,
-        max_new_tokens: 64,
-        stop_token_ids: vec![end],
-        ..Default::default()
-    };
-    let (t, transcript) = run_scenario(&f, "tool", sampling);
+    let (t, transcript) = run_scenario(&f, "tool", 0.0, 64);
     let turns = transcript.as_array().unwrap();
     assert_eq!(turns.len(), 2);
     let first = &turns[0]["received"];
@@ -414,9 +386,6 @@ fn an_agent_service_takes_many_episodes_in_one_process() {
         .unwrap();
 
     let f = tiny_agent(8, 1024);
-    let end = TurnRenderer::new(f.tokenizer.clone(), vec![], None)
-        .unwrap()
-        .end_of_turn_id();
     let workflow = Arc::new(
         ExternalAgent::new(ExternalAgentOptions {
             service_url: Some(format!("http://127.0.0.1:{port}/episode")),
@@ -425,33 +394,7 @@ fn an_agent_service_takes_many_episodes_in_one_process() {
         })
         .unwrap(),
     );
-    let setup = RolloutSetup {
-        engine: f.engine.clone().into(),
-        env: EnvSource::Workflow {
-            workflow,
-            tool_names: vec![],
-        },
-        tools: vec![],
-        renderer: Arc::new(TurnRenderer::new(f.tokenizer.clone(), vec![], None).unwrap()),
-        context_policy: Arc::new(agent_r1_actors::runtime::context_policy::Full),
-        episode: EpisodeConfig {
-            max_context: 1024,
-            sampling: SamplingParams {
-                temperature: 1.0,
-                max_new_tokens: 16,
-                stop_token_ids: vec![end],
-                ..Default::default()
-            },
-            workflow_timeout: Duration::from_secs(900),
-            ..Default::default()
-        },
-        concurrency: 8,
-        tool_queue_capacity: 8,
-        restart: Default::default(),
-        validate: Arc::new(|_, _| Ok(())),
-        live: Default::default(),
-        stall: None,
-    };
+    let setup = f.workflow_setup(workflow, 1.0, 16, 8);
     let tasks = (0..8)
         .map(|i| (tiny_agent::task(format!("service-{i}")), i as u64))
         .collect();
@@ -466,4 +409,45 @@ fn an_agent_service_takes_many_episodes_in_one_process() {
         assert!(t.metrics["reused_tokens"] > 0.0);
         assert_logprobs_match_forward(&f.model, t);
     }
+}
+
+#[test]
+fn more_requests_at_once_than_allowed_are_refused_with_429() {
+    let f = tiny_agent(8, 1024);
+    let limit = 2;
+    let marker_dir = tempfile::tempdir().unwrap();
+    let marker = marker_dir.path().join("overloaded");
+    // The engine stops before its first step, so the first requests stay in flight and the
+    // test decides when they may finish: once the agent has seen its refusals.
+    f.engine.pause_after(0).unwrap();
+    let engine = f.engine.clone();
+    let watched = marker.clone();
+    let resumer = std::thread::spawn(move || {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(600);
+        while !watched.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the agent never saw its refusals"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        engine.resume().unwrap();
+    });
+    let (t, transcript) = run_scenario_with(
+        &f,
+        "overload",
+        1.0,
+        16,
+        limit,
+        json!({"limit": limit, "marker": marker}),
+    );
+    resumer.join().unwrap();
+    let seen = &transcript.as_array().unwrap()[0];
+    // `limit` in flight and `limit` waiting were answered; the three past them got 429.
+    assert_eq!(seen["statuses"], json!([200, 200, 200, 200, 429, 429, 429]));
+    for e in seen["errors"].as_array().unwrap() {
+        let message = e["message"].as_str().unwrap_or_default();
+        assert!(message.contains("max_requests_per_episode = 2"), "{e}");
+    }
+    assert_eq!(t.steps.len(), 2 * limit);
 }

@@ -20,6 +20,10 @@ use super::protocol::same_assistant_message;
 use crate::runtime::TurnRenderer;
 use crate::tokenizer::HfTokenizer;
 
+/// The most recent answers a request can continue in token space; a request that sends back
+/// an older reply is rendered whole (each answer holds its whole context).
+const ANSWERS_KEPT: usize = 64;
+
 /// A request that was answered: what it asked, the context the engine saw, one sampled
 /// answer and the assistant message returned for it.
 #[derive(Debug, Clone)]
@@ -166,6 +170,9 @@ impl Conversation {
         action_ids: &[u32],
         reply: Value,
     ) {
+        if self.answered.len() == ANSWERS_KEPT {
+            self.answered.remove(0);
+        }
         self.answered.push(Answered {
             messages: messages.to_vec(),
             tools: tools.to_vec(),

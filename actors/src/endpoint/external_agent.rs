@@ -68,7 +68,8 @@ pub struct ExternalAgentOptions {
     /// Agent programs running at once; more episodes wait for a slot.
     #[schemars(range(min = 1, max = 100000))]
     pub max_processes: usize,
-    /// Requests one episode may have waiting at once; more are refused with 429.
+    /// Requests one episode may have in flight at once (as many more may wait for them);
+    /// past that, requests are refused with 429.
     #[schemars(range(min = 1, max = 4096))]
     pub max_requests_per_episode: usize,
     /// Longest a request waits for its answer before it is answered 504.
@@ -241,6 +242,7 @@ impl Workflow for ExternalAgent {
         let idle_deadline = tokio::time::sleep(idle);
         tokio::pin!(idle_deadline);
         let mut in_flight = FuturesUnordered::new();
+        let in_flight_limit = self.options.max_requests_per_episode;
         let timed_out = |what: String, after: Duration| {
             metrics::counter!("agent_r1_agent_processes_total", "outcome" => "timed_out")
                 .increment(1);
@@ -250,7 +252,7 @@ impl Workflow for ExternalAgent {
             tokio::select! {
                 // A request already waiting is served before any deadline is looked at.
                 biased;
-                Some(request) = requests.recv() => {
+                Some(request) = requests.recv(), if in_flight.len() < in_flight_limit => {
                     let (conversation, tag) = (&conversation, &tag);
                     in_flight.push(async move {
                         let answer = serve(agent, conversation, request.call, tag).await;

@@ -360,8 +360,9 @@ async fn hand_over(
         .try_send(EpisodeRequest { call, reply: tx })
         .map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => ApiError::too_many(format!(
-                "this episode has {} requests waiting already, the most it takes at once",
-                sender.max_capacity()
+                "this episode has {n} requests in flight and {n} waiting, the most it takes \
+                 (env.options.max_requests_per_episode = {n})",
+                n = sender.max_capacity()
             )),
             mpsc::error::TrySendError::Closed(_) => {
                 ApiError::unknown_episode("this key's episode has ended")

@@ -177,11 +177,50 @@ def errors(task, agent):
     return {"reward": 0.0}
 
 
+def overload(task, agent):
+    """More requests at once than the episode takes: the engine is paused by the test, so
+    the first ones stay in flight and the rest of the allowance waits; the others must be
+    refused with 429 at once. The marker file tells the test to resume the engine."""
+    import threading
+
+    extra = task["extra"]
+    limit = extra["limit"]
+    statuses, errors = [], []
+    lock = threading.Condition()
+
+    def one():
+        try:
+            agent.client.chat.completions.create(model="tiny", messages=agent.messages,
+                                                 max_tokens=2)
+            status, body = 200, None
+        except openai.APIStatusError as e:
+            status, body = e.status_code, e.body
+        with lock:
+            statuses.append(status)
+            if status != 200:
+                errors.append(body)
+            lock.notify_all()
+
+    threads = [threading.Thread(target=one) for _ in range(2 * limit + 3)]
+    for t in threads:
+        t.start()
+    with lock:
+        lock.wait_for(lambda: len(errors) >= 3)
+    with open(extra["marker"], "w") as f:
+        f.write("overloaded")
+    for t in threads:
+        t.join()
+    agent.transcript.append({"statuses": sorted(statuses), "errors": errors})
+    return {"reward": 0.0}
+
+
 def main():
     task = json.load(sys.stdin)
     extra = task["extra"]
     agent = Agent(task)
-    outcome = {"conversation": conversation, "tool": tool, "errors": errors}[extra["scenario"]](
+    scenarios = {"conversation": conversation, "tool": tool, "errors": errors,
+                 "overload": overload}
+    outcome = scenarios[extra["scenario"]](
         task, agent)
     with open(extra["transcript"], "w") as f:
         json.dump(agent.transcript, f)

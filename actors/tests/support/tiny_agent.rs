@@ -9,8 +9,11 @@ use std::time::Duration;
 
 use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle};
 use agent_r1_actors::model::presets::preset;
+use agent_r1_actors::model::SamplingParams;
 use agent_r1_actors::model::{Placement, PolicyModel};
-use agent_r1_actors::runtime::{run_rollout, RolloutReport, RolloutSetup};
+use agent_r1_actors::runtime::{
+    run_rollout, EnvSource, EpisodeConfig, RolloutReport, RolloutSetup, TurnRenderer, Workflow,
+};
 use agent_r1_actors::tiny_tokenizer::write_tiny_tokenizer;
 use agent_r1_actors::tokenizer::HfTokenizer;
 use agent_r1_actors::trajectory::Trajectory;
@@ -25,6 +28,8 @@ pub struct TinyAgent {
     pub tokenizer: Arc<HfTokenizer>,
     /// The same weights as the engine's, for plain forward passes.
     pub model: PolicyModel,
+    /// The engine's longest context.
+    pub max_context: usize,
 }
 
 /// A seeded tiny model and an engine of `max_batch_rows` rows and `max_context` tokens.
@@ -72,6 +77,55 @@ pub fn tiny_agent_taught(
         engine,
         tokenizer,
         model,
+        max_context,
+    }
+}
+
+impl TinyAgent {
+    /// The id that ends an assistant turn in the tiny chat template.
+    pub fn end_of_turn(&self) -> u32 {
+        TurnRenderer::new(self.tokenizer.clone(), vec![], None)
+            .unwrap()
+            .end_of_turn_id()
+    }
+
+    /// A rollout of `workflow` on this agent's engine: `concurrency` episodes at once, each
+    /// turn sampled at `temperature` up to `max_new_tokens` (stopping at the end of a turn).
+    pub fn workflow_setup(
+        &self,
+        workflow: Arc<dyn Workflow>,
+        temperature: f64,
+        max_new_tokens: usize,
+        concurrency: usize,
+    ) -> RolloutSetup {
+        let renderer = Arc::new(TurnRenderer::new(self.tokenizer.clone(), vec![], None).unwrap());
+        RolloutSetup {
+            engine: self.engine.clone().into(),
+            env: EnvSource::Workflow {
+                workflow,
+                tool_names: vec![],
+            },
+            tools: vec![],
+            context_policy: Arc::new(agent_r1_actors::runtime::context_policy::Full),
+            episode: EpisodeConfig {
+                max_context: self.max_context,
+                sampling: SamplingParams {
+                    temperature,
+                    max_new_tokens,
+                    stop_token_ids: vec![renderer.end_of_turn_id()],
+                    ..Default::default()
+                },
+                workflow_timeout: Duration::from_secs(3600),
+                ..Default::default()
+            },
+            renderer,
+            concurrency,
+            tool_queue_capacity: 8,
+            restart: Default::default(),
+            validate: Arc::new(|_, _| Ok(())),
+            live: Default::default(),
+            stall: None,
+        }
     }
 }
 
