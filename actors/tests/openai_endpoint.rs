@@ -416,22 +416,23 @@ fn more_requests_at_once_than_allowed_are_refused_with_429() {
     let f = tiny_agent(8, 1024);
     let limit = 2;
     let marker_dir = tempfile::tempdir().unwrap();
+    // The agent's signal: it writes to this pipe once it has seen its refusals.
     let marker = marker_dir.path().join("overloaded");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&marker)
+        .status()
+        .unwrap();
+    assert!(made.success());
     // The engine stops before its first step, so the first requests stay in flight and the
     // test decides when they may finish: once the agent has seen its refusals.
     f.engine.pause_after(0).unwrap();
     let engine = f.engine.clone();
     let watched = marker.clone();
     let resumer = std::thread::spawn(move || {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(600);
-        while !watched.exists() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the agent never saw its refusals"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        // Blocks until the agent opens the pipe and closes it again.
+        let said = std::fs::read_to_string(&watched).unwrap();
         engine.resume().unwrap();
+        said
     });
     let (t, transcript) = run_scenario_with(
         &f,
@@ -441,7 +442,7 @@ fn more_requests_at_once_than_allowed_are_refused_with_429() {
         limit,
         json!({"limit": limit, "marker": marker}),
     );
-    resumer.join().unwrap();
+    assert_eq!(resumer.join().unwrap(), "overloaded");
     let seen = &transcript.as_array().unwrap()[0];
     // `limit` in flight and `limit` waiting were answered; the three past them got 429.
     assert_eq!(seen["statuses"], json!([200, 200, 200, 200, 429, 429, 429]));

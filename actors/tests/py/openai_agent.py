@@ -180,7 +180,7 @@ def errors(task, agent):
 def overload(task, agent):
     """More requests at once than the episode takes: the engine is paused by the test, so
     the first ones stay in flight and the rest of the allowance waits; the others must be
-    refused with 429 at once. The marker file tells the test to resume the engine."""
+    refused with 429 at once. Writing to the marker pipe tells the test to resume the engine."""
     import threading
 
     extra = task["extra"]
