@@ -5,6 +5,10 @@ SHELL := /bin/bash
 VENV := $(CURDIR)/.venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The Python environment packages the tests train on (verifiers, openenv-core): a venv of
+# their own, as a user's would be (verifiers pins openai<3, .venv has openai 3).
+ECO := $(CURDIR)/.venv-eco
+ECO_STAMP := $(ECO)/.installed
 export PATH := $(VENV)/bin:$(PATH)
 CARGO ?= cargo
 BIN := target/release/agent-r1
@@ -12,7 +16,7 @@ BIN := target/release/agent-r1
 # "CPU threads". A value set in the environment wins.
 export GOMP_SPINCOUNT ?= 10000
 
-.PHONY: all venv build test demo demo-math fmt clippy ci bench clean-venv
+.PHONY: all venv eco-venv build test demo demo-math fmt clippy ci bench clean-venv
 
 all: build
 
@@ -25,13 +29,21 @@ $(STAMP): requirements.txt
 
 venv: $(STAMP)
 
+$(ECO_STAMP): requirements-eco.txt
+	@command -v python3 >/dev/null || { echo "python3 is required"; exit 2; }
+	test -x $(ECO)/bin/python || python3 -m venv $(ECO)
+	$(ECO)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-eco.txt
+	touch $(ECO_STAMP)
+
+eco-venv: $(ECO_STAMP)
+
 build: $(STAMP)
 	$(CARGO) build --release --bin agent-r1
 
 # No separate `cargo build` first: the tests' dev-dependencies turn on other features of
 # shared crates (metrics-util's `debugging`), so it would compile the workspace twice; the
 # test build makes target/release/agent-r1 too.
-test: $(STAMP)
+test: $(STAMP) $(ECO_STAMP)
 	$(CARGO) test --workspace --release
 
 # A fresh run every time (same seed, same figures); the run directory is runs/demo.
@@ -56,4 +68,4 @@ bench: build
 	./scripts/bench.sh
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(ECO)

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use agent_r1_actors::endpoint::{external_agent, ExternalAgent, ExternalAgentOptions};
+use agent_r1_actors::openenv::{self, OpenEnv, OpenEnvOptions};
 use agent_r1_actors::runtime::{ContextPolicies, Workflow, Workflows};
 use agent_r1_envs::envs::registry::EnvRegistry;
 use agent_r1_envs::reward::ScorerRegistry;
@@ -26,8 +27,8 @@ pub struct Registries {
     /// user's own).
     pub context_policies: ContextPolicies,
     /// Workflows that drive whole episodes, named by `[env] name` like envs
-    /// (`external_agent`: an outside program through the OpenAI-compatible endpoint, and a
-    /// user's own).
+    /// (`external_agent`: an outside program through the OpenAI-compatible endpoint;
+    /// `openenv`: an OpenEnv environment server; and a user's own).
     pub workflows: Workflows,
 }
 
@@ -48,6 +49,9 @@ fn builtin_workflows() -> Workflows {
     let mut workflows = Workflows::default();
     workflows.register(external_agent::NAME, |options: ExternalAgentOptions| {
         Ok(Arc::new(ExternalAgent::new(options)?) as Arc<dyn Workflow>)
+    });
+    workflows.register(openenv::NAME, |options: OpenEnvOptions| {
+        Ok(Arc::new(OpenEnv::new(options)?) as Arc<dyn Workflow>)
     });
     workflows
 }

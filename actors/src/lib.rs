@@ -14,6 +14,7 @@ pub mod error;
 pub mod learner;
 pub mod memory_plan;
 pub mod model;
+pub mod openenv;
 pub mod runtime;
 pub mod sft;
 pub mod stall;

@@ -24,7 +24,8 @@ pub struct BatchSummary {
     pub episodes: usize,
     /// Episodes that did not complete (errors, time-outs).
     pub failed: usize,
-    /// Mean episode reward.
+    /// Mean episode return: the outcome reward plus the steps' own rewards, as the learner
+    /// trains on them.
     pub reward_mean: f64,
     /// Mean of each env metric (`em`, `f1`, ...), over all episodes.
     pub metrics: BTreeMap<String, f64>,
@@ -65,7 +66,11 @@ impl BatchSummary {
             context_tokens: steps().map(|s| s.context_len as u64).sum(),
             episodes: n,
             failed: trajectories.iter().filter(|t| !t.completed()).count(),
-            reward_mean: trajectories.iter().map(|t| t.reward).sum::<f64>() / nf,
+            reward_mean: trajectories
+                .iter()
+                .map(|t| t.reward + t.steps.iter().map(|s| s.reward).sum::<f64>())
+                .sum::<f64>()
+                / nf,
             metrics,
             tool_calls_per_episode: calls as f64 / nf,
             turns_per_episode: turns as f64 / nf,
