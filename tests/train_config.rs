@@ -39,7 +39,8 @@ fn every_example_config_parses_and_validates() {
             "long_horizon_full.toml",
             "math.toml",
             "openenv.toml",
-            "ppo_critic.toml"
+            "ppo_critic.toml",
+            "verifiers.toml"
         ]
     );
     // The demos need no files at all.

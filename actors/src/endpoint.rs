@@ -8,8 +8,10 @@
 //! `server.rs` is the HTTP side (routes, the episode a request names, limits), `protocol.rs`
 //! the wire format validated once, `serve.rs` a request answered on an episode's
 //! [`crate::runtime::Agent`], `process.rs` an agent program's process group, and
-//! `external_agent.rs` the `external_agent` workflow that runs one program per episode.
+//! `external_agent.rs` the `external_agent` workflow that runs one program per episode (or
+//! posts each to an agent service, which `agent_service.rs` starts when the run owns it).
 
+pub mod agent_service;
 pub mod conversation;
 pub mod error;
 pub mod external_agent;

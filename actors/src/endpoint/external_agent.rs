@@ -3,7 +3,8 @@
 //! The program is either a command run once per episode, or a long-lived agent service that
 //! takes many episodes at once: each episode is one `POST` to `service_url` with
 //! `{"task", "base_url", "api_key", "episode_base_url"}`, answered (status 200) with the
-//! reward object below. A command is run like this: the task as JSON on its stdin, the
+//! reward object below. The run can start the service itself (`service_command`,
+//! `agent_service.rs`): the URL is then the first line the service prints. A command is run like this: the task as JSON on its stdin, the
 //! endpoint in `OPENAI_BASE_URL` and the episode's key in `OPENAI_API_KEY` (also
 //! `AGENT_R1_EPISODE_BASE_URL`, a base URL naming the episode, for clients whose key is
 //! fixed). Every completion it asks for is a step of the episode. When it exits with status
@@ -28,6 +29,7 @@ use agent_r1_envs::config::KeyDoc;
 use agent_r1_envs::kinds::KindOptions;
 use agent_r1_envs::task::Task;
 
+use super::agent_service::AgentService;
 use super::conversation::Conversation;
 use super::process::AgentProcess;
 use super::serve::serve;
@@ -49,6 +51,17 @@ pub struct ExternalAgentOptions {
     /// Or a long-lived agent service: one POST per episode (the task, the endpoint's base
     /// URL and the episode's key), answered with the reward object.
     pub service_url: Option<String>,
+    /// Or an agent service the run starts itself (once, in working_dir): the first line it
+    /// prints on stdout is the URL episodes are posted to (e.g. python/agent_r1_verifiers.py
+    /// serving a verifiers environment).
+    pub service_command: Vec<String>,
+    /// Longest service_command may take to print its URL.
+    #[schemars(range(min = 0.001))]
+    pub service_start_timeout_secs: f64,
+    /// Times a service_command that exited is started again (at the next episode) before
+    /// its episodes fail for good.
+    #[schemars(range(max = 1000))]
+    pub service_restarts: usize,
     /// The program's working directory (the trainer's when unset).
     pub working_dir: Option<PathBuf>,
     /// Where the OpenAI-compatible endpoint listens (port 0 picks a free port).
@@ -82,6 +95,9 @@ impl Default for ExternalAgentOptions {
         Self {
             command: vec![],
             service_url: None,
+            service_command: vec![],
+            service_start_timeout_secs: 300.0,
+            service_restarts: 3,
             working_dir: None,
             listen: "127.0.0.1:0".into(),
             model_name: "agent-r1".into(),
@@ -102,32 +118,48 @@ impl KindOptions for ExternalAgentOptions {
                 message,
             })
         };
-        match (&self.service_url, self.command.is_empty()) {
-            (None, true) => {
+        let given: Vec<&str> = [
+            ("command", !self.command.is_empty()),
+            ("service_url", self.service_url.is_some()),
+            ("service_command", !self.service_command.is_empty()),
+        ]
+        .into_iter()
+        .filter_map(|(k, set)| set.then_some(k))
+        .collect();
+        match given.as_slice() {
+            [] => {
                 return bad(
                     "command",
                     "missing: the agent program to run per episode, e.g. [\"python3\", \
-                     \"agent.py\"] (or service_url, an agent service)"
+                     \"agent.py\"] (or service_url, an agent service, or service_command, one \
+                     the run starts)"
                         .into(),
                 )
             }
-            (Some(_), false) => {
+            [_] => {}
+            [first, second, ..] => {
                 return bad(
-                    "service_url",
-                    "set with command: an episode runs a command or posts to a service, not both"
-                        .into(),
+                    second,
+                    format!(
+                        "set with {first}: an episode runs a command, posts to service_url or \
+                         posts to the service service_command starts; one of them"
+                    ),
                 )
             }
-            (Some(url), true) if !url.starts_with("http://") && !url.starts_with("https://") => {
+        }
+        if let Some(url) = &self.service_url {
+            if !url.starts_with("http://") && !url.starts_with("https://") {
                 return bad(
                     "service_url",
                     format!("{url:?}: an http:// or https:// URL"),
-                )
+                );
             }
-            (None, false) if self.command[0].is_empty() => {
-                return bad("command", "its program is empty".into())
-            }
-            _ => {}
+        }
+        if !self.command.is_empty() && self.command[0].is_empty() {
+            return bad("command", "its program is empty".into());
+        }
+        if !self.service_command.is_empty() && self.service_command[0].is_empty() {
+            return bad("service_command", "its program is empty".into());
         }
         if self.listen.parse::<SocketAddr>().is_err() {
             return bad(
@@ -142,6 +174,10 @@ impl KindOptions for ExternalAgentOptions {
             ("timeout_secs", self.timeout_secs),
             ("idle_timeout_secs", self.idle_timeout_secs),
             ("request_timeout_secs", self.request_timeout_secs),
+            (
+                "service_start_timeout_secs",
+                self.service_start_timeout_secs,
+            ),
         ] {
             if !(v.is_finite() && v > 0.0) {
                 return bad(key, format!("{v}: a positive number of seconds"));
@@ -166,13 +202,24 @@ pub struct ExternalAgent {
     options: ExternalAgentOptions,
     endpoint: OnceLock<std::result::Result<Arc<Endpoint>, String>>,
     slots: Arc<tokio::sync::Semaphore>,
+    /// The service `service_command` starts, when set.
+    service: Option<Arc<AgentService>>,
 }
 
 impl ExternalAgent {
     /// The workflow for `options` (validated); the endpoint starts with the first episode.
     pub fn new(options: ExternalAgentOptions) -> agent_r1_envs::Result<Self> {
         options.validate()?;
+        let service = (!options.service_command.is_empty()).then(|| {
+            Arc::new(AgentService::new(
+                options.service_command.clone(),
+                options.working_dir.clone(),
+                Duration::from_secs_f64(options.service_start_timeout_secs),
+                options.service_restarts,
+            ))
+        });
         Ok(Self {
+            service,
             slots: Arc::new(tokio::sync::Semaphore::new(options.max_processes)),
             options,
             endpoint: OnceLock::new(),
@@ -229,9 +276,10 @@ impl Workflow for ExternalAgent {
         ));
         let input =
             serde_json::to_vec(task).map_err(|e| Error::Other(format!("the task as JSON: {e}")))?;
-        let program = match &self.options.service_url {
-            Some(url) => format!("agent service {url}"),
-            None => format!("agent command {:?}", self.options.command[0]),
+        let program = match (&self.options.service_url, &self.service) {
+            (Some(url), _) => format!("agent service {url}"),
+            (None, Some(_)) => format!("agent service {:?}", self.options.service_command[0]),
+            (None, None) => format!("agent command {:?}", self.options.command[0]),
         };
         let driver = self.start(&endpoint, &key, task, input, &program)?;
         tokio::pin!(driver);
@@ -310,17 +358,23 @@ impl ExternalAgent {
         input: Vec<u8>,
         program: &str,
     ) -> Result<Driver> {
-        if let Some(url) = &self.options.service_url {
+        if self.options.service_url.is_some() || self.service.is_some() {
             let body = serde_json::json!({
                 "task": task,
                 "base_url": endpoint.base_url(),
                 "api_key": key,
                 "episode_base_url": endpoint.episode_base_url(key),
             });
-            let (url, timeout) = (url.clone(), self.options.timeout_secs);
-            let post = tokio::task::spawn_blocking(move || post_episode(&url, &body, timeout));
+            let (fixed, service) = (self.options.service_url.clone(), self.service.clone());
+            let timeout = self.options.timeout_secs;
             return Ok(Box::pin(async move {
-                post.await
+                let url = match (fixed, service) {
+                    (Some(url), _) => url,
+                    (None, Some(service)) => service.url().await.map_err(|e| e.to_string())?,
+                    (None, None) => return Err("has no URL".into()),
+                };
+                tokio::task::spawn_blocking(move || post_episode(&url, &body, timeout))
+                    .await
                     .unwrap_or_else(|e| Err(format!("the request to it failed: {e}")))
             }));
         }
