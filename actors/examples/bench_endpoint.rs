@@ -1,5 +1,7 @@
 //! Tokens per second through the OpenAI-compatible endpoint against the same episodes run by
-//! a workflow in Rust, side by side in one sitting, on the built-in `tiny` model on the CPU.
+//! a workflow in Rust, side by side in one sitting, on the built-in `tiny` model on the CPU
+//! or on a model directory (e.g. `agent-r1 init-model --shape qwen2.5-0.5b --out DIR`: a
+//! real model's shape, where sampling rather than the HTTP path sets the pace).
 //!
 //! Each episode is two chat turns: the question, then the first reply sent back with a
 //! follow-up. The Rust workflow renders both contexts in token space and calls `generate`;
@@ -7,7 +9,7 @@
 //! official `openai` client, one service process taking every episode), so the difference
 //! is the HTTP round trips, JSON, the client and the endpoint's rendering.
 //!
-//! cargo run --release -p agent-r1-actors --example bench_endpoint -- [EPISODES] [MAX_TOKENS]
+//! cargo run --release -p agent-r1-actors --example bench_endpoint -- [EPISODES] [MAX_TOKENS] [MODEL_DIR]
 
 use std::io::BufRead;
 use std::path::Path;
@@ -92,18 +94,25 @@ fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let python = root.join(".venv/bin/python");
 
-    let dir = tempfile::tempdir().unwrap();
-    let ids = write_tiny_tokenizer(dir.path(), None, 512, &[]).unwrap();
-    tch::manual_seed(0);
-    PolicyModel::new(
-        preset("tiny", ids.vocab_size, ids.eos_token_ids).unwrap(),
-        Placement::default(),
-        false,
-    )
-    .unwrap()
-    .save(dir.path(), None)
-    .unwrap();
-    let tokenizer = Arc::new(HfTokenizer::from_dir(dir.path()).unwrap());
+    let tiny = tempfile::tempdir().unwrap();
+    let model_dir = match args.get(3) {
+        Some(dir) => std::path::PathBuf::from(dir),
+        None => {
+            let ids = write_tiny_tokenizer(tiny.path(), None, 512, &[]).unwrap();
+            tch::manual_seed(0);
+            PolicyModel::new(
+                preset("tiny", ids.vocab_size, ids.eos_token_ids).unwrap(),
+                Placement::default(),
+                false,
+            )
+            .unwrap()
+            .save(tiny.path(), None)
+            .unwrap();
+            tiny.path().to_path_buf()
+        }
+    };
+    println!("model: {}", args.get(3).map_or("tiny", |d| d.as_str()));
+    let tokenizer = Arc::new(HfTokenizer::from_dir(&model_dir).unwrap());
     let renderer = Arc::new(TurnRenderer::new(tokenizer, vec![], None).unwrap());
     let end = renderer.end_of_turn_id();
 
@@ -123,7 +132,7 @@ fn main() {
         .unwrap();
 
     let setup = |env: EnvSource| {
-        let load = dir.path().to_path_buf();
+        let load = model_dir.clone();
         let (engine, _) = spawn_engine(
             move || PolicyModel::load(&load, Placement::default(), false),
             None,
