@@ -63,7 +63,7 @@ use agent_r1_actors::runtime::{
 use agent_r1_actors::sft::SftConfig;
 use agent_r1_actors::stall::{Operations, StallWatch, Watchdog};
 use agent_r1_actors::tokenizer::HfTokenizer;
-use agent_r1_actors::trajectory::{Trajectory, TrajectoryWriter};
+use agent_r1_actors::trajectory::{EpisodeEnd, Trajectory, TrajectoryWriter};
 use agent_r1_envs::dataset::load_many;
 use agent_r1_envs::demo::DemoConfig;
 use agent_r1_envs::env::Env;
@@ -388,6 +388,8 @@ struct Run {
     faults: Faults,
     /// Remote workers, when `[cluster] listen` is set.
     cluster: Option<TrainerCluster>,
+    /// Batches in a row in which every episode failed (`training.max_failed_batches`).
+    failed_batches: u64,
 }
 
 impl Run {
@@ -581,6 +583,42 @@ impl Run {
         Ok(got)
     }
 
+    /// A batch in which every episode failed is reported with the first episode's reason;
+    /// `training.max_failed_batches` of them in a row end the run with an error, since a run
+    /// that cannot complete an episode cannot learn.
+    fn check_failed_batches(
+        &mut self,
+        batch: &[Trajectory],
+        summary: &BatchSummary,
+    ) -> anyhow::Result<()> {
+        if summary.episodes == 0 || summary.failed < summary.episodes {
+            self.failed_batches = 0;
+            return Ok(());
+        }
+        self.failed_batches += 1;
+        let reason = batch
+            .iter()
+            .find_map(|t| match &t.end {
+                EpisodeEnd::Failed { reason } => Some(reason.as_str()),
+                _ => None,
+            })
+            .unwrap_or("(no reason recorded)");
+        let limit = self.cfg.training.max_failed_batches;
+        eprintln!(
+            "every episode of update {} failed ({} of training.max_failed_batches {limit} in a \
+             row); the first: {reason}",
+            self.step + 1,
+            self.failed_batches
+        );
+        anyhow::ensure!(
+            limit == 0 || self.failed_batches < limit,
+            "every episode of the last {} batches failed (training.max_failed_batches = \
+             {limit}); the run cannot learn. The first episode's reason: {reason}",
+            self.failed_batches
+        );
+        Ok(())
+    }
+
     /// One update on `batch`: train, publish, write a sample of it. Trajectories keep
     /// arriving meanwhile (async mode samples on). Returns the batch summary, the learner's
     /// stats and the update's timings.
@@ -591,6 +629,7 @@ impl Run {
         let t0 = Instant::now();
         metrics::counter!("agent_r1_train_episodes_total").increment(batch.len() as u64);
         let summary = BatchSummary::of(&batch);
+        self.check_failed_batches(&batch, &summary)?;
         // An episode that failed before its first turn has no tokens to train on.
         let (batch, empty): (Vec<_>, Vec<_>) = batch.into_iter().partition(|t| !t.steps.is_empty());
         if !empty.is_empty() {
@@ -842,6 +881,7 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
         started,
         stall,
         faults: args.faults.clone(),
+        failed_batches: 0,
     };
     let outcome = rt.block_on(train_loop(&mut run, start.resumed_step.is_some()));
     let cluster = run.cluster.take().map(|c| {

@@ -44,6 +44,9 @@ pub struct TrainingSection {
     pub seed: u64,
     /// Where checkpoints, the preset model and logs go.
     pub run_dir: PathBuf,
+    /// Batches in a row in which every episode failed before the run stops with an error
+    /// that names the first episode's reason (0 = never stop).
+    pub max_failed_batches: u64,
 }
 
 impl Default for TrainingSection {
@@ -57,6 +60,7 @@ impl Default for TrainingSection {
             behavior_weight_cap: 5.0,
             seed: 0,
             run_dir: PathBuf::from("runs/train"),
+            max_failed_batches: 3,
         }
     }
 }
