@@ -6,29 +6,18 @@
 use std::path::Path;
 use std::process::Command;
 
-use serde_json::Value;
+#[path = "support/run_log.rs"]
+mod run_log;
+
+use run_log::jsonl;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-
-fn jsonl(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
 
 #[test]
 fn train_runs_a_python_openai_agent_through_the_endpoint() {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
-    let out = Command::new(env!("CARGO_BIN_EXE_agent-r1"))
-        .args(["train", "--config", "examples/external_agent.toml", "--out"])
-        .arg(&run)
-        .current_dir(ROOT)
-        .env("AGENT_R1_LOG", "warn")
-        .output()
-        .unwrap();
+    let out = run_log::train(ROOT, Path::new("examples/external_agent.toml"), &run);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let rows = jsonl(&run.join("metrics.jsonl"));

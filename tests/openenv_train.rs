@@ -7,22 +7,15 @@
 use std::path::Path;
 use std::process::Command;
 
-use serde_json::Value;
-
 #[path = "support/py_service.rs"]
 mod py_service;
+#[path = "support/run_log.rs"]
+mod run_log;
 
 use py_service::PyService;
+use run_log::{jsonl, mean_reward};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-
-fn jsonl(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
 
 /// examples/openenv.toml pointed at `url`, with `edit` applied to its text.
 fn config(dir: &Path, url: &str, edit: impl Fn(String) -> String) -> std::path::PathBuf {
@@ -37,18 +30,6 @@ fn config(dir: &Path, url: &str, edit: impl Fn(String) -> String) -> std::path::
     path
 }
 
-fn train(config: &Path, out: &Path) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_agent-r1"))
-        .args(["train", "--config"])
-        .arg(config)
-        .arg("--out")
-        .arg(out)
-        .current_dir(ROOT)
-        .env("AGENT_R1_LOG", "warn")
-        .output()
-        .unwrap()
-}
-
 #[test]
 fn train_on_an_openenv_server_raises_the_env_return() {
     let tmp = tempfile::tempdir().unwrap();
@@ -60,7 +41,7 @@ fn train_on_an_openenv_server_raises_the_env_return() {
     );
     let config = config(tmp.path(), &server.url, |t| t);
     let run = tmp.path().join("run");
-    let out = train(&config, &run);
+    let out = run_log::train(ROOT, &config, &run);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let rows = jsonl(&run.join("metrics.jsonl"));
@@ -78,13 +59,7 @@ fn train_on_an_openenv_server_raises_the_env_return() {
             "{row}"
         );
     }
-    let mean = |rows: &[Value]| {
-        rows.iter()
-            .map(|r| r["reward_mean"].as_f64().unwrap())
-            .sum::<f64>()
-            / rows.len() as f64
-    };
-    let (first, last) = (mean(&rows[..3]), mean(&rows[17..]));
+    let (first, last) = (mean_reward(&rows[..3]), mean_reward(&rows[17..]));
     // Two actions, each rewarded 0 to 1: a random policy earns about 0.02 per episode.
     assert!(
         first < 0.2 && last > first + 0.5,
@@ -127,15 +102,7 @@ fn a_wrong_action_field_fails_the_run_naming_the_key() {
             .replace("updates = 20", "updates = 20\nmax_failed_batches = 2")
     });
     let run = tmp.path().join("run");
-    let out = Command::new(env!("CARGO_BIN_EXE_agent-r1"))
-        .args(["train", "--config"])
-        .arg(&config)
-        .arg("--out")
-        .arg(&run)
-        .current_dir(ROOT)
-        .env("AGENT_R1_LOG", "warn")
-        .output()
-        .unwrap();
+    let out = run_log::train(ROOT, &config, &run);
     let stderr = String::from_utf8_lossy(&out.stderr);
     // Every episode fails with the reason; two such batches in a row end the run.
     assert!(!out.status.success(), "{stderr}");

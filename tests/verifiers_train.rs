@@ -8,17 +8,12 @@
 use std::path::Path;
 use std::process::Command;
 
-use serde_json::Value;
+#[path = "support/run_log.rs"]
+mod run_log;
+
+use run_log::{jsonl, mean_reward};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-
-fn jsonl(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
 
 /// Processes whose command line holds `needle`.
 fn processes_with(needle: &str) -> Vec<i32> {
@@ -56,13 +51,7 @@ fn exits(pid: i32) -> bool {
 fn train_on_a_verifiers_environment_raises_its_rubric_reward() {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
-    let out = Command::new(env!("CARGO_BIN_EXE_agent-r1"))
-        .args(["train", "--config", "examples/verifiers.toml", "--out"])
-        .arg(&run)
-        .current_dir(ROOT)
-        .env("AGENT_R1_LOG", "warn")
-        .output()
-        .unwrap();
+    let out = run_log::train(ROOT, Path::new("examples/verifiers.toml"), &run);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let rows = jsonl(&run.join("metrics.jsonl"));
@@ -79,13 +68,7 @@ fn train_on_a_verifiers_environment_raises_its_rubric_reward() {
         );
         assert!(row["metrics"]["turns"].as_f64().unwrap() >= 1.0, "{row}");
     }
-    let mean = |rows: &[Value]| {
-        rows.iter()
-            .map(|r| r["reward_mean"].as_f64().unwrap())
-            .sum::<f64>()
-            / rows.len() as f64
-    };
-    let (first, last) = (mean(&rows[..3]), mean(&rows[17..]));
+    let (first, last) = (mean_reward(&rows[..3]), mean_reward(&rows[17..]));
     assert!(
         first < 0.2 && last > first + 0.5,
         "the rubric's reward rose from {first:.3} to only {last:.3}"
