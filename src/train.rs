@@ -88,7 +88,7 @@ use faults::{BlockingTool, Faults, FaultyEnv, HangStage};
 use records::{
     append_row, read_jsonl, read_rows, truncate_after, BatchSummary, EvalRow, UpdateRow,
 };
-use skip::unusable;
+use skip::{no_reward_signal, unusable};
 use tasks::TaskStream;
 
 /// Where the training config comes from.
@@ -630,6 +630,14 @@ impl Run {
         metrics::counter!("agent_r1_train_episodes_total").increment(batch.len() as u64);
         let summary = BatchSummary::of(&batch);
         self.check_failed_batches(&batch, &summary)?;
+        if let Some(rewards) = no_reward_signal(&batch) {
+            eprintln!(
+                "warning: in every group of update {}, all episodes earned the same return \
+                 (returns seen: {rewards}): group baselines give every token an advantage of 0 \
+                 and nothing is learnt from this batch",
+                self.step + 1
+            );
+        }
         // An episode that failed before its first turn has no tokens to train on.
         let (batch, empty): (Vec<_>, Vec<_>) = batch.into_iter().partition(|t| !t.steps.is_empty());
         if !empty.is_empty() {
@@ -1124,6 +1132,12 @@ fn log_scenario(cfg: &TrainConfig, scenario: &Scenario) {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    if scenario.test.is_empty() && cfg.eval.every > 0 {
+        eprintln!(
+            "warning: no held-out tasks (env.test_files is empty): nothing will be evaluated, \
+             so the run reports no held-out EM"
+        );
+    }
 }
 
 /// The model RL starts from (also the KL reference and the tokenizer's home).

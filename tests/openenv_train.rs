@@ -44,6 +44,11 @@ fn train_on_an_openenv_server_raises_the_env_return() {
     let out = run_log::train(ROOT, &config, &run);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
+    // The example has no held-out tasks, and says so.
+    assert!(
+        stderr.contains("warning: no held-out tasks (env.test_files is empty)"),
+        "{stderr}"
+    );
     let rows = jsonl(&run.join("metrics.jsonl"));
     assert_eq!(rows.len(), 20, "twenty updates");
     for row in &rows {

@@ -1,4 +1,4 @@
-//! When a sampled batch is not trained on.
+//! When a sampled batch is not trained on, or teaches nothing.
 
 use agent_r1_actors::learner::check_rewards;
 use agent_r1_actors::trajectory::Trajectory;
@@ -24,6 +24,31 @@ pub(crate) fn unusable(batch: &[Trajectory]) -> Option<(&'static str, String)> {
             format!("episodes {bad:?} have a non-finite reward (a bug in the env or its reward function)"),
         )
     })
+}
+
+/// When every group of completed episodes (of two or more) has one return for all its
+/// episodes, the distinct returns seen (as text); `None` when some group varies.
+pub(crate) fn no_reward_signal(batch: &[Trajectory]) -> Option<String> {
+    let mut groups: std::collections::BTreeMap<u64, Vec<f64>> = Default::default();
+    for t in batch.iter().filter(|t| t.completed()) {
+        let ret = t.reward + t.steps.iter().map(|s| s.reward).sum::<f64>();
+        groups.entry(t.group_id).or_default().push(ret);
+    }
+    let groups: Vec<&Vec<f64>> = groups.values().filter(|g| g.len() > 1).collect();
+    let flat = |g: &&Vec<f64>| g.iter().all(|r| (r - g[0]).abs() <= 1e-12);
+    if groups.is_empty() || !groups.iter().all(flat) {
+        return None;
+    }
+    let mut seen: Vec<f64> = groups.iter().map(|g| g[0]).collect();
+    seen.sort_by(f64::total_cmp);
+    seen.dedup();
+    Some(
+        seen.iter()
+            .take(8)
+            .map(|r| format!("{r:+.3}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    )
 }
 
 #[cfg(test)]
@@ -84,5 +109,42 @@ mod tests {
             assert_eq!(reason, "non_finite_reward");
             assert!(why.contains("[7]"), "{why}");
         }
+    }
+
+    #[test]
+    fn groups_with_one_return_each_have_no_signal() {
+        let group = |id: u64, g: u64, reward: f64| Trajectory {
+            group_id: g,
+            ..trajectory(id, reward, 0.0)
+        };
+        // Two groups, each flat: no signal, both returns named.
+        let flat = [
+            group(1, 0, -1.0),
+            group(2, 0, -1.0),
+            group(3, 1, 0.5),
+            group(4, 1, 0.5),
+        ];
+        assert_eq!(no_reward_signal(&flat).as_deref(), Some("-1.000, +0.500"));
+        // One group that varies is a signal; step rewards count in the return.
+        let varied = [
+            group(1, 0, -1.0),
+            group(2, 0, -1.0),
+            group(3, 1, 0.5),
+            group(4, 1, 0.0),
+        ];
+        assert_eq!(no_reward_signal(&varied), None);
+        let by_step = [
+            group(1, 0, 0.0),
+            Trajectory {
+                group_id: 0,
+                ..trajectory(2, 0.0, 1.0)
+            },
+        ];
+        assert_eq!(no_reward_signal(&by_step), None);
+        // Groups of one say nothing either way.
+        assert_eq!(
+            no_reward_signal(&[group(1, 0, 1.0), group(2, 1, 1.0)]),
+            None
+        );
     }
 }
