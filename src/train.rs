@@ -644,7 +644,7 @@ impl Run {
             metrics::counter!("agent_r1_train_empty_episodes_total").increment(empty.len() as u64);
             tracing::warn!(
                 episodes = empty.len(),
-                "episodes ended before their first turn (prompt too long for max_context_length?); not trained on"
+                "episodes ended before their first turn (their reasons are logged: a prompt over rollout.max_prompt_length, a failed reset, ...); not trained on"
             );
         }
         let sample: Vec<Trajectory> = batch.iter().take(ROLLOUT_SAMPLE).cloned().collect();

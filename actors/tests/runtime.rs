@@ -571,7 +571,9 @@ fn a_prompt_over_max_prompt_fails_its_episode_once_without_a_retry() {
         assert!(t.steps.is_empty(), "nothing of it is trained on");
         let reason = format!("{:?}", t.end);
         assert!(
-            reason.contains(&format!("over the limit of {limit} (max_prompt)")),
+            reason.contains(&format!(
+                "over the limit of {limit} (rollout.max_prompt_length)"
+            )),
             "{reason}"
         );
     }

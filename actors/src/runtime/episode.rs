@@ -260,10 +260,10 @@ async fn start(
         .map_err(EpisodeError::Render)?;
     let tokens = state.prompt_ids.len();
     let limits = [
-        (shared.config.max_prompt, "max_prompt"),
+        (shared.config.max_prompt, "rollout.max_prompt_length"),
         (
             Some(shared.config.max_context.saturating_sub(2)),
-            "max_context less room for a turn",
+            "rollout.max_context_length less room for a turn",
         ),
     ];
     if let Some((limit, which)) = limits

@@ -67,7 +67,8 @@ pub enum EpisodeError {
         tokens: usize,
         /// The limit it broke.
         limit: usize,
-        /// Which limit (`max_prompt`, or `max_context` less one token for a turn).
+        /// Which limit, by its config key (`rollout.max_prompt_length`, or
+        /// `rollout.max_context_length` less room for a turn).
         which: &'static str,
     },
     /// The engine failed this turn (a timeout, an invalid request, an overload).
