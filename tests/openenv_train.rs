@@ -13,7 +13,7 @@ mod py_service;
 mod run_log;
 
 use py_service::PyService;
-use run_log::{jsonl, mean_reward};
+use run_log::{assert_reward_rose, jsonl};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
@@ -30,15 +30,20 @@ fn config(dir: &Path, url: &str, edit: impl Fn(String) -> String) -> std::path::
     path
 }
 
-#[test]
-fn train_on_an_openenv_server_raises_the_env_return() {
-    let tmp = tempfile::tempdir().unwrap();
-    let server = PyService::start(
+/// The OpenEnv server of `tests/py/openenv_digits.py`, its log in `dir`.
+fn digits_server(dir: &Path) -> PyService {
+    PyService::start(
         Path::new(ROOT),
         "tests/py/openenv_digits.py",
         &[],
-        tmp.path().join("server.log"),
-    );
+        dir.join("server.log"),
+    )
+}
+
+#[test]
+fn train_on_an_openenv_server_raises_the_env_return() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = digits_server(tmp.path());
     let config = config(tmp.path(), &server.url, |t| t);
     let run = tmp.path().join("run");
     let out = run_log::train(ROOT, &config, &run);
@@ -64,12 +69,8 @@ fn train_on_an_openenv_server_raises_the_env_return() {
             "{row}"
         );
     }
-    let (first, last) = (mean_reward(&rows[..3]), mean_reward(&rows[17..]));
     // Two actions, each rewarded 0 to 1: a random policy earns about 0.02 per episode.
-    assert!(
-        first < 0.2 && last > first + 0.5,
-        "the env's return rose from {first:.3} to only {last:.3}"
-    );
+    assert_reward_rose(&rows, "the env's return");
     // Each trajectory is the env's episode: two steps, each with the env's reward for its
     // action (a share, 0 to 1), the second context continuing the first in token space.
     let episodes = jsonl(&run.join("rollouts/train-step-000020.jsonl"));
@@ -96,12 +97,7 @@ fn train_on_an_openenv_server_raises_the_env_return() {
 #[test]
 fn a_wrong_action_field_fails_the_run_naming_the_key() {
     let tmp = tempfile::tempdir().unwrap();
-    let server = PyService::start(
-        Path::new(ROOT),
-        "tests/py/openenv_digits.py",
-        &[],
-        tmp.path().join("server.log"),
-    );
+    let server = digits_server(tmp.path());
     let config = config(tmp.path(), &server.url, |t| {
         t.replace("action_field = \"message\"", "action_field = \"text\"")
             .replace("updates = 20", "updates = 20\nmax_failed_batches = 2")

@@ -256,6 +256,11 @@ impl Trajectory {
         self.steps.iter().map(|s| s.action_ids.len()).sum()
     }
 
+    /// The episode's return: its outcome reward plus its steps' own rewards.
+    pub fn episode_return(&self) -> f64 {
+        self.reward + self.steps.iter().map(|s| s.reward).sum::<f64>()
+    }
+
     /// Whether it completed (as opposed to failed).
     pub fn completed(&self) -> bool {
         matches!(self.end, EpisodeEnd::Completed { .. })

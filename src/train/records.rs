@@ -68,7 +68,7 @@ impl BatchSummary {
             failed: trajectories.iter().filter(|t| !t.completed()).count(),
             reward_mean: trajectories
                 .iter()
-                .map(|t| t.reward + t.steps.iter().map(|s| s.reward).sum::<f64>())
+                .map(Trajectory::episode_return)
                 .sum::<f64>()
                 / nf,
             metrics,

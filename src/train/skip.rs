@@ -31,8 +31,10 @@ pub(crate) fn unusable(batch: &[Trajectory]) -> Option<(&'static str, String)> {
 pub(crate) fn no_reward_signal(batch: &[Trajectory]) -> Option<String> {
     let mut groups: std::collections::BTreeMap<u64, Vec<f64>> = Default::default();
     for t in batch.iter().filter(|t| t.completed()) {
-        let ret = t.reward + t.steps.iter().map(|s| s.reward).sum::<f64>();
-        groups.entry(t.group_id).or_default().push(ret);
+        groups
+            .entry(t.group_id)
+            .or_default()
+            .push(t.episode_return());
     }
     let groups: Vec<&Vec<f64>> = groups.values().filter(|g| g.len() > 1).collect();
     let flat = |g: &&Vec<f64>| g.iter().all(|r| (r - g[0]).abs() <= 1e-12);

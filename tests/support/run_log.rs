@@ -37,3 +37,16 @@ pub fn train(root: &str, config: &Path, out: &Path) -> Output {
         .output()
         .unwrap()
 }
+
+/// Asserts that `reward_mean` rose: under 0.2 over the first three rows of `metrics.jsonl`
+/// and more than 0.5 above that over the last three.
+pub fn assert_reward_rose(rows: &[Value], what: &str) {
+    let (first, last) = (
+        mean_reward(&rows[..3]),
+        mean_reward(&rows[rows.len() - 3..]),
+    );
+    assert!(
+        first < 0.2 && last > first + 0.5,
+        "{what} rose from {first:.3} to only {last:.3}"
+    );
+}

@@ -133,7 +133,7 @@ pub(crate) fn build_batch(
     let mut lengths = Vec::with_capacity(b);
     let scores: Vec<f64> = trajectories
         .iter()
-        .map(|t| t.reward + t.steps.iter().map(|s| s.reward).sum::<f64>())
+        .map(Trajectory::episode_return)
         .collect();
     // The outcome reward goes to the trajectory's last action token: in its last row that has one.
     let mut last_acting_row: Vec<Option<usize>> = vec![None; trajectories.len()];

@@ -561,7 +561,7 @@ impl Learner {
         };
         let outcome: Vec<f64> = trajectories
             .iter()
-            .map(|t| t.reward + t.steps.iter().map(|s| s.reward).sum::<f64>())
+            .map(Trajectory::episode_return)
             .collect();
         stats.reward_mean = outcome.iter().sum::<f64>() / outcome.len() as f64;
         let trajectories = if self.config.algorithm.filter_zero_variance_groups {

@@ -185,7 +185,9 @@ impl OpenEnv {
     fn render_observation(&self, observation: &Value) -> String {
         let value = match (&self.options.observation_field, observation) {
             (Some(field), Value::Object(o)) => o.get(field).cloned().unwrap_or(Value::Null),
-            (None, Value::Object(o)) if o.len() == 1 => o.values().next().cloned().unwrap(),
+            (None, Value::Object(o)) if o.len() == 1 => {
+                o.values().next().cloned().unwrap_or(Value::Null)
+            }
             _ => observation.clone(),
         };
         match value {
