@@ -21,6 +21,7 @@ pub(crate) mod eval_answers;
 pub(crate) mod generate;
 pub(crate) mod init_model;
 pub(crate) mod rollout;
+pub(crate) mod sft;
 pub(crate) mod tool;
 pub(crate) mod train;
 pub(crate) mod view;
@@ -80,6 +81,9 @@ enum Command {
     Worker(worker::WorkerCmdArgs),
     /// Serve a run directory's web UI (run, episodes, episode and live pages) read-only.
     View(view::ViewArgs),
+    /// Supervised warm start on one's own demonstrations (chat-messages JSONL with tool
+    /// calls), rendered as the training config's run will render them.
+    Sft(sft::SftArgs),
     /// Benchmarks that print figures.
     #[command(subcommand)]
     Bench(bench::BenchCmd),
@@ -106,6 +110,7 @@ pub fn main(registries: Registries) -> ! {
         Command::Generate(args) => generate::run(args),
         Command::InitModel(args) => init_model::run(args),
         Command::Rollout(args) => rollout::run_rollout_cmd(args),
+        Command::Sft(args) => sft::run(args, &registries),
         Command::Bench(cmd) => bench::run(cmd),
         Command::CheckConfig(args) => check_config::run(args, &registries),
         Command::Tool(cmd) => tool::run_cmd(cmd, &registries),

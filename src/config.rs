@@ -35,7 +35,7 @@ use agent_r1_actors::stall::StallConfig;
 use agent_r1_envs::config::{check_declared, key_docs, KeyDoc, Section};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 pub use cluster::{ClusterSection, ClusterTls};
 pub use env::EnvSection;
@@ -62,7 +62,7 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
-    fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
         Self {
             file: None,
             key: key.into(),
@@ -76,7 +76,7 @@ impl ConfigError {
         Self::new(key, format!("got {given}; allowed: {allowed}"))
     }
 
-    fn in_file(mut self, file: &Path) -> Self {
+    pub(crate) fn in_file(mut self, file: &Path) -> Self {
         self.file = Some(file.to_path_buf());
         self
     }
@@ -395,6 +395,25 @@ impl TrainConfig {
     /// The env's factory options (see [`EnvSection::options_json`]).
     pub fn env_options(&self) -> Value {
         self.env.options_json()
+    }
+
+    /// The options a run builds its env with: [`Self::env_options`], plus the model's
+    /// tool-call format for an env that reads tool calls and names none itself.
+    pub fn run_env_options(&self, registries: &Registries) -> Value {
+        const TOOL_CALL_FORMAT_KEY: &str = "tool_call_format";
+        let mut options = self.env_options();
+        if let Value::Object(map) = &mut options {
+            let reads_calls = registries
+                .envs
+                .option_keys(&self.env.name)
+                .iter()
+                .any(|k| k.key == TOOL_CALL_FORMAT_KEY);
+            if reads_calls && !map.contains_key(TOOL_CALL_FORMAT_KEY) {
+                let format = self.model.resolved_tool_call_format();
+                map.insert(TOOL_CALL_FORMAT_KEY.into(), json!(format.name()));
+            }
+        }
+        options
     }
 
     /// Device and dtype, checked against this machine (see [`ModelSection::placement`]).

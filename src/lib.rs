@@ -13,6 +13,7 @@ pub mod config;
 pub mod file_digest;
 pub mod memory;
 pub mod metrics_server;
+pub mod preflight;
 pub mod registries;
 pub mod setup;
 pub mod train;

@@ -80,6 +80,7 @@ use serde_json::{json, Value};
 use crate::checkpoint::{self, TrainingState, PENDING_TRAJECTORIES};
 use crate::cluster::trainer::TrainerCluster;
 use crate::config::{FileCheck, TrainConfig, TrainMode};
+use crate::preflight::{preflight, Preflight};
 use crate::registries::Registries;
 use crate::setup::{self, RolloutKnobs};
 use crate::view::Site;
@@ -101,6 +102,14 @@ pub enum ConfigSource {
 }
 
 impl ConfigSource {
+    /// [`preflight`] of `cfg`, its error naming the config file.
+    fn preflight(&self, cfg: &TrainConfig, registries: &Registries) -> anyhow::Result<Preflight> {
+        preflight(cfg, registries).map_err(|e| match self {
+            ConfigSource::File(path) => e.in_file(path).into(),
+            ConfigSource::Preset(_) => e.into(),
+        })
+    }
+
     fn load(&self, registries: &Registries) -> anyhow::Result<TrainConfig> {
         Ok(match self {
             ConfigSource::File(path) => TrainConfig::load(path, FileCheck::Require, registries)?,
@@ -150,9 +159,6 @@ pub struct Scenario {
     pub context_policy: Arc<dyn ContextPolicy>,
 }
 
-/// The env option that says how the model writes tool calls.
-const TOOL_CALL_FORMAT_KEY: &str = "tool_call_format";
-
 /// Builds the env named by the config, its tools and its task splits. The synthetic world's
 /// corpus is written under `RUN/world/`, and the `search` tool is pointed at it (and its
 /// index kept there) unless the config names a corpus itself. `agent-r1 eval` builds its
@@ -167,18 +173,7 @@ pub fn scenario(
     std::fs::create_dir_all(&world_dir)
         .with_context(|| format!("{}: cannot create", world_dir.display()))?;
     let corpus = world_dir.join("corpus.jsonl");
-    let mut options = cfg.env_options();
-    if let Value::Object(map) = &mut options {
-        let reads_calls = registries
-            .envs
-            .option_keys(&cfg.env.name)
-            .iter()
-            .any(|k| k.key == TOOL_CALL_FORMAT_KEY);
-        if reads_calls && !map.contains_key(TOOL_CALL_FORMAT_KEY) {
-            let format = cfg.model.resolved_tool_call_format();
-            map.insert(TOOL_CALL_FORMAT_KEY.into(), json!(format.name()));
-        }
-    }
+    let mut options = cfg.run_env_options(registries);
     let (env, generated, train, test): (EnvSource, _, _, _) =
         if registries.workflows.contains(&cfg.env.name) {
             let workflow = registries
@@ -767,6 +762,8 @@ async fn publish(
 pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
     let started = Instant::now();
     let cfg = args.config.load(&args.registries)?;
+    // What the run will read is read before anything is created (as `check-config` does).
+    args.config.preflight(&cfg, &args.registries)?;
     let run_dir = args.out.clone().unwrap_or(cfg.training.run_dir.clone());
     std::fs::create_dir_all(run_dir.join("rollouts"))
         .with_context(|| format!("{}: cannot create the run directory", run_dir.display()))?;

@@ -14,8 +14,10 @@ use tch::{Kind, Tensor};
 
 use agent_r1_envs::message::{Message, Role};
 
+mod chat_rows;
 mod policy_contexts;
 
+pub use chat_rows::{demonstration, read_chat_demonstrations, ChatRowRules};
 pub use policy_contexts::sequences_under_policy;
 
 use crate::model::PolicyModel;

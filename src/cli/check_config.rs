@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use crate::checkpoint::latest_complete;
 use crate::config::{explain, explain_line, FileCheck, TrainConfig};
 use crate::memory::{device_capacity, plan, ShapeSource};
+use crate::preflight::preflight;
 use crate::registries::Registries;
 use agent_r1_actors::device::parse_placement_elsewhere;
 use agent_r1_actors::memory_plan::gib;
@@ -25,8 +26,9 @@ pub(crate) struct CheckConfigArgs {
     /// (and check nothing).
     #[arg(long, conflicts_with_all = ["skip_machine_checks", "device_memory_gib", "shape"])]
     explain: bool,
-    /// Skip what depends on this machine: that model and dataset files exist, that the
-    /// device is present, and the resume look-up (for checking a config elsewhere).
+    /// Skip what depends on this machine: reading the model's tokenizer, the dataset files
+    /// and the corpus (and the longest prompt), that the device is present, and the resume
+    /// look-up (for checking a config elsewhere).
     #[arg(long)]
     skip_machine_checks: bool,
     /// Plan memory against this many GiB instead of the device's own (e.g. 80 for an H100
@@ -52,6 +54,10 @@ pub(crate) fn run(args: CheckConfigArgs, registries: &Registries) -> anyhow::Res
         FileCheck::Require
     };
     let config = TrainConfig::load(&path, files, registries)?;
+    if !args.skip_machine_checks {
+        let read = preflight(&config, registries).map_err(|e| e.in_file(&path))?;
+        eprint!("{read}");
+    }
     // Without machine checks the device need not exist here: plan for what it names.
     let placement = if args.skip_machine_checks {
         parse_placement_elsewhere(&config.model.device, &config.model.dtype)?

@@ -15,7 +15,31 @@ pub(crate) fn string(row: &Map<String, Value>, key: &str) -> Result<String, Stri
         Some(Value::String(s)) if !s.trim().is_empty() => Ok(s.clone()),
         Some(Value::String(_)) => Err(format!("`{key}` is empty")),
         Some(other) => Err(format!("`{key}` must be a string, got {}", kind(other))),
-        None => Err(format!("missing `{key}`")),
+        None => Err(missing(row, key)),
+    }
+}
+
+/// "missing `key`", naming a key of the row that looks like a misspelling of it (one or two
+/// letters off), so that `anwsers` is found without reading the file.
+pub(crate) fn missing(row: &Map<String, Value>, key: &str) -> String {
+    missing_what(row, key, "")
+}
+
+/// [`missing`] with what the key holds, e.g. ` (a string or a list of strings)`.
+pub(crate) fn missing_what(row: &Map<String, Value>, key: &str, what: &str) -> String {
+    let near = row
+        .keys()
+        .filter(|k| k.as_str() != key)
+        .map(|k| (strsim::damerau_levenshtein(k, key), k))
+        .filter(|(d, _)| *d <= 2)
+        .min();
+    match near {
+        Some((_, k)) => format!("missing `{key}`{what}; the row has `{k}`: rename it to `{key}`"),
+        None => {
+            let mut keys: Vec<&str> = row.keys().map(String::as_str).collect();
+            keys.sort_unstable();
+            format!("missing `{key}`{what}; the row has: {}", keys.join(", "))
+        }
     }
 }
 
@@ -24,7 +48,7 @@ pub(crate) fn string_allow_empty(row: &Map<String, Value>, key: &str) -> Result<
     match row.get(key) {
         Some(Value::String(s)) => Ok(s.clone()),
         Some(other) => Err(format!("`{key}` must be a string, got {}", kind(other))),
-        None => Err(format!("missing `{key}`")),
+        None => Err(missing(row, key)),
     }
 }
 

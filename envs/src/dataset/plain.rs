@@ -13,7 +13,13 @@ pub fn task_from_row(row: &Value, line: usize) -> Result<Task, String> {
     let question = fields::string(obj, "question")?;
     let answers = match obj.get("answers").or_else(|| obj.get("answer")) {
         Some(v) => fields::answers(v, "`answers`")?,
-        None => return Err("missing `answers` (a string or a list of strings)".into()),
+        None => {
+            return Err(fields::missing_what(
+                obj,
+                "answers",
+                " (a string or a list of strings)",
+            ))
+        }
     };
     let id = fields::id(obj, &["id", "_id"])?.unwrap_or_else(|| line.to_string());
     let data_source = match obj.get("data_source") {
@@ -60,5 +66,18 @@ mod tests {
         assert!(task_from_row(&json!({"question": "Q"}), 1)
             .unwrap_err()
             .contains("answers"));
+    }
+
+    #[test]
+    fn a_misspelt_key_is_named() {
+        let e = task_from_row(&json!({"question": "Q", "anwsers": ["A"]}), 1).unwrap_err();
+        assert!(
+            e.contains("the row has `anwsers`: rename it to `answers`"),
+            "{e}"
+        );
+        let e = task_from_row(&json!({"qestion": "Q", "answers": ["A"]}), 1).unwrap_err();
+        assert!(e.contains("rename it to `question`"), "{e}");
+        let e = task_from_row(&json!({"question": "Q", "solution": "A"}), 1).unwrap_err();
+        assert!(e.contains("; the row has: question, solution"), "{e}");
     }
 }

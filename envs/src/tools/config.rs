@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::tool::Tool;
+use crate::tools::search::{CorpusSource, SearchTool};
 use crate::tools::ToolRegistry;
 
 /// The tool tables of a config, as JSON options by table name.
@@ -93,6 +94,47 @@ impl ToolsConfig {
                 .map_err(|e| under_table(e, name, &kind))?;
         }
         Ok(())
+    }
+
+    /// The corpus of each table of the built-in `search` kind, by table name, as configured
+    /// (`None`: the table names none).
+    pub fn search_corpora(&self) -> Result<Vec<(String, Option<CorpusSource>)>> {
+        let mut corpora = Vec::new();
+        for (name, options) in &self.tables {
+            let (kind, options) = self.factory_of(name, options)?;
+            if kind != "search" {
+                continue;
+            }
+            let corpus = match options.get("corpus") {
+                None => None,
+                Some(c) => Some(serde_json::from_value(c.clone()).map_err(|e| Error::Config {
+                    key: format!("tools.{name}.corpus"),
+                    message: format!("{e} (write {{ jsonl = \"docs.jsonl\" }} or {{ hotpotqa = [\"f.json\"] }})"),
+                })?),
+            };
+            corpora.push((name.clone(), corpus));
+        }
+        Ok(corpora)
+    }
+
+    /// The specs the model is shown for every configured tool, as [`Self::build_all`]'s
+    /// tools give them; `search` tables are not opened (no corpus is indexed), the other
+    /// kinds are built.
+    pub fn specs(&self, registry: &ToolRegistry) -> Result<Vec<Value>> {
+        let mut specs = Vec::new();
+        for (name, options) in &self.tables {
+            let (kind, _) = self.factory_of(name, options)?;
+            if kind == "search" && registry.is_builtin_search() {
+                specs.push(SearchTool::unopened_spec());
+            } else {
+                specs.extend(
+                    self.build_table(registry, name, options)?
+                        .iter()
+                        .map(|t| t.spec()),
+                );
+            }
+        }
+        Ok(specs)
     }
 
     /// Builds every configured tool.

@@ -29,6 +29,8 @@ impl KindOptions for NoOptions {}
 #[derive(Debug, Clone)]
 pub struct ToolRegistry {
     kinds: Kinds<Vec<Arc<dyn Tool>>>,
+    /// Whether `search` is the built-in BM25 tool (a user's crate may replace it).
+    builtin_search: bool,
 }
 
 impl Default for ToolRegistry {
@@ -42,6 +44,7 @@ impl ToolRegistry {
     pub fn empty() -> Self {
         Self {
             kinds: Kinds::new(|kind| format!("tools.{kind}")),
+            builtin_search: false,
         }
     }
 
@@ -59,6 +62,7 @@ impl ToolRegistry {
             Ok(Arc::new(python::PythonTool::new(o)?))
         });
         r.register_set("mcp", mcp::connect_tools);
+        r.builtin_search = true;
         r
     }
 
@@ -78,8 +82,17 @@ impl ToolRegistry {
         O: KindOptions,
         F: Fn(O) -> Result<Vec<Arc<dyn Tool>>> + Send + Sync + 'static,
     {
+        let name = name.into();
+        if name == "search" {
+            self.builtin_search = false;
+        }
         self.kinds.register(name, build);
         self
+    }
+
+    /// Whether the `search` kind is the built-in BM25 tool ([`search::SearchTool`]).
+    pub fn is_builtin_search(&self) -> bool {
+        self.builtin_search
     }
 
     /// Registered names, sorted.

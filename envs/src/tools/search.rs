@@ -349,20 +349,39 @@ fn build_index(
     std::fs::rename(&tmp, dir).map_err(|e| Error::io(dir, e))
 }
 
+const NAME: &str = "search";
+const DESCRIPTION: &str =
+    "Search the document collection. Returns the best matching documents with their titles.";
+
+fn parameters() -> Value {
+    json!({
+        "type": "object",
+        "properties": {"query": {"type": "string", "description": "What to search for."}},
+        "required": ["query"]
+    })
+}
+
+impl SearchTool {
+    /// The tool's spec as [`Tool::spec`] gives it, without opening (or building) an index:
+    /// for measuring prompts before a run.
+    pub fn unopened_spec() -> Value {
+        json!({
+            "type": "function",
+            "function": {"name": NAME, "description": DESCRIPTION, "parameters": parameters()}
+        })
+    }
+}
+
 #[async_trait]
 impl Tool for SearchTool {
     fn name(&self) -> &str {
-        "search"
+        NAME
     }
     fn description(&self) -> &str {
-        "Search the document collection. Returns the best matching documents with their titles."
+        DESCRIPTION
     }
     fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {"query": {"type": "string", "description": "What to search for."}},
-            "required": ["query"]
-        })
+        parameters()
     }
     fn timeout(&self) -> Duration {
         self.inner.config.timeout

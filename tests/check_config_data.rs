@@ -1,0 +1,288 @@
+//! `check-config` reads what `train` will read: each mistake a first run on one's own data
+//! makes is refused with one line naming the file, the row or key, and what to do (exit
+//! code 2), and `train` refuses it the same way before it creates its run directory.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_agent-r1");
+
+/// A model directory, a JSONL of questions (train and test) and a corpus, all written here,
+/// and a CPU config over them; `edit` changes the config text.
+struct OwnData {
+    dir: tempfile::TempDir,
+}
+
+impl OwnData {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let out = Command::new(BIN)
+            .args(["init-model", "--out"])
+            .arg(dir.path().join("model"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let people = ["Ada", "Bram", "Cleo", "Dov", "Esme", "Finn"];
+        let cities = ["Oslo", "Lima", "Pune", "Kyiv", "Nara", "Bonn"];
+        let mut corpus = String::new();
+        let mut questions = Vec::new();
+        for (i, (p, c)) in people.iter().zip(cities).enumerate() {
+            corpus += &format!(
+                "{{\"id\": \"d{i}\", \"title\": \"{p}\", \"text\": \"{p} was born in {c}.\"}}\n"
+            );
+            questions.push(format!(
+                "{{\"question\": \"Where was {p} born?\", \"answers\": [\"{c}\"]}}\n"
+            ));
+        }
+        std::fs::write(dir.path().join("corpus.jsonl"), corpus).unwrap();
+        std::fs::write(dir.path().join("train.jsonl"), questions[..4].concat()).unwrap();
+        std::fs::write(dir.path().join("test.jsonl"), questions[4..].concat()).unwrap();
+        Self { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn config(&self) -> String {
+        let p = |name: &str| self.path(name).display().to_string();
+        format!(
+            r#"[model]
+dir = "{model}"
+device = "cpu"
+dtype = "float32"
+
+[env]
+name = "multihop_qa"
+train_files = ["{train}"]
+test_files = ["{test}"]
+
+[env.options]
+reward = "agent_r1_qa"
+corpus = {{ jsonl = "{corpus}" }}
+
+[tools.search]
+top_k = 2
+
+[algorithm]
+estimator = "grpo"
+
+[algorithm.kl]
+placement = "off"
+
+[rollout]
+batch_size = 2
+group_size = 2
+max_turns = 2
+max_prompt_length = 640
+max_response_length = 32
+max_context_length = 1024
+
+[training]
+updates = 1
+run_dir = "{run}"
+"#,
+            model = p("model"),
+            train = p("train.jsonl"),
+            test = p("test.jsonl"),
+            corpus = p("corpus.jsonl"),
+            run = p("run"),
+        )
+    }
+
+    /// Writes `text` as the config and runs `check-config` on it.
+    fn check(&self, text: &str) -> Output {
+        let path = self.path("own.toml");
+        std::fs::write(&path, text).unwrap();
+        Command::new(BIN)
+            .arg("check-config")
+            .arg(&path)
+            .output()
+            .unwrap()
+    }
+
+    /// `check-config` and `train` both refuse `text` with exit code 2 and one line that
+    /// contains each of `needles`; no run directory is created. Returns the line.
+    fn refused(&self, text: &str, needles: &[&str]) -> String {
+        let out = self.check(text);
+        let line = one_line_error(&out);
+        for needle in needles {
+            assert!(line.contains(needle), "{needle:?} not in {line}");
+        }
+        let out = Command::new(BIN)
+            .args(["train", "--config"])
+            .arg(self.path("own.toml"))
+            .output()
+            .unwrap();
+        let train_line = one_line_error(&out);
+        assert_eq!(train_line, line, "train and check-config disagree");
+        assert!(
+            !self.path("run").exists(),
+            "train created its run directory for a config it refused"
+        );
+        line
+    }
+}
+
+/// The single stderr line of a command that exited with code 2.
+fn one_line_error(out: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    stderr.trim_end().to_string()
+}
+
+fn append(path: &Path, row: &str) {
+    let mut text = std::fs::read_to_string(path).unwrap();
+    text += row;
+    std::fs::write(path, text).unwrap();
+}
+
+#[test]
+fn a_good_config_reports_what_it_read() {
+    let own = OwnData::new();
+    let out = own.check(&own.config());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("train.jsonl: 4 tasks"), "{stderr}");
+    assert!(stderr.contains("test.jsonl: 2 tasks"), "{stderr}");
+    assert!(
+        stderr.contains("corpus: env.options.corpus") && stderr.contains("6 documents"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("longest prompt: ")
+            && stderr.contains("limit 640 (rollout.max_prompt_length)"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("warning"), "{stderr}");
+    assert!(!own.path("run").exists());
+}
+
+#[test]
+fn no_test_files_is_a_warning() {
+    let own = OwnData::new();
+    let text = own
+        .config()
+        .lines()
+        .filter(|l| !l.starts_with("test_files"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let out = own.check(&text);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("warning: no held-out tasks (env.test_files is empty)"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_row_without_answers_is_named_by_file_and_line() {
+    let own = OwnData::new();
+    append(
+        &own.path("train.jsonl"),
+        "{\"question\": \"Where was Zed born?\"}\n",
+    );
+    own.refused(
+        &own.config(),
+        &[
+            "own.toml: `env.train_files`: ",
+            "train.jsonl:5: missing `answers`",
+            "env.dataset.on_bad_row = \"skip\"",
+        ],
+    );
+}
+
+#[test]
+fn a_misspelt_data_key_is_named_with_its_fix() {
+    let own = OwnData::new();
+    append(
+        &own.path("test.jsonl"),
+        "{\"question\": \"Where was Zed born?\", \"anwsers\": [\"Oslo\"]}\n",
+    );
+    own.refused(
+        &own.config(),
+        &[
+            "`env.test_files`",
+            "test.jsonl:3: missing `answers`",
+            "the row has `anwsers`: rename it to `answers`",
+        ],
+    );
+}
+
+#[test]
+fn a_corpus_that_does_not_exist_is_named_once() {
+    let own = OwnData::new();
+    let text = own.config().replace("corpus.jsonl", "no-such-corpus.jsonl");
+    let line = own.refused(
+        &text,
+        &["`env.options.corpus`", "no-such-corpus.jsonl: No such file"],
+    );
+    assert_eq!(line.matches("No such file").count(), 1, "{line}");
+}
+
+#[test]
+fn a_truncated_corpus_row_is_named_by_line() {
+    let own = OwnData::new();
+    append(
+        &own.path("corpus.jsonl"),
+        "{\"id\": \"d9\", \"title\": \"Zed\", \"te",
+    );
+    own.refused(
+        &own.config(),
+        &[
+            "`env.options.corpus`",
+            "corpus.jsonl:7: ",
+            "\"title\", \"text\"",
+        ],
+    );
+}
+
+#[test]
+fn a_model_directory_without_its_tokenizer_is_refused() {
+    let own = OwnData::new();
+    std::fs::remove_file(own.path("model").join("tokenizer.json")).unwrap();
+    own.refused(
+        &own.config(),
+        &["`model.dir`", "tokenizer.json: file not found"],
+    );
+}
+
+#[test]
+fn a_prompt_over_max_prompt_length_is_refused_with_the_length_needed() {
+    let own = OwnData::new();
+    let text = own
+        .config()
+        .replace("max_prompt_length = 640", "max_prompt_length = 100");
+    let line = own.refused(
+        &text,
+        &[
+            "`rollout.max_prompt_length`: the longest prompt (task ",
+            "over 100",
+            "raise rollout.max_prompt_length to at least ",
+        ],
+    );
+    // The length it names is the one the run would see: that limit passes.
+    let needed: usize = line
+        .rsplit("at least ")
+        .next()
+        .and_then(|s| s.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    let text = own.config().replace(
+        "max_prompt_length = 640",
+        &format!("max_prompt_length = {needed}"),
+    );
+    let out = own.check(&text);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = own.config().replace(
+        "max_prompt_length = 640",
+        &format!("max_prompt_length = {}", needed - 1),
+    );
+    one_line_error(&own.check(&text));
+}
