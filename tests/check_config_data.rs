@@ -2,94 +2,21 @@
 //! makes is refused with one line naming the file, the row or key, and what to do (exit
 //! code 2), and `train` refuses it the same way before it creates its run directory.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
-const BIN: &str = env!("CARGO_BIN_EXE_agent-r1");
+#[path = "support/own_data.rs"]
+mod own_data;
 
-/// A model directory, a JSONL of questions (train and test) and a corpus, all written here,
-/// and a CPU config over them; `edit` changes the config text.
-struct OwnData {
-    dir: tempfile::TempDir,
+use own_data::{OwnData, BIN};
+
+/// `check-config` and `train` on a config over [`OwnData`].
+trait Checks {
+    fn check(&self, text: &str) -> Output;
+    fn refused(&self, text: &str, needles: &[&str]) -> String;
 }
 
-impl OwnData {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let out = Command::new(BIN)
-            .args(["init-model", "--out"])
-            .arg(dir.path().join("model"))
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-        let people = ["Ada", "Bram", "Cleo", "Dov", "Esme", "Finn"];
-        let cities = ["Oslo", "Lima", "Pune", "Kyiv", "Nara", "Bonn"];
-        let mut corpus = String::new();
-        let mut questions = Vec::new();
-        for (i, (p, c)) in people.iter().zip(cities).enumerate() {
-            corpus += &format!(
-                "{{\"id\": \"d{i}\", \"title\": \"{p}\", \"text\": \"{p} was born in {c}.\"}}\n"
-            );
-            questions.push(format!(
-                "{{\"question\": \"Where was {p} born?\", \"answers\": [\"{c}\"]}}\n"
-            ));
-        }
-        std::fs::write(dir.path().join("corpus.jsonl"), corpus).unwrap();
-        std::fs::write(dir.path().join("train.jsonl"), questions[..4].concat()).unwrap();
-        std::fs::write(dir.path().join("test.jsonl"), questions[4..].concat()).unwrap();
-        Self { dir }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn config(&self) -> String {
-        let p = |name: &str| self.path(name).display().to_string();
-        format!(
-            r#"[model]
-dir = "{model}"
-device = "cpu"
-dtype = "float32"
-
-[env]
-name = "multihop_qa"
-train_files = ["{train}"]
-test_files = ["{test}"]
-
-[env.options]
-reward = "agent_r1_qa"
-corpus = {{ jsonl = "{corpus}" }}
-
-[tools.search]
-top_k = 2
-
-[algorithm]
-estimator = "grpo"
-
-[algorithm.kl]
-placement = "off"
-
-[rollout]
-batch_size = 2
-group_size = 2
-max_turns = 2
-max_prompt_length = 640
-max_response_length = 32
-max_context_length = 1024
-
-[training]
-updates = 1
-run_dir = "{run}"
-"#,
-            model = p("model"),
-            train = p("train.jsonl"),
-            test = p("test.jsonl"),
-            corpus = p("corpus.jsonl"),
-            run = p("run"),
-        )
-    }
-
+impl Checks for OwnData {
     /// Writes `text` as the config and runs `check-config` on it.
     fn check(&self, text: &str) -> Output {
         let path = self.path("own.toml");
@@ -144,10 +71,10 @@ fn a_good_config_reports_what_it_read() {
     let out = own.check(&own.config());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("train.jsonl: 4 tasks"), "{stderr}");
-    assert!(stderr.contains("test.jsonl: 2 tasks"), "{stderr}");
+    assert!(stderr.contains("train.jsonl: 8 tasks"), "{stderr}");
+    assert!(stderr.contains("test.jsonl: 4 tasks"), "{stderr}");
     assert!(
-        stderr.contains("corpus: env.options.corpus") && stderr.contains("6 documents"),
+        stderr.contains("corpus: env.options.corpus") && stderr.contains("12 documents"),
         "{stderr}"
     );
     assert!(
@@ -188,7 +115,7 @@ fn a_row_without_answers_is_named_by_file_and_line() {
         &own.config(),
         &[
             "own.toml: `env.train_files`: ",
-            "train.jsonl:5: missing `answers`",
+            "train.jsonl:9: missing `answers`",
             "env.dataset.on_bad_row = \"skip\"",
         ],
     );
@@ -205,7 +132,7 @@ fn a_misspelt_data_key_is_named_with_its_fix() {
         &own.config(),
         &[
             "`env.test_files`",
-            "test.jsonl:3: missing `answers`",
+            "test.jsonl:5: missing `answers`",
             "the row has `anwsers`: rename it to `answers`",
         ],
     );
@@ -233,7 +160,7 @@ fn a_truncated_corpus_row_is_named_by_line() {
         &own.config(),
         &[
             "`env.options.corpus`",
-            "corpus.jsonl:7: ",
+            "corpus.jsonl:13: ",
             "\"title\", \"text\"",
         ],
     );

@@ -1,0 +1,177 @@
+//! The own-data path end to end: questions and a corpus written here, `sft` on a handful of
+//! chat-format demonstrations written here, then `train` from the supervised model and
+//! `eval` of its checkpoint. A fresh tiny model never calls a tool; after `sft` it does.
+
+use std::process::{Command, Output};
+
+use serde_json::{json, Value};
+
+#[path = "support/own_data.rs"]
+mod own_data;
+
+use own_data::{OwnData, BIN, FACTS};
+
+/// Demonstrations as a user has them: OpenAI chat messages, the call in `tool_calls`, the
+/// search result in a `tool` message (as `agent-r1 tool call search` prints it).
+fn write_demonstrations(own: &OwnData, how_many: usize) -> std::path::PathBuf {
+    let rows: String = FACTS[..how_many]
+        .iter()
+        .map(|(person, city)| {
+            let row = json!({"messages": [
+                {"role": "user", "content": format!("Question: Where was {person} born?")},
+                {"role": "assistant", "content": "<think>Search.</think>", "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {
+                        "name": "search",
+                        "arguments": json!({"query": person}).to_string()}}]},
+                {"role": "tool", "tool_call_id": "c1",
+                 "content": format!("Doc 1 (Title: {person}) {person} was born in {city}.")},
+                {"role": "assistant",
+                 "content": format!("<think>Found.</think>\n<answer>{city}</answer>")}
+            ]});
+            format!("{row}\n")
+        })
+        .collect();
+    let path = own.path("demos.jsonl");
+    std::fs::write(&path, rows).unwrap();
+    path
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().unwrap()
+}
+
+fn stdout_json(out: &Output) -> Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let last = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or("");
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+/// Greedy `eval` of `model` on the training questions.
+fn eval(own: &OwnData, config: &str, model: &str) -> Value {
+    stdout_json(&run(&[
+        "eval", "--model", model, "--config", config, "--split", "train", "--json",
+    ]))
+}
+
+#[test]
+fn sft_on_own_demonstrations_teaches_the_tool_then_train_and_eval_run() {
+    let own = OwnData::new();
+    let config = own.path("own.toml");
+    std::fs::write(&config, own.config()).unwrap();
+    let config = config.to_str().unwrap();
+    let base = own.path("model");
+    let before = eval(&own, config, base.to_str().unwrap());
+    assert_eq!(before["tool_calls_per_episode"], 0.0, "{before}");
+
+    let demos = write_demonstrations(&own, 6);
+    let sft = own.path("sft");
+    let report = stdout_json(&run(&[
+        "sft",
+        "--config",
+        config,
+        "--data",
+        demos.to_str().unwrap(),
+        "--out",
+        sft.to_str().unwrap(),
+        "--steps",
+        "80",
+    ]));
+    assert_eq!(report["conversations"], 6, "{report}");
+    assert!(
+        report["last_loss"].as_f64().unwrap() < report["first_loss"].as_f64().unwrap() / 4.0,
+        "{report}"
+    );
+    let after = eval(&own, config, sft.to_str().unwrap());
+    assert!(
+        after["tool_calls_per_episode"].as_f64().unwrap() >= 0.75,
+        "after sft the model calls the search tool: {after}"
+    );
+
+    // RL from the supervised model, then eval of the run's checkpoint.
+    let rl = own
+        .config()
+        .replace(
+            &format!("dir = \"{}\"", base.display()),
+            &format!("dir = \"{}\"", sft.display()),
+        )
+        .replace("updates = 1", "updates = 2");
+    let rl_config = own.path("rl.toml");
+    std::fs::write(&rl_config, rl).unwrap();
+    let out = run(&["train", "--config", rl_config.to_str().unwrap()]);
+    let summary = stdout_json(&out);
+    assert_eq!(summary["updates"], 2, "{summary}");
+    let run_dir = own.path("run");
+    let trained = eval(&own, config, run_dir.to_str().unwrap());
+    assert_eq!(trained["episodes"], 8, "{trained}");
+    assert!(
+        trained["tool_calls_per_episode"].as_f64().unwrap() > 0.0,
+        "{trained}"
+    );
+}
+
+/// The single stderr line of a command that exited with code 2.
+fn refused(out: &Output, needle: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains(needle), "{needle:?} not in {stderr}");
+}
+
+#[test]
+fn sft_refuses_what_it_cannot_train_on_with_one_line() {
+    let own = OwnData::new();
+    let config = own.path("own.toml");
+    std::fs::write(&config, own.config()).unwrap();
+    let config = config.to_str().unwrap();
+    let out_dir = own.path("sft");
+    let out = out_dir.to_str().unwrap();
+    let sft = |data: &str, extra: &[&str]| {
+        let path = own.path("demos.jsonl");
+        std::fs::write(&path, data).unwrap();
+        let mut args = vec!["sft", "--config", config, "--data", path.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    let user_only = "{\"messages\": [{\"role\": \"user\", \"content\": \"Q\"}]}\n";
+    refused(
+        &sft(user_only, &["--out", out]),
+        "demos.jsonl:1: no assistant message",
+    );
+    let unknown_tool = "{\"messages\": [{\"role\": \"user\", \"content\": \"Q\"}, \
+        {\"role\": \"assistant\", \"tool_calls\": [{\"function\": {\"name\": \"lookup\", \
+        \"arguments\": \"{}\"}}]}]}\n";
+    refused(
+        &sft(unknown_tool, &["--out", out]),
+        "messages[1].tool_calls[0]: calls `lookup`, which the run does not define (its tools: search)",
+    );
+    let two_calls = "{\"messages\": [{\"role\": \"user\", \"content\": \"Q\"}, \
+        {\"role\": \"assistant\", \"tool_calls\": [\
+        {\"function\": {\"name\": \"search\", \"arguments\": {\"query\": \"a\"}}}, \
+        {\"function\": {\"name\": \"search\", \"arguments\": {\"query\": \"b\"}}}]}]}\n";
+    refused(
+        &sft(two_calls, &["--out", out]),
+        "2 calls in one turn, but a turn may make 1 (env.max_tool_calls_per_turn)",
+    );
+    let good = "{\"messages\": [{\"role\": \"user\", \"content\": \"Q\"}, \
+        {\"role\": \"assistant\", \"content\": \"<answer>A</answer>\"}]}\n";
+    refused(
+        &sft(good, &["--out", out, "--steps", "0"]),
+        "--steps: got 0",
+    );
+    // A file where the output directory would go.
+    let blocked = own.path("train.jsonl").join("sft");
+    refused(
+        &sft(good, &["--out", blocked.to_str().unwrap()]),
+        "cannot create the directory",
+    );
+    assert!(!out_dir.join("model.safetensors").exists());
+}
