@@ -56,7 +56,7 @@ fn stdout_json(out: &Output) -> Value {
 }
 
 /// Greedy `eval` of `model` on the training questions.
-fn eval(own: &OwnData, config: &str, model: &str) -> Value {
+fn eval(config: &str, model: &str) -> Value {
     stdout_json(&run(&[
         "eval", "--model", model, "--config", config, "--split", "train", "--json",
     ]))
@@ -69,7 +69,7 @@ fn sft_on_own_demonstrations_teaches_the_tool_then_train_and_eval_run() {
     std::fs::write(&config, own.config()).unwrap();
     let config = config.to_str().unwrap();
     let base = own.path("model");
-    let before = eval(&own, config, base.to_str().unwrap());
+    let before = eval(config, base.to_str().unwrap());
     assert_eq!(before["tool_calls_per_episode"], 0.0, "{before}");
 
     let demos = write_demonstrations(&own, 6);
@@ -90,7 +90,7 @@ fn sft_on_own_demonstrations_teaches_the_tool_then_train_and_eval_run() {
         report["last_loss"].as_f64().unwrap() < report["first_loss"].as_f64().unwrap() / 4.0,
         "{report}"
     );
-    let after = eval(&own, config, sft.to_str().unwrap());
+    let after = eval(config, sft.to_str().unwrap());
     assert!(
         after["tool_calls_per_episode"].as_f64().unwrap() >= 0.75,
         "after sft the model calls the search tool: {after}"
@@ -110,7 +110,7 @@ fn sft_on_own_demonstrations_teaches_the_tool_then_train_and_eval_run() {
     let summary = stdout_json(&out);
     assert_eq!(summary["updates"], 2, "{summary}");
     let run_dir = own.path("run");
-    let trained = eval(&own, config, run_dir.to_str().unwrap());
+    let trained = eval(config, run_dir.to_str().unwrap());
     assert_eq!(trained["episodes"], 8, "{trained}");
     assert!(
         trained["tool_calls_per_episode"].as_f64().unwrap() > 0.0,
