@@ -175,3 +175,51 @@ fn sft_refuses_what_it_cannot_train_on_with_one_line() {
     );
     assert!(!out_dir.join("model.safetensors").exists());
 }
+
+/// `examples/my_data.toml` with its files, as `docs/own-data.md` walks through it: it checks,
+/// and its demonstrations train.
+#[test]
+fn the_my_data_example_checks_and_its_demonstrations_train() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("my-model");
+    let out = run(&["init-model", "--out", model.to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    let text = std::fs::read_to_string(format!("{root}/examples/my_data.toml"))
+        .unwrap()
+        .replace("runs/my-model", model.to_str().unwrap())
+        .replace("runs/my-data", tmp.path().join("run").to_str().unwrap());
+    let config = tmp.path().join("my_data.toml");
+    std::fs::write(&config, text).unwrap();
+    let in_root = |args: &[&str]| {
+        Command::new(BIN)
+            .args(args)
+            .current_dir(root)
+            .output()
+            .unwrap()
+    };
+    let out = in_root(&["check-config", config.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    for line in [
+        "data: env.train_files examples/my_data/train.jsonl: 12 tasks",
+        "data: env.test_files examples/my_data/test.jsonl: 4 tasks",
+        "corpus: env.options.corpus examples/my_data/corpus.jsonl: 16 documents",
+    ] {
+        assert!(stderr.contains(line), "{line:?} not in {stderr}");
+    }
+    let sft = tmp.path().join("sft");
+    let report = stdout_json(&in_root(&[
+        "sft",
+        "--config",
+        config.to_str().unwrap(),
+        "--data",
+        "examples/my_data/demos.jsonl",
+        "--out",
+        sft.to_str().unwrap(),
+        "--steps",
+        "4",
+    ]));
+    assert_eq!(report["conversations"], 6, "{report}");
+    assert!(sft.join("tokenizer.json").is_file() && sft.join("config.json").is_file());
+}

@@ -38,6 +38,7 @@ fn every_example_config_parses_and_validates() {
             "long_horizon.toml",
             "long_horizon_full.toml",
             "math.toml",
+            "my_data.toml",
             "openenv.toml",
             "ppo_critic.toml",
             "verifiers.toml"
