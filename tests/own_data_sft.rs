@@ -208,6 +208,23 @@ fn the_my_data_example_checks_and_its_demonstrations_train() {
     ] {
         assert!(stderr.contains(line), "{line:?} not in {stderr}");
     }
+    // The tool result the demonstrations show is what the run's search tool returns.
+    let out = in_root(&[
+        "tool",
+        "call",
+        "search",
+        "--args",
+        "{\"query\": \"Ada\"}",
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    let observation = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        observation.starts_with("Doc 1 (Title: Ada) Ada was born in Oslo."),
+        "{observation} {out:?}"
+    );
+    let demos = std::fs::read_to_string(format!("{root}/examples/my_data/demos.jsonl")).unwrap();
+    assert!(demos.contains("Doc 1 (Title: Ada) Ada was born in Oslo."));
     let sft = tmp.path().join("sft");
     let report = stdout_json(&in_root(&[
         "sft",

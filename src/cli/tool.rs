@@ -3,13 +3,14 @@
 //! schema, runs it once with its timeout and prints the observation. A failed call prints
 //! the observation the model would see and exits non-zero.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agent_r1_envs::call_guard::execute;
 use agent_r1_envs::tools::{ToolRegistry, ToolsConfig};
 use anyhow::Context;
 
+use crate::config::{FileCheck, TrainConfig};
 use crate::registries::Registries;
 
 /// Arguments of `agent-r1 tool call`.
@@ -21,7 +22,8 @@ pub(crate) struct ToolCallArgs {
     /// The call's arguments as a JSON object.
     #[arg(long, default_value = "{}")]
     args: String,
-    /// TOML config whose `[tools.NAME]` tables hold the tools' options.
+    /// A training config (its tools as the run builds them, the env's search corpus
+    /// included), or a TOML file of `[tools.NAME]` tables.
     #[arg(long)]
     config: Option<PathBuf>,
     /// Print the tool's OpenAI function spec instead of calling it.
@@ -29,13 +31,32 @@ pub(crate) struct ToolCallArgs {
     spec: bool,
 }
 
-pub(crate) async fn run(args: ToolCallArgs, registry: ToolRegistry) -> anyhow::Result<()> {
+/// The tools of `--config`: a training config's (its `[tools.*]` tables with the corpus its
+/// env names, as `train` builds them), or a file of `[tools.*]` tables alone.
+fn tools_of(config: Option<&Path>, registries: &Registries) -> anyhow::Result<ToolsConfig> {
+    let Some(path) = config else {
+        return Ok(ToolsConfig::default());
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("{}: cannot read", path.display()))?;
+    let is_training_config = toml::from_str::<toml::Table>(&text)
+        .map(|t| t.contains_key("env"))
+        .unwrap_or(false);
+    if is_training_config {
+        let cfg = TrainConfig::load(path, FileCheck::Skip, registries)?;
+        Ok(cfg.tools_config(None))
+    } else {
+        Ok(ToolsConfig::load(path)?)
+    }
+}
+
+pub(crate) async fn run(
+    args: ToolCallArgs,
+    config: ToolsConfig,
+    registry: ToolRegistry,
+) -> anyhow::Result<()> {
     let arguments: serde_json::Value = serde_json::from_str(&args.args)
         .with_context(|| format!("--args is not JSON: {}", args.args))?;
-    let config = match &args.config {
-        Some(path) => ToolsConfig::load(path)?,
-        None => ToolsConfig::default(),
-    };
     let name = args.name.clone();
     // Building may start a server or index a corpus: keep it off the async workers.
     let tool = tokio::task::spawn_blocking(move || config.build_one(&registry, &name))
@@ -74,6 +95,9 @@ pub(crate) fn run_cmd(cmd: ToolCmd, registries: &Registries) -> anyhow::Result<(
         .build()
         .context("starting the async runtime")?;
     match cmd {
-        ToolCmd::Call(args) => runtime.block_on(run(args, registries.tools.clone())),
+        ToolCmd::Call(args) => {
+            let config = tools_of(args.config.as_deref(), registries)?;
+            runtime.block_on(run(args, config, registries.tools.clone()))
+        }
     }
 }
