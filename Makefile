@@ -12,7 +12,7 @@ ECO_STAMP := $(ECO)/.installed
 export PATH := $(VENV)/bin:$(PATH)
 CARGO ?= cargo
 BIN := target/release/agent-r1
-# libtorch's OpenMP workers spin less in barriers: see .cargo/config.toml and the README's
+# libtorch's OpenMP workers spin less in barriers: see .cargo/config.toml and docs/training.md's
 # "CPU threads". A value set in the environment wins.
 export GOMP_SPINCOUNT ?= 10000
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make bench`: the README's benchmark figures, one JSON object per line in runs/bench/.
+# `make bench`: the benchmark figures of docs/benchmarks.md, one JSON object per line in runs/bench/.
 # The rollout benchmarks need a model that calls tools over several turns: the policy
 # `make demo` ends with (runs/demo/checkpoints/step-12/policy, ~2.5 searches per episode;
 # the warm-started model-sft stops after one on purpose), or MODEL=DIR.

@@ -1,4 +1,4 @@
-//! Remote rollout workers on loopback, three `agent-r1` processes and more (issue 20): a
+//! Remote rollout workers on loopback, three `agent-r1` processes and more: a
 //! trainer that only trains, and workers that join it over ractor_cluster.
 //!
 //! Every step is ordered by construction, not by timing. The run is synchronous, so a

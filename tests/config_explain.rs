@@ -1,5 +1,5 @@
 //! One definition per key: `check-config --explain` lists every key the shipped configs use,
-//! its documented defaults are the defaults, and every probe of the README's table of bad
+//! its documented defaults are the defaults, and every probe of docs/training.md's table of bad
 //! values is one line naming the key, the value and what is allowed, with exit code 2, from
 //! `check-config` and from `train` before it creates anything.
 
@@ -145,7 +145,7 @@ fn explain_covers_every_key_of_the_examples_and_its_defaults_are_the_defaults() 
     assert_eq!(from_docs, plain);
 }
 
-/// The README's table of probes ("Config errors").
+/// The table of probes in docs/training.md ("Config errors").
 const PROBES: &[(&str, &str, &str, &str)] = &[
     // (what, the config's bad lines, the key named, what else the line must say)
     (

@@ -4,7 +4,7 @@
 //! same weights as the plain pass, for the policy and for a separate critic.
 //!
 //! How much memory each saves is measured by `agent-r1 bench learner` at a real shape (the
-//! README's figures), not here.
+//! figures in docs/benchmarks.md), not here.
 
 mod learner_common;
 
