@@ -357,6 +357,21 @@ impl TrainConfig {
 
     fn check_warm_start(&self, registries: &Registries) -> Result<(), ConfigError> {
         let envs = &registries.envs;
+        if self.warm_start.data.is_some() {
+            if self.warm_start.steps == 0 {
+                return Err(ConfigError::new(
+                    "warm_start.steps",
+                    "0 with warm_start.data: set the number of supervised steps (e.g. 80)",
+                ));
+            }
+            if self.warm_start.bad_habit.is_some() {
+                return Err(ConfigError::new(
+                    "warm_start.bad_habit",
+                    "teaches a habit on generated demonstrations; remove it with warm_start.data",
+                ));
+            }
+            return Ok(());
+        }
         if self.warm_start.steps == 0 || envs.generates_tasks(&self.env.name) {
             return Ok(());
         }
@@ -368,7 +383,8 @@ impl TrainConfig {
         Err(ConfigError::new(
             "warm_start.steps",
             format!(
-                "only envs that generate their own tasks ({}) make demonstrations, not {:?}; set steps = 0",
+                "only envs that generate their own tasks ({}) make demonstrations, not {:?}; give \
+                 your own in warm_start.data, or set steps = 0",
                 generating.join(", "),
                 self.env.name
             ),

@@ -1,6 +1,6 @@
 //! What a run will read, read before anything is created: every dataset file row by row,
-//! each search corpus document by document, the model's tokenizer, and the longest prompt
-//! the tasks render to. `check-config` prints the [`Preflight`]; `train` runs the same
+//! each search corpus document by document, the model's tokenizer, the longest prompt the
+//! tasks render to, and the warm start's own demonstrations. `check-config` prints the [`Preflight`]; `train` runs the same
 //! checks before it creates its run directory, so a mistake in the data costs one line and
 //! exit code 2, not a run directory and a run that cannot learn.
 
@@ -9,12 +9,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use agent_r1_actors::runtime::TurnRenderer;
+use agent_r1_actors::sft::read_chat_demonstrations;
 use agent_r1_actors::tokenizer::HfTokenizer;
 use agent_r1_envs::dataset::{load_tasks, OnBadRow};
 use agent_r1_envs::env::Env;
 use agent_r1_envs::task::{Split, Task};
 
 use crate::config::{ConfigError, TrainConfig};
+use crate::demonstrations::{run_rules, tokenized_demonstrations};
 use crate::registries::Registries;
 
 /// Prompts rendered to find the longest: those with the most characters. Rendering all of a
@@ -31,6 +33,8 @@ pub struct Preflight {
     pub corpora: Vec<(String, PathBuf, usize)>,
     /// The longest prompt in tokens, when the model's tokenizer is at hand.
     pub longest_prompt: Option<LongestPrompt>,
+    /// `warm_start.data` and its conversations.
+    pub demonstrations: Option<(PathBuf, usize)>,
     /// Things that will not stop the run but may make it useless.
     pub warnings: Vec<String>,
 }
@@ -86,6 +90,13 @@ impl fmt::Display for Preflight {
                 p.tokens, p.task, p.limit, p.key
             )?;
         }
+        if let Some((path, conversations)) = &self.demonstrations {
+            writeln!(
+                f,
+                "demonstrations: warm_start.data {}: {conversations} conversations",
+                path.display()
+            )?;
+        }
         for warning in &self.warnings {
             writeln!(f, "warning: {warning}")?;
         }
@@ -110,8 +121,21 @@ pub fn preflight(cfg: &TrainConfig, registries: &Registries) -> Result<Preflight
         })?)),
         None => None,
     };
-    if let Some(tokenizer) = tokenizer {
-        report.longest_prompt = longest_prompt(cfg, registries, tokenizer, &train, &test)?;
+    if let Some(tokenizer) = &tokenizer {
+        report.longest_prompt = longest_prompt(cfg, registries, tokenizer.clone(), &train, &test)?;
+    }
+    if let Some(data) = &cfg.warm_start.data {
+        let problem = |e: anyhow::Error| ConfigError::new("warm_start.data", format!("{e:#}"));
+        let rules = run_rules(cfg, registries).map_err(problem)?;
+        let conversations = match &tokenizer {
+            Some(tokenizer) => tokenized_demonstrations(data, &rules, tokenizer)
+                .map_err(problem)?
+                .len(),
+            None => read_chat_demonstrations(data, &rules)
+                .map_err(|e| problem(e.into()))?
+                .len(),
+        };
+        report.demonstrations = Some((data.clone(), conversations));
     }
     let generated = registries.envs.generates_tasks(&cfg.env.name)
         && !registries.workflows.contains(&cfg.env.name);

@@ -60,7 +60,7 @@ use agent_r1_actors::runtime::fault::FaultyTool;
 use agent_r1_actors::runtime::{
     run_rollout, ContextPolicy, EnvSource, LiveBoard, RolloutSetup, RolloutSummary,
 };
-use agent_r1_actors::sft::SftConfig;
+use agent_r1_actors::sft::{train_sft, SftConfig};
 use agent_r1_actors::stall::{Operations, StallWatch, Watchdog};
 use agent_r1_actors::tokenizer::HfTokenizer;
 use agent_r1_actors::trajectory::{EpisodeEnd, Trajectory, TrajectoryWriter};
@@ -80,6 +80,7 @@ use serde_json::{json, Value};
 use crate::checkpoint::{self, TrainingState, PENDING_TRAJECTORIES};
 use crate::cluster::trainer::TrainerCluster;
 use crate::config::{FileCheck, TrainConfig, TrainMode};
+use crate::demonstrations::{chat_row_rules, tokenized_demonstrations};
 use crate::preflight::{preflight, Preflight};
 use crate::registries::Registries;
 use crate::setup::{self, RolloutKnobs};
@@ -1194,10 +1195,6 @@ fn base_model(
     }
     let sft_dir = run_dir.join("model-sft");
     if !resuming || !sft_dir.join("config.json").is_file() {
-        let env = scenario
-            .generated
-            .as_ref()
-            .context("warm_start needs an env that generates its own tasks")?;
         let w = &cfg.warm_start;
         let sft = SftConfig {
             steps: w.steps,
@@ -1208,54 +1205,24 @@ fn base_model(
             seed,
             ..Default::default()
         };
-        let demos = |early_wrong_answer_prob, variants_per_question| DemoConfig {
-            early_wrong_answer_prob,
-            variants_per_question,
-            seed,
+        let on_step = |step: usize, loss: f64| {
+            live.touch(format!("warm start step {step}"));
+            if step % 25 == 0 || step + 1 == w.steps {
+                eprintln!("  sft step {step:>4}  loss {loss:.3}");
+            }
+            if stop.load(Ordering::SeqCst) {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
         };
-        let mut phases = vec![setup::WarmStartPhase {
-            steps: w.steps,
-            learning_rate: w.learning_rate,
-            demos: demos(w.early_wrong_answer_prob, w.variants_per_question),
-        }];
-        if let Some(h) = &w.bad_habit {
-            phases.push(setup::WarmStartPhase {
-                steps: h.steps,
-                learning_rate: h.learning_rate,
-                demos: demos(h.early_wrong_answer_prob, h.variants_per_question),
-            });
-        }
-        let total: usize = phases.iter().map(|p| p.steps).sum();
-        eprintln!(
-            "warm start: {total} steps{}",
-            w.bad_habit.as_ref().map_or(String::new(), |h| format!(
-                " (the last {} on demonstrations that answer early at {})",
-                h.steps, h.early_wrong_answer_prob
-            ))
-        );
         let t0 = Instant::now();
-        let done = setup::warm_start(
-            env.as_ref(),
-            &scenario.train,
-            &scenario.tools,
-            &dir,
-            &sft_dir,
-            placement,
-            &sft,
-            &phases,
-            scenario.context_policy.as_ref(),
-            |step, loss| {
-                live.touch(format!("warm start step {step}"));
-                if step % 25 == 0 || step + 1 == total {
-                    eprintln!("  sft step {step:>4}  loss {loss:.3}");
-                }
-                if stop.load(Ordering::SeqCst) {
-                    ControlFlow::Break(())
-                } else {
-                    ControlFlow::Continue(())
-                }
-            },
-        )?;
+        let done = match &w.data {
+            Some(data) => own_warm_start(
+                cfg, scenario, data, &dir, &sft_dir, placement, &sft, on_step,
+            )?,
+            None => generated_warm_start(cfg, scenario, &dir, &sft_dir, placement, &sft, on_step)?,
+        };
         warm = json!({
             "steps": done.report.steps,
             "demonstrations": done.demonstrations,
@@ -1266,8 +1233,8 @@ fn base_model(
         });
         if done.report.interrupted {
             eprintln!(
-                "interrupted during the warm start (after {} of {total} steps): nothing \
-                 saved, the next start redoes it",
+                "interrupted during the warm start (after {} steps): nothing saved, the next \
+                 start redoes it",
                 done.report.steps
             );
             return Ok(BaseModel {
@@ -1282,6 +1249,102 @@ fn base_model(
         dir,
         warm,
         interrupted: false,
+    })
+}
+
+/// The warm start on the demonstrations a generated env makes (its skills, then the bad
+/// habit of `[warm_start.bad_habit]`).
+fn generated_warm_start(
+    cfg: &TrainConfig,
+    scenario: &Scenario,
+    dir: &Path,
+    sft_dir: &Path,
+    placement: Placement,
+    sft: &SftConfig,
+    on_step: impl FnMut(usize, f64) -> ControlFlow<()>,
+) -> anyhow::Result<setup::WarmStart> {
+    let env = scenario
+        .generated
+        .as_ref()
+        .context("warm_start needs an env that generates its own tasks, or warm_start.data")?;
+    let w = &cfg.warm_start;
+    let seed = cfg.training.seed;
+    let demos = |early_wrong_answer_prob, variants_per_question| DemoConfig {
+        early_wrong_answer_prob,
+        variants_per_question,
+        seed,
+    };
+    let mut phases = vec![setup::WarmStartPhase {
+        steps: w.steps,
+        learning_rate: w.learning_rate,
+        demos: demos(w.early_wrong_answer_prob, w.variants_per_question),
+    }];
+    if let Some(h) = &w.bad_habit {
+        phases.push(setup::WarmStartPhase {
+            steps: h.steps,
+            learning_rate: h.learning_rate,
+            demos: demos(h.early_wrong_answer_prob, h.variants_per_question),
+        });
+    }
+    let total: usize = phases.iter().map(|p| p.steps).sum();
+    eprintln!(
+        "warm start: {total} steps{}",
+        w.bad_habit.as_ref().map_or(String::new(), |h| format!(
+            " (the last {} on demonstrations that answer early at {})",
+            h.steps, h.early_wrong_answer_prob
+        ))
+    );
+    setup::warm_start(
+        env.as_ref(),
+        &scenario.train,
+        &scenario.tools,
+        dir,
+        sft_dir,
+        placement,
+        sft,
+        &phases,
+        scenario.context_policy.as_ref(),
+        on_step,
+    )
+}
+
+/// The warm start on the user's own demonstrations (`[warm_start] data`), read as the run
+/// shows its tools and prompts.
+#[allow(clippy::too_many_arguments)]
+fn own_warm_start(
+    cfg: &TrainConfig,
+    scenario: &Scenario,
+    data: &Path,
+    dir: &Path,
+    sft_dir: &Path,
+    placement: Placement,
+    sft: &SftConfig,
+    on_step: impl FnMut(usize, f64) -> ControlFlow<()>,
+) -> anyhow::Result<setup::WarmStart> {
+    let specs = scenario.tools.iter().map(|t| t.spec()).collect();
+    let env = match &scenario.env {
+        EnvSource::Shared(env) => Some(env.as_ref()),
+        _ => None,
+    };
+    let rules = chat_row_rules(cfg, specs, env);
+    let tokenizer = HfTokenizer::from_dir(dir)?;
+    let sequences =
+        tokenized_demonstrations(data, &rules, &tokenizer).context("reading warm_start.data")?;
+    eprintln!(
+        "warm start: {} steps on {} demonstrations of {}",
+        sft.steps,
+        sequences.len(),
+        data.display()
+    );
+    let mut model = PolicyModel::load(dir, placement, false)?;
+    let report = train_sft(&mut model, &sequences, sft, on_step)?;
+    if !report.interrupted {
+        model.save(sft_dir, Some(dir))?;
+    }
+    Ok(setup::WarmStart {
+        dir: sft_dir.to_path_buf(),
+        report,
+        demonstrations: sequences.len(),
     })
 }
 

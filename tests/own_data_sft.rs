@@ -240,3 +240,49 @@ fn the_my_data_example_checks_and_its_demonstrations_train() {
     assert_eq!(report["conversations"], 6, "{report}");
     assert!(sft.join("tokenizer.json").is_file() && sft.join("config.json").is_file());
 }
+
+/// `[warm_start] data`: `train` itself runs the supervised steps on the user's
+/// demonstrations before RL, for an env that makes none (here `multihop_qa`).
+#[test]
+fn train_warm_starts_on_the_configured_demonstrations() {
+    let own = OwnData::new();
+    let demos = write_demonstrations(&own, 6);
+    let text = own.config().replace("updates = 1", "updates = 1\n")
+        + &format!(
+            "\n[warm_start]\nsteps = 80\nlearning_rate = 1e-3\nfinal_lr_fraction = 1.0\ndata = \"{}\"\n",
+            demos.display()
+        );
+    let config = own.path("warm.toml");
+    std::fs::write(&config, text).unwrap();
+    let out = run(&["train", "--config", config.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let summary = stdout_json(&out);
+    assert!(
+        stderr.contains("warm start: 80 steps on 6 demonstrations of"),
+        "{stderr}"
+    );
+    assert_eq!(summary["warm_start"]["demonstrations"], 6, "{summary}");
+    let run_dir = own.path("run");
+    assert!(run_dir.join("model-sft").join("config.json").is_file());
+    // Held-out questions before any RL update: the warm-started policy calls the tool.
+    assert!(
+        summary["tool_calls_before"].as_f64().unwrap() >= 0.75,
+        "{summary}"
+    );
+
+    // A data file with a conversation the run cannot train on is refused before the run.
+    std::fs::write(
+        &demos,
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"Q\"}]}\n",
+    )
+    .unwrap();
+    std::fs::remove_dir_all(&run_dir).unwrap();
+    let out = run(&["train", "--config", config.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("warm_start.data")
+            && stderr.contains("demos.jsonl:1: no assistant message"),
+        "{stderr}"
+    );
+}

@@ -50,22 +50,36 @@ async fn call(t: &PythonTool, code: &str) -> (String, serde_json::Map<String, Va
 /// is killed, the next started only once the previous one holds its memory or died: the
 /// total only grows, so past the limit the kernel must kill, and at most 2 can hold at the
 /// end under a 256 MiB limit (each process is well under its 256 MiB address-space limit).
+/// Then the parent asks each child whether it is alive: a live one answers on its pipe, one
+/// the kernel killed (or is still killing) closes the pipe by dying and the parent reads
+/// end-of-file, so the count does not depend on how fast a killed child exits.
 const HOLDERS: &str = "import os, signal\n\
 held = []\n\
 for i in range(4):\n\
 \x20   r, w = os.pipe()\n\
+\x20   ping_r, ping_w = os.pipe()\n\
 \x20   pid = os.fork()\n\
 \x20   if pid == 0:\n\
 \x20       os.close(r)\n\
+\x20       os.close(ping_w)\n\
 \x20       b = bytearray(b'x') * (100 << 20)\n\
 \x20       os.write(w, b'held')\n\
+\x20       os.read(ping_r, 1)\n\
+\x20       os.write(w, b'pong')\n\
 \x20       signal.pause()\n\
 \x20   os.close(w)\n\
+\x20   os.close(ping_r)\n\
 \x20   said = os.read(r, 4)\n\
-\x20   os.close(r)\n\
-\x20   held.append(pid)\n\
+\x20   held.append((pid, r, ping_w))\n\
 \x20   print('child', i, said.decode() or 'killed', flush=True)\n\
-alive = [p for p in held if os.waitpid(p, os.WNOHANG) == (0, 0)]\n\
+alive = []\n\
+for pid, r, ping_w in held:\n\
+\x20   try:\n\
+\x20       os.write(ping_w, b'?')\n\
+\x20   except BrokenPipeError:\n\
+\x20       pass\n\
+\x20   if os.read(r, 4) == b'pong':\n\
+\x20       alive.append(pid)\n\
 print('alive at the end', len(alive), flush=True)\n\
 for p in alive:\n\
 \x20   os.kill(p, 9)";

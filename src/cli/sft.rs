@@ -7,7 +7,6 @@
 //! system prompt (put first in a conversation that has none), so the demonstrations are
 //! rendered the way RL's prompts will be. The loss is on the assistant tokens only.
 
-use std::collections::BTreeSet;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
@@ -15,14 +14,11 @@ use anyhow::Context;
 use serde_json::json;
 
 use agent_r1_actors::model::PolicyModel;
-use agent_r1_actors::sft::{
-    read_chat_demonstrations, tokenize_demonstration, train_sft, ChatRowRules, SftConfig,
-};
+use agent_r1_actors::sft::{train_sft, SftConfig};
 use agent_r1_actors::tokenizer::HfTokenizer;
-use agent_r1_envs::message::Role;
-use agent_r1_envs::task::Task;
 
 use crate::config::{FileCheck, TrainConfig};
+use crate::demonstrations::{run_rules, tokenized_demonstrations};
 use crate::registries::Registries;
 
 /// Arguments of `agent-r1 sft`.
@@ -77,16 +73,8 @@ pub(crate) fn run(args: SftArgs, registries: &Registries) -> anyhow::Result<()> 
     writable(&args.out)?;
     let tokenizer =
         HfTokenizer::from_dir(&base).with_context(|| format!("--model {}", base.display()))?;
-    let rules = rules(&cfg, registries)?;
-    let demos = read_chat_demonstrations(&args.data, &rules)?;
-    let sequences = demos
-        .iter()
-        .enumerate()
-        .map(|(i, d)| {
-            tokenize_demonstration(&tokenizer, d)
-                .with_context(|| format!("{}: conversation {}", args.data.display(), i + 1))
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let rules = run_rules(&cfg, registries)?;
+    let sequences = tokenized_demonstrations(&args.data, &rules, &tokenizer)?;
     let placement = cfg.placement()?;
     let mut model = PolicyModel::load(&base, placement, false)?;
     let config = SftConfig {
@@ -111,7 +99,7 @@ pub(crate) fn run(args: SftArgs, registries: &Registries) -> anyhow::Result<()> 
         "{}",
         json!({
             "out": args.out.display().to_string(),
-            "conversations": demos.len(),
+            "conversations": sequences.len(),
             "steps": report.steps,
             "tokens_trained": report.tokens,
             "first_loss": report.first_loss,
@@ -119,48 +107,6 @@ pub(crate) fn run(args: SftArgs, registries: &Registries) -> anyhow::Result<()> 
         })
     );
     Ok(())
-}
-
-/// What the run will show and allow: its tools, call format, calls per turn and system
-/// prompt.
-fn rules(cfg: &TrainConfig, registries: &Registries) -> anyhow::Result<ChatRowRules> {
-    let specs = cfg
-        .tools_config(None)
-        .specs(&registries.tools)
-        .context("building the tools' specs `[tools.*]`")?;
-    let names: BTreeSet<String> = specs
-        .iter()
-        .filter_map(|s| s["function"]["name"].as_str().map(str::to_string))
-        .collect();
-    let default_system = if registries.workflows.contains(&cfg.env.name)
-        || registries.envs.generates_tasks(&cfg.env.name)
-    {
-        None
-    } else {
-        let env = registries
-            .envs
-            .create(&cfg.env.name, &cfg.run_env_options(registries))
-            .context("building the env `[env]`")?;
-        let probe = Task {
-            id: "sft".into(),
-            data_source: "sft".into(),
-            question: "?".into(),
-            answers: vec![],
-            prompt: None,
-            extra: serde_json::Value::Null,
-        };
-        env.reset(&probe)
-            .ok()
-            .and_then(|m| m.into_iter().find(|m| m.role == Role::System))
-            .map(|m| m.content)
-    };
-    Ok(ChatRowRules {
-        format: cfg.model.resolved_tool_call_format(),
-        tools: Some(names),
-        max_calls_per_turn: cfg.env.max_tool_calls_per_turn,
-        default_tools: (!specs.is_empty()).then_some(specs),
-        default_system,
-    })
 }
 
 /// That `out` can be created and written, before any training.

@@ -37,6 +37,11 @@ pub struct WarmStartSection {
     /// A last phase that teaches a bad habit, after the steps above taught the skills.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bad_habit: Option<BadHabitSection>,
+    /// Your own demonstrations, for any env: a JSONL of chat-format conversations (OpenAI /
+    /// Hugging Face messages with `tool_calls`), trained on instead of generated ones, as
+    /// `agent-r1 sft` does (docs/own-data.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<std::path::PathBuf>,
 }
 
 /// `[warm_start.bad_habit]`: more warm-start steps on demonstrations that mostly answer right
@@ -87,6 +92,7 @@ impl Default for WarmStartSection {
             early_wrong_answer_prob: 0.2,
             variants_per_question: 4,
             bad_habit: None,
+            data: None,
         }
     }
 }
