@@ -99,6 +99,9 @@ max_context_length = 1024
 [training]
 updates = 1
 run_dir = "{run}"
+
+[metrics]
+address = "127.0.0.1:0"
 "#,
             model = p("model"),
             train = p("train.jsonl"),
