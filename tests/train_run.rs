@@ -10,6 +10,8 @@ use std::process::Command;
 
 use serde_json::Value;
 
+#[path = "support/png_text.rs"]
+mod png_text;
 #[path = "support/tiny_run.rs"]
 mod tiny_run;
 #[path = "support/trainer.rs"]
@@ -107,12 +109,12 @@ fn train_runs_end_to_end_and_writes_logs_checkpoints_and_curves() {
             .join(format!("checkpoints/step-{step}/policy/model.safetensors"))
             .is_file());
     }
-    for name in ["curves.png", "curves.svg"] {
-        assert!(
-            std::fs::metadata(run.join(name)).unwrap().len() > 100,
-            "{name}"
-        );
-    }
+    png_text::assert_png_has_text(&run.join("curves.png"));
+    let svg = std::fs::read_to_string(run.join("curves.svg")).unwrap();
+    assert!(
+        svg.contains("held-out EM") && svg.contains("update"),
+        "{svg}"
+    );
     let rollouts: Vec<_> = std::fs::read_dir(run.join("rollouts"))
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())

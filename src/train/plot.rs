@@ -1,14 +1,34 @@
 //! Training curves as PNG and SVG: mean reward and EM of the training batches per update,
-//! and held-out EM per evaluation.
+//! and held-out EM per evaluation, each value of an evaluation written beside its point.
 //!
-//! plotters is built without font support (no system font libraries to link or find), so
-//! the PNG has axes, ticks and lines but no text; the SVG backend writes text as SVG text
-//! elements, so it carries the title, axis labels and legend.
+//! Text in the PNG is rasterised with ab_glyph from a font compiled into the binary
+//! (`epaint_default_fonts`' Ubuntu Light), so the picture is the same on a machine without
+//! system fonts; the SVG writes text elements.
 
 use std::path::{Path, PathBuf};
 
+use std::sync::OnceLock;
+
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::FontStyle;
+
+/// The family every text in the curves uses, registered once per process.
+const FAMILY: &str = "sans-serif";
+
+fn register_font() -> Result<(), String> {
+    static REGISTERED: OnceLock<Result<(), String>> = OnceLock::new();
+    REGISTERED
+        .get_or_init(|| {
+            plotters::style::register_font(
+                FAMILY,
+                FontStyle::Normal,
+                epaint_default_fonts::UBUNTU_LIGHT,
+            )
+            .map_err(|_| "the embedded font does not parse".to_string())
+        })
+        .clone()
+}
 
 /// The points to draw; x is the update step.
 #[derive(Debug, Clone, Default)]
@@ -46,62 +66,84 @@ fn range(points: &[&[(f64, f64)]], pad: f64) -> (f64, f64, f64, f64) {
 }
 
 type DrawResult = Result<(), Box<dyn std::error::Error>>;
-/// One line of a panel: legend name, points, colour.
-type Series<'a> = (&'a str, &'a [(f64, f64)], RGBColor);
+/// One line of a panel.
+struct Series<'a> {
+    /// Its name in the legend.
+    name: &'a str,
+    points: &'a [(f64, f64)],
+    color: RGBColor,
+    /// Write each point's value beside it (the evaluations: few points, each one read).
+    values_named: bool,
+}
 
-fn panel<DB: DrawingBackend>(
-    area: &DrawingArea<DB, Shift>,
-    title: &str,
-    series: &[Series<'_>],
-    text: bool,
-) -> DrawResult
+/// One panel: its title, the y axis's description, and whether to write each point's value.
+struct Panel<'a> {
+    title: &'a str,
+    y_desc: &'a str,
+    series: &'a [Series<'a>],
+}
+
+fn panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, p: &Panel<'_>) -> DrawResult
 where
     DB::ErrorType: 'static,
 {
-    let slices: Vec<&[(f64, f64)]> = series.iter().map(|s| s.1).collect();
-    let (x0, x1, y0, y1) = range(&slices, 0.05);
-    let mut builder = ChartBuilder::on(area);
-    builder.margin(12);
-    if text {
-        builder
-            .caption(title, ("sans-serif", 18))
-            .x_label_area_size(30)
-            .y_label_area_size(45);
-    } else {
-        builder.x_label_area_size(8).y_label_area_size(8);
-    }
-    let mut chart = builder.build_cartesian_2d(x0..x1, y0..y1)?;
-    let mut mesh = chart.configure_mesh();
-    if text {
-        mesh.x_desc("update").y_desc(title);
-    } else {
-        mesh.x_labels(0).y_labels(0);
-    }
-    mesh.draw()?;
-    for (name, points, color) in series {
-        let color = *color;
-        let drawn = chart.draw_series(LineSeries::new(
-            points.iter().copied(),
-            color.stroke_width(2),
-        ))?;
-        if text {
-            drawn
-                .label(*name)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
-        }
-        chart.draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
-    }
-    if text {
+    let slices: Vec<&[(f64, f64)]> = p.series.iter().map(|s| s.points).collect();
+    let (x0, x1, y0, y1) = range(&slices, 0.08);
+    // Updates are whole numbers: ticks on them, and room beside the first and last point.
+    let ticks = ((x1 - x0).round() as usize + 1).min(13);
+    let (x0, x1) = (x0 - 0.05 * (x1 - x0), x1 + 0.08 * (x1 - x0));
+    let mut chart = ChartBuilder::on(area)
+        .margin(12)
+        .caption(p.title, (FAMILY, 20))
+        .x_label_area_size(40)
+        .y_label_area_size(55)
+        .build_cartesian_2d(x0..x1, y0..y1)?;
+    chart
+        .configure_mesh()
+        .x_labels(ticks)
+        .x_label_formatter(&|x| {
+            if (x - x.round()).abs() < 1e-6 {
+                format!("{x:.0}")
+            } else {
+                String::new()
+            }
+        })
+        .y_label_formatter(&|y| format!("{:.2}", if y.abs() < 5e-3 { 0.0 } else { *y }))
+        .x_desc("update (optimizer steps of the policy)")
+        .y_desc(p.y_desc)
+        .label_style((FAMILY, 13))
+        .axis_desc_style((FAMILY, 15))
+        .draw()?;
+    for s in p.series {
+        let color = s.color;
         chart
-            .configure_series_labels()
-            .border_style(BLACK)
-            .background_style(WHITE.mix(0.8))
-            .draw()?;
+            .draw_series(LineSeries::new(
+                s.points.iter().copied(),
+                color.stroke_width(2),
+            ))?
+            .label(s.name)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+            });
+        chart.draw_series(s.points.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+        if s.values_named {
+            let style = (FAMILY, 14).into_font().color(&color);
+            chart.draw_series(s.points.iter().map(|&(x, y)| {
+                EmptyElement::at((x, y)) + Text::new(format!("{y:.2}"), (-12, -20), style.clone())
+            }))?;
+        }
     }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .label_font((FAMILY, 14))
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.85))
+        .draw()?;
     Ok(())
 }
 
-fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, c: &Curves, text: bool) -> DrawResult
+fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, c: &Curves) -> DrawResult
 where
     DB::ErrorType: 'static,
 {
@@ -109,18 +151,37 @@ where
     let (top, bottom) = root.split_vertically(root.dim_in_pixel().1 / 2);
     panel(
         &top,
-        "reward",
-        &[("train reward (mean)", &c.reward, BLUE)],
-        text,
+        &Panel {
+            title: "Reward of the training episodes",
+            y_desc: "mean reward per episode",
+            series: &[Series {
+                name: "train reward (mean of the batch)",
+                points: &c.reward,
+                color: BLUE,
+                values_named: false,
+            }],
+        },
     )?;
     panel(
         &bottom,
-        "exact match",
-        &[
-            ("train EM (sampled)", &c.train_em, GREEN),
-            ("held-out EM (greedy)", &c.eval_em, RED),
-        ],
-        text,
+        &Panel {
+            title: "Exact match",
+            y_desc: "fraction of questions right",
+            series: &[
+                Series {
+                    name: "train EM (sampled episodes)",
+                    points: &c.train_em,
+                    color: GREEN,
+                    values_named: false,
+                },
+                Series {
+                    name: "held-out EM (greedy evaluation)",
+                    points: &c.eval_em,
+                    color: RED,
+                    values_named: true,
+                },
+            ],
+        },
     )?;
     root.present()?;
     Ok(())
@@ -130,28 +191,26 @@ where
 pub fn write_curves(dir: &Path, curves: &Curves) -> anyhow::Result<Vec<PathBuf>> {
     let png = dir.join("curves.png");
     let svg = dir.join("curves.svg");
-    let size = (800, 600);
-    draw(
-        BitMapBackend::new(&png, size).into_drawing_area(),
-        curves,
-        false,
-    )
-    .map_err(|e| anyhow::anyhow!("{}: cannot draw: {e}", png.display()))?;
-    draw(
-        SVGBackend::new(&svg, size).into_drawing_area(),
-        curves,
-        true,
-    )
-    .map_err(|e| anyhow::anyhow!("{}: cannot draw: {e}", svg.display()))?;
+    let size = (900, 700);
+    register_font().map_err(|e| anyhow::anyhow!("{}: cannot draw: {e}", png.display()))?;
+    draw(BitMapBackend::new(&png, size).into_drawing_area(), curves)
+        .map_err(|e| anyhow::anyhow!("{}: cannot draw: {e}", png.display()))?;
+    draw(SVGBackend::new(&svg, size).into_drawing_area(), curves)
+        .map_err(|e| anyhow::anyhow!("{}: cannot draw: {e}", svg.display()))?;
     Ok(vec![png, svg])
 }
 
 #[cfg(test)]
+#[path = "../../tests/support/png_text.rs"]
+mod png_text;
+
+#[cfg(test)]
 mod tests {
+    use super::png_text::assert_png_has_text;
     use super::*;
 
     #[test]
-    fn writes_png_and_svg_even_for_one_point() {
+    fn writes_png_and_svg_with_text_even_for_one_point() {
         let dir = tempfile::tempdir().unwrap();
         for curves in [
             Curves::default(),
@@ -169,8 +228,33 @@ mod tests {
             let paths = write_curves(dir.path(), &curves).unwrap();
             let png = std::fs::read(&paths[0]).unwrap();
             assert_eq!(&png[1..4], b"PNG");
+            assert_png_has_text(&paths[0]);
             let svg = std::fs::read_to_string(&paths[1]).unwrap();
             assert!(svg.contains("<svg") && svg.contains("held-out EM"), "{svg}");
         }
+    }
+
+    #[test]
+    fn a_picture_without_text_is_caught() {
+        let dir = tempfile::tempdir().unwrap();
+        let png = dir.path().join("blank.png");
+        let root = BitMapBackend::new(&png, (900, 700)).into_drawing_area();
+        root.fill(&WHITE).unwrap();
+        ChartBuilder::on(&root)
+            .margin(12)
+            .build_cartesian_2d(0.0..1.0, 0.0..1.0)
+            .unwrap()
+            .configure_mesh()
+            .x_labels(0)
+            .y_labels(0)
+            .draw()
+            .unwrap();
+        root.present().unwrap();
+        drop(root);
+        let caught = std::panic::catch_unwind(|| assert_png_has_text(&png));
+        assert!(
+            caught.is_err(),
+            "a picture of lines only passed the text check"
+        );
     }
 }
