@@ -85,7 +85,7 @@ impl NodeEventSubscription for SessionLog {
             eprintln!("cluster: connection with {} closed", ses.peer_addr);
             let _ = self.events.send(SessionEvent::Lost(ses.peer_addr));
         } else {
-            metrics::counter!("agent_r1_cluster_refused_total").increment(1);
+            metrics::counter!(crate::metric_names::CLUSTER_REFUSED_TOTAL.name).increment(1);
             eprintln!(
                 "cluster: connection with {} refused: it did not pass the cookie check (wrong cookie, TLS on one side only, or not an agent-r1 node)",
                 ses.peer_addr
@@ -137,7 +137,7 @@ impl Node {
         let (server, _join) = Actor::spawn(None, server, ())
             .await
             .map_err(|e| anyhow::anyhow!("starting the cluster node {name}: {e}"))?;
-        metrics::counter!("agent_r1_cluster_refused_total").increment(0);
+        metrics::counter!(crate::metric_names::CLUSTER_REFUSED_TOTAL.name).increment(0);
         let (tx, events) = mpsc::unbounded_channel();
         server
             .cast(NodeServerMessage::SubscribeToEvents {

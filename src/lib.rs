@@ -13,6 +13,7 @@ pub mod config;
 pub mod demonstrations;
 pub mod file_digest;
 pub mod memory;
+pub mod metric_names;
 pub mod metrics_server;
 pub mod preflight;
 pub mod registries;

@@ -447,7 +447,7 @@ impl Run {
         self.last_checkpoint = Some(self.step);
         self.live.touch(format!("checkpoint step {}", self.step));
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-        metrics::gauge!("agent_r1_train_last_checkpoint_timestamp_seconds")
+        metrics::gauge!(crate::metric_names::TRAIN_LAST_CHECKPOINT_TIMESTAMP_SECONDS.name)
             .set(now.map_or(0.0, |d| d.as_secs_f64()));
         eprintln!(
             "checkpoint step {} -> {} ({} pending trajectories, {} of them in the {} groups in flight)",
@@ -482,7 +482,8 @@ impl Run {
                 }
                 Err(e) if required => return Err(e),
                 Err(e) => {
-                    metrics::counter!("agent_r1_train_checkpoint_failures_total").increment(1);
+                    metrics::counter!(crate::metric_names::TRAIN_CHECKPOINT_FAILURES_TOTAL.name)
+                        .increment(1);
                     eprintln!(
                         "ALERT: checkpoint step {} skipped after {} attempts: {e:#}; training goes on, \
                          the newest checkpoint is still step {}",
@@ -526,9 +527,11 @@ impl Run {
         };
         append_row(&self.run_dir.join("eval.jsonl"), &row)?;
         for (k, v) in &s.metrics {
-            metrics::gauge!("agent_r1_train_eval_score", "metric" => k.clone()).set(*v);
+            metrics::gauge!(crate::metric_names::TRAIN_EVAL_SCORE.name, "metric" => k.clone())
+                .set(*v);
         }
-        metrics::gauge!("agent_r1_train_eval_score", "metric" => "reward").set(s.reward_mean);
+        metrics::gauge!(crate::metric_names::TRAIN_EVAL_SCORE.name, "metric" => "reward")
+            .set(s.reward_mean);
         eprintln!(
             "eval   step {:>4}  em {:.3}  f1 {:.3}  reward {:+.3}  calls/ep {:.2}  ({} episodes, {:.1}s)",
             self.step,
@@ -568,7 +571,7 @@ impl Run {
         }
         let got = self.sampler.next_batch().await?;
         let position = self.sampler.position();
-        metrics::gauge!("agent_r1_train_data_position").set(position as f64);
+        metrics::gauge!(crate::metric_names::TRAIN_DATA_POSITION.name).set(position as f64);
         if let Some(b) = &got {
             eprintln!(
                 "sampled update {}: {} episodes (data position {position})",
@@ -623,7 +626,8 @@ impl Run {
         batch: Vec<Trajectory>,
     ) -> anyhow::Result<(BatchSummary, UpdateStats, UpdateTimes)> {
         let t0 = Instant::now();
-        metrics::counter!("agent_r1_train_episodes_total").increment(batch.len() as u64);
+        metrics::counter!(crate::metric_names::TRAIN_EPISODES_TOTAL.name)
+            .increment(batch.len() as u64);
         let summary = BatchSummary::of(&batch);
         self.check_failed_batches(&batch, &summary)?;
         if let Some(rewards) = no_reward_signal(&batch) {
@@ -637,7 +641,8 @@ impl Run {
         // An episode that failed before its first turn has no tokens to train on.
         let (batch, empty): (Vec<_>, Vec<_>) = batch.into_iter().partition(|t| !t.steps.is_empty());
         if !empty.is_empty() {
-            metrics::counter!("agent_r1_train_empty_episodes_total").increment(empty.len() as u64);
+            metrics::counter!(crate::metric_names::TRAIN_EMPTY_EPISODES_TOTAL.name)
+                .increment(empty.len() as u64);
             tracing::warn!(
                 episodes = empty.len(),
                 "episodes ended before their first turn (their reasons are logged: a prompt over rollout.max_prompt_length, a failed reset, ...); not trained on"
@@ -649,7 +654,7 @@ impl Run {
             // on with the next batch instead of ending on one bad one.
             self.step += 1;
             self.sampler.set_step(self.step);
-            metrics::counter!("agent_r1_train_skipped_updates_total", "reason" => reason)
+            metrics::counter!(crate::metric_names::TRAIN_SKIPPED_UPDATES_TOTAL.name, "reason" => reason)
                 .increment(1);
             tracing::warn!(step = self.step, reason, "update skipped: {why}");
             let stats = UpdateStats {
@@ -683,7 +688,8 @@ impl Run {
             .zip(engine_after)
             .map(|(a, b)| b.idle_seconds - a.idle_seconds);
         if let Some(idle) = engine_idle {
-            metrics::histogram!("agent_r1_train_engine_idle_during_update_seconds").record(idle);
+            metrics::histogram!(crate::metric_names::TRAIN_ENGINE_IDLE_DURING_UPDATE_SECONDS.name)
+                .record(idle);
         }
         if self.faults.hangs(HangStage::Publication) {
             self.engine.inject_hang()?;
@@ -1728,15 +1734,17 @@ async fn train_loop(run: &mut Run, resumed: bool) -> anyhow::Result<bool> {
             ..UpdateRow::new(run.step, &s, &stats)
         };
         append_row(&run.run_dir.join("metrics.jsonl"), &row)?;
-        metrics::gauge!("agent_r1_train_update_step").set(run.step as f64);
+        metrics::gauge!(crate::metric_names::TRAIN_UPDATE_STEP.name).set(run.step as f64);
         run.live.touch(format!("update {}", run.step));
-        metrics::gauge!("agent_r1_train_reward_mean").set(s.reward_mean);
-        metrics::gauge!("agent_r1_train_tool_calls_per_episode").set(s.tool_calls_per_episode);
+        metrics::gauge!(crate::metric_names::TRAIN_REWARD_MEAN.name).set(s.reward_mean);
+        metrics::gauge!(crate::metric_names::TRAIN_TOOL_CALLS_PER_EPISODE.name)
+            .set(s.tool_calls_per_episode);
         for (k, v) in &s.metrics {
-            metrics::gauge!("agent_r1_train_metric_mean", "metric" => k.clone()).set(*v);
+            metrics::gauge!(crate::metric_names::TRAIN_METRIC_MEAN.name, "metric" => k.clone())
+                .set(*v);
         }
-        metrics::histogram!("agent_r1_train_update_seconds").record(secs);
-        metrics::histogram!("agent_r1_train_sample_seconds").record(sample_secs);
+        metrics::histogram!(crate::metric_names::TRAIN_UPDATE_SECONDS.name).record(secs);
+        metrics::histogram!(crate::metric_names::TRAIN_SAMPLE_SECONDS.name).record(sample_secs);
         bar.set_position(run.step);
         log_line(&bar, format!(
             "update {:>4}/{updates}  reward {:+.3}  em {:.3}  f1 {:.3}  calls/ep {:.2}  pg {:+.4}  ent {:.3}  kept {}/{}  sample {:.1}s  update {:.1}s",

@@ -63,10 +63,16 @@ fn serves_metrics_and_healthz_on_a_free_port() {
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("agent_r1_test_total 3"), "{body}");
     assert!(body.contains("agent_r1_episodes_in_flight 5"), "{body}");
-    assert!(
-        body.contains("# HELP agent_r1_episodes_in_flight Episodes running"),
-        "described series carry help text: {body}"
-    );
+    for m in [
+        agent_r1_actors::metric_names::EPISODES_IN_FLIGHT,
+        agent_r1_actors::metric_names::TOOL_CALL_DURATION_SECONDS,
+    ] {
+        let help = format!("# HELP {} {}\n", m.name, m.help_text());
+        assert!(
+            body.contains(&help),
+            "described series carry their declaration's help text ({help}): {body}"
+        );
+    }
     assert!(
         body.contains("agent_r1_tool_call_duration_seconds_bucket{tool=\"search\",le=\"0.025\"} 1"),
         "histograms are exported with buckets: {body}"

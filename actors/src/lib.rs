@@ -13,6 +13,7 @@ pub mod engine_set;
 pub mod error;
 pub mod learner;
 pub mod memory_plan;
+pub mod metric_names;
 pub mod model;
 pub mod openenv;
 pub mod runtime;

@@ -188,14 +188,14 @@ impl StallDetector {
                     let now_stalled: BTreeSet<String> =
                         stalls.iter().map(|s| s.stage.clone()).collect();
                     for stage in stalled_stages.difference(&now_stalled) {
-                        metrics::gauge!("agent_r1_stalled", "stage" => stage.clone()).set(0.0);
+                        metrics::gauge!(crate::metric_names::STALLED.name, "stage" => stage.clone()).set(0.0);
                         tracing::warn!(stage = %stage, "stage made progress again");
                     }
                     for stall in &stalls {
-                        metrics::gauge!("agent_r1_stalled", "stage" => stall.stage.clone())
+                        metrics::gauge!(crate::metric_names::STALLED.name, "stage" => stall.stage.clone())
                             .set(1.0);
                         if reported.insert((stall.stage.clone(), stall.item.clone())) {
-                            metrics::counter!("agent_r1_stalls_total", "stage" => stall.stage.clone())
+                            metrics::counter!(crate::metric_names::STALLS_TOTAL.name, "stage" => stall.stage.clone())
                                 .increment(1);
                             tracing::error!("{stall}");
                             on_stall(stall);

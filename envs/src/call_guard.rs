@@ -67,7 +67,7 @@ pub async fn run_guarded_holding<H: Send + 'static>(
                 .compare_exchange(RUNNING, OVERDUE, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
             {
-                metrics::gauge!("agent_r1_tool_calls_overdue").increment(1.0);
+                metrics::gauge!(crate::metric_names::TOOL_CALLS_OVERDUE.name).increment(1.0);
             }
             Err(CallError::Timeout(limit))
         }
@@ -96,7 +96,7 @@ struct EndOfCall(Arc<AtomicU8>);
 impl Drop for EndOfCall {
     fn drop(&mut self) {
         if self.0.swap(ENDED, Ordering::AcqRel) == OVERDUE {
-            metrics::gauge!("agent_r1_tool_calls_overdue").decrement(1.0);
+            metrics::gauge!(crate::metric_names::TOOL_CALLS_OVERDUE.name).decrement(1.0);
         }
     }
 }

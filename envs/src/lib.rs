@@ -17,6 +17,8 @@ pub mod generated_env;
 pub mod kinds;
 pub mod math;
 pub mod message;
+pub mod metric;
+pub mod metric_names;
 pub mod reward;
 pub mod schema;
 pub mod shutdown;

@@ -20,12 +20,19 @@ use agent_r1_actors::model::Placement;
 #[derive(Debug, clap::Args)]
 pub(crate) struct CheckConfigArgs {
     /// The training config (TOML).
-    #[arg(required_unless_present = "explain")]
+    #[arg(required_unless_present_any = ["explain", "explain_metrics"])]
     config: Option<PathBuf>,
     /// Print every config key, one per line, as `key = default  # type; allowed; meaning`
     /// (and check nothing).
     #[arg(long, conflicts_with_all = ["skip_machine_checks", "device_memory_gib", "shape"])]
     explain: bool,
+    /// Print every series `/metrics` serves, one per line, as
+    /// `name  # kind; unit; labels; meaning` (and check nothing).
+    #[arg(
+        long,
+        conflicts_with_all = ["explain", "skip_machine_checks", "device_memory_gib", "shape"]
+    )]
+    explain_metrics: bool,
     /// Skip what depends on this machine: reading the model's tokenizer, the dataset files
     /// and the corpus (and the longest prompt), that the device is present, and the resume
     /// look-up (for checking a config elsewhere).
@@ -42,11 +49,11 @@ pub(crate) struct CheckConfigArgs {
 }
 
 pub(crate) fn run(args: CheckConfigArgs, registries: &Registries) -> anyhow::Result<()> {
+    if args.explain_metrics {
+        return print_lines(crate::metric_names::all().map(explain_metric));
+    }
     let Some(path) = args.config.clone().filter(|_| !args.explain) else {
-        for doc in explain(registries) {
-            println!("{}", explain_line(&doc));
-        }
-        return Ok(());
+        return print_lines(explain(registries).iter().map(explain_line));
     };
     let files = if args.skip_machine_checks {
         FileCheck::Skip
@@ -135,6 +142,31 @@ fn check_memory(
         },
         None => {
             eprintln!("memory: the device's capacity is unknown here; pass --device-memory-gib")
+        }
+    }
+    Ok(())
+}
+
+/// `name  # kind; unit; labels; meaning`, from the series' declaration.
+fn explain_metric(m: &agent_r1_envs::metric::Metric) -> String {
+    let unit = m.unit.map_or("-", |u| u.as_str());
+    let labels = if m.labels.is_empty() {
+        "no labels".to_string()
+    } else {
+        format!("labels {}", m.labels.join(", "))
+    };
+    let kind = format!("{:?}", m.kind).to_lowercase();
+    format!("{}  # {kind}; {unit}; {labels}; {}", m.name, m.help_text())
+}
+
+/// Prints one line each; a closed stdout (`| head`) ends the listing quietly.
+fn print_lines(lines: impl Iterator<Item = String>) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    for line in lines {
+        match writeln!(out, "{line}") {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+            r => r?,
         }
     }
     Ok(())

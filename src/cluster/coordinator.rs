@@ -122,7 +122,7 @@ impl State {
                     },
                 )
             });
-            metrics::counter!("agent_r1_cluster_leases_granted_total").increment(1);
+            metrics::counter!(crate::metric_names::CLUSTER_LEASES_GRANTED_TOTAL.name).increment(1);
             if !delivered {
                 tracing::warn!(
                     worker = grant.worker,
@@ -138,9 +138,11 @@ impl State {
         self.args
             .members
             .send_replace(self.table.ready(self.min_version()));
-        metrics::gauge!("agent_r1_cluster_workers").set(self.table.workers() as f64);
-        metrics::gauge!("agent_r1_cluster_leases").set(self.table.outstanding() as f64);
-        metrics::gauge!("agent_r1_cluster_tasks_waiting").set(self.table.waiting() as f64);
+        metrics::gauge!(crate::metric_names::CLUSTER_WORKERS.name).set(self.table.workers() as f64);
+        metrics::gauge!(crate::metric_names::CLUSTER_LEASES.name)
+            .set(self.table.outstanding() as f64);
+        metrics::gauge!(crate::metric_names::CLUSTER_TASKS_WAITING.name)
+            .set(self.table.waiting() as f64);
     }
 
     /// Moves accepted trajectories into the batcher's channel while it has room, without
@@ -163,7 +165,8 @@ impl State {
                 }
             }
         }
-        metrics::gauge!("agent_r1_cluster_trajectories_undelivered").set(self.outbox.len() as f64);
+        metrics::gauge!(crate::metric_names::CLUSTER_TRAJECTORIES_UNDELIVERED.name)
+            .set(self.outbox.len() as f64);
     }
 
     /// While no worker can be leased a task (none is a member, or none has fresh enough
@@ -204,7 +207,7 @@ impl State {
         }
         if back > 0 {
             self.summary.handed_back += back;
-            metrics::counter!("agent_r1_cluster_handed_back_total").increment(back);
+            metrics::counter!(crate::metric_names::CLUSTER_HANDED_BACK_TOTAL.name).increment(back);
             eprintln!(
                 "cluster: no worker can take tasks; {back} waiting tasks went to the trainer's own rollout ({} still wait)",
                 self.table.waiting()
@@ -232,7 +235,7 @@ impl State {
     fn requeued(&mut self, requeued: Vec<super::leases::Requeued>, why: &str) {
         for r in requeued {
             self.summary.requeued += 1;
-            metrics::counter!("agent_r1_cluster_requeued_total").increment(1);
+            metrics::counter!(crate::metric_names::CLUSTER_REQUEUED_TOTAL.name).increment(1);
             eprintln!(
                 "cluster: lease {} of worker {} (episode {}) {why}; its task is queued again",
                 r.lease, r.worker, r.episode_id
@@ -245,7 +248,7 @@ impl State {
         if !self.table.join(worker, slots, version, Instant::now()) {
             return false;
         }
-        metrics::counter!("agent_r1_cluster_joins_total").increment(1);
+        metrics::counter!(crate::metric_names::CLUSTER_JOINS_TOTAL.name).increment(1);
         eprintln!(
             "cluster: worker {worker} {how}; {} workers",
             self.table.workers()
@@ -283,13 +286,13 @@ impl State {
             } => match self.table.complete(&worker, lease, trajectory.episode_id) {
                 Completion::Accepted => {
                     self.summary.accepted += 1;
-                    metrics::counter!("agent_r1_cluster_trajectories_total", "outcome" => "accepted")
+                    metrics::counter!(crate::metric_names::CLUSTER_TRAJECTORIES_TOTAL.name, "outcome" => "accepted")
                         .increment(1);
                     self.outbox.push_back(*trajectory);
                 }
                 Completion::Duplicate => {
                     self.summary.duplicates += 1;
-                    metrics::counter!("agent_r1_cluster_trajectories_total", "outcome" => "duplicate")
+                    metrics::counter!(crate::metric_names::CLUSTER_TRAJECTORIES_TOTAL.name, "outcome" => "duplicate")
                         .increment(1);
                     tracing::info!(
                         worker,
@@ -327,14 +330,14 @@ impl Actor for Coordinator {
     ) -> Result<State, ActorProcessingErr> {
         ractor::pg::join(COORDINATOR_GROUP.to_string(), vec![myself.get_cell()]);
         // Counters exist from the start at 0, so a rate over them is 0 rather than missing.
-        metrics::counter!("agent_r1_cluster_leases_granted_total").increment(0);
-        metrics::counter!("agent_r1_cluster_requeued_total").increment(0);
-        metrics::counter!("agent_r1_cluster_joins_total").increment(0);
-        metrics::counter!("agent_r1_cluster_handed_back_total").increment(0);
-        metrics::counter!("agent_r1_cluster_malformed_messages_total").increment(0);
-        metrics::counter!("agent_r1_cluster_trajectories_total", "outcome" => "accepted")
+        metrics::counter!(crate::metric_names::CLUSTER_LEASES_GRANTED_TOTAL.name).increment(0);
+        metrics::counter!(crate::metric_names::CLUSTER_REQUEUED_TOTAL.name).increment(0);
+        metrics::counter!(crate::metric_names::CLUSTER_JOINS_TOTAL.name).increment(0);
+        metrics::counter!(crate::metric_names::CLUSTER_HANDED_BACK_TOTAL.name).increment(0);
+        metrics::counter!(crate::metric_names::CLUSTER_MALFORMED_MESSAGES_TOTAL.name).increment(0);
+        metrics::counter!(crate::metric_names::CLUSTER_TRAJECTORIES_TOTAL.name, "outcome" => "accepted")
             .increment(0);
-        metrics::counter!("agent_r1_cluster_trajectories_total", "outcome" => "duplicate")
+        metrics::counter!(crate::metric_names::CLUSTER_TRAJECTORIES_TOTAL.name, "outcome" => "duplicate")
             .increment(0);
         let tick = (args.lease / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
         myself.send_interval(tick, || ClusterMsg::Local(Command::Tick));
@@ -357,7 +360,8 @@ impl Actor for Coordinator {
         match msg {
             ClusterMsg::Wire(wire) => state.on_wire(wire),
             ClusterMsg::Malformed(what) => {
-                metrics::counter!("agent_r1_cluster_malformed_messages_total").increment(1);
+                metrics::counter!(crate::metric_names::CLUSTER_MALFORMED_MESSAGES_TOTAL.name)
+                    .increment(1);
                 tracing::warn!("a cluster message that does not decode: {what}");
             }
             ClusterMsg::Local(Command::Task(request, reply)) => {

@@ -131,7 +131,7 @@ fn open(server: &ActorRef<NodeServerMessage>, stream: NetworkStream) {
 }
 
 fn refused(why: &str, peer: SocketAddr) {
-    metrics::counter!("agent_r1_cluster_refused_total").increment(1);
+    metrics::counter!(crate::metric_names::CLUSTER_REFUSED_TOTAL.name).increment(1);
     eprintln!("cluster: connection from {peer} refused: {why}");
 }
 

@@ -153,9 +153,9 @@ impl TrainerCluster {
             tokio::task::spawn_blocking(move || publish_dir(&root, version, &staging, keep))
                 .await
                 .context("publishing weights panicked")??;
-        metrics::histogram!("agent_r1_cluster_weight_publish_seconds")
+        metrics::histogram!(crate::metric_names::CLUSTER_WEIGHT_PUBLISH_SECONDS.name)
             .record(began.elapsed().as_secs_f64());
-        metrics::gauge!("agent_r1_cluster_weight_version_bytes")
+        metrics::gauge!(crate::metric_names::CLUSTER_WEIGHT_VERSION_BYTES.name)
             .set(published.manifest.bytes() as f64);
         let manifest = published.dir.join(MANIFEST_FILE);
         let (_, sha256) = sha256_file(&manifest)

@@ -537,7 +537,7 @@ async fn fetch(
         tokio::task::spawn_blocking(move || fetcher.fetch_pinned(version, &manifest_sha256))
             .await
             .context("the weight fetch panicked")??;
-    metrics::counter!("agent_r1_cluster_weight_fetch_bytes_total")
+    metrics::counter!(crate::metric_names::CLUSTER_WEIGHT_FETCH_BYTES_TOTAL.name)
         .increment(fetched.bytes_received);
     Ok(fetched.dir)
 }

@@ -182,7 +182,8 @@ impl Fetcher {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::rename(&staging, &dir).map_err(io_error(&dir))?;
         fetched.seconds = began.elapsed().as_secs_f64();
-        metrics::histogram!("agent_r1_cluster_weight_fetch_seconds").record(fetched.seconds);
+        metrics::histogram!(crate::metric_names::CLUSTER_WEIGHT_FETCH_SECONDS.name)
+            .record(fetched.seconds);
         tracing::info!(
             version = manifest.version,
             bytes = fetched.bytes_received,
@@ -230,7 +231,7 @@ impl Fetcher {
                 // file again: either way the digest covers exactly the file's bytes.
                 hashed = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
                 if let Err((_, e)) = result {
-                    metrics::counter!("agent_r1_cluster_weight_fetch_retries_total", "reason" => "transfer")
+                    metrics::counter!(crate::metric_names::CLUSTER_WEIGHT_FETCH_RETRIES_TOTAL.name, "reason" => "transfer")
                         .increment(1);
                     tracing::warn!("{e}; resuming");
                     last_error = Some(e);
@@ -244,7 +245,7 @@ impl Fetcher {
                 return Ok(());
             }
             fetched.digest_retries += 1;
-            metrics::counter!("agent_r1_cluster_weight_fetch_retries_total", "reason" => "digest")
+            metrics::counter!(crate::metric_names::CLUSTER_WEIGHT_FETCH_RETRIES_TOTAL.name, "reason" => "digest")
                 .increment(1);
             tracing::warn!(
                 file = entry.name,
@@ -316,7 +317,8 @@ impl Fetcher {
                 .map_err(|e| (received, io_error(path)(e)))?;
             hasher.update(&buf[..n]);
             received += n as u64;
-            metrics::counter!("agent_r1_cluster_weight_fetch_bytes_total").increment(n as u64);
+            metrics::counter!(crate::metric_names::CLUSTER_WEIGHT_FETCH_BYTES_TOTAL.name)
+                .increment(n as u64);
         }
         Ok(received)
     }

@@ -26,7 +26,8 @@ type Body = BoxBody<Bytes, std::io::Error>;
 const SPEC: ServerSpec = ServerSpec {
     name: "weight server",
     count_refused: || {
-        metrics::counter!("agent_r1_cluster_weight_connections_refused_total").increment(1)
+        metrics::counter!(crate::metric_names::CLUSTER_WEIGHT_CONNECTIONS_REFUSED_TOTAL.name)
+            .increment(1)
     },
     limits: Limits {
         header: Duration::from_secs(10),

@@ -292,7 +292,7 @@ impl Workflow for ExternalAgent {
         let mut in_flight = FuturesUnordered::new();
         let in_flight_limit = self.options.max_requests_per_episode;
         let timed_out = |what: String, after: Duration| {
-            metrics::counter!("agent_r1_agent_processes_total", "outcome" => "timed_out")
+            metrics::counter!(crate::metric_names::AGENT_PROCESSES_TOTAL.name, "outcome" => "timed_out")
                 .increment(1);
             Err(Error::Timeout { what, after })
         };
@@ -336,7 +336,8 @@ impl Workflow for ExternalAgent {
         } else {
             "failed"
         };
-        metrics::counter!("agent_r1_agent_processes_total", "outcome" => label).increment(1);
+        metrics::counter!(crate::metric_names::AGENT_PROCESSES_TOTAL.name, "outcome" => label)
+            .increment(1);
         outcome
     }
 }

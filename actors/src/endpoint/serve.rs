@@ -285,9 +285,9 @@ async fn serve_chat(
     let prepared: Prepared = lock(conversation).prepare(&messages, &tools)?;
     check_room(agent, prepared.context.len(), limit)?;
     if prepared.rebuilt {
-        metrics::counter!("agent_r1_endpoint_contexts_rebuilt_total").increment(1);
+        metrics::counter!(crate::metric_names::ENDPOINT_CONTEXTS_REBUILT_TOTAL.name).increment(1);
     }
-    metrics::counter!("agent_r1_endpoint_reused_tokens_total")
+    metrics::counter!(crate::metric_names::ENDPOINT_REUSED_TOKENS_TOTAL.name)
         .increment(prepared.reused_tokens as u64);
     let options = GenerateOptions {
         max_new_tokens: limit,

@@ -260,7 +260,7 @@ async fn respond(req: Request<Incoming>, shared: &Shared) -> Response<Full<Bytes
         Ok(r) => (r.status().as_u16(), r),
         Err(e) => (e.status, error_response(&e)),
     };
-    metrics::counter!("agent_r1_endpoint_requests_total",
+    metrics::counter!(crate::metric_names::ENDPOINT_REQUESTS_TOTAL.name,
         "route" => route_name, "status" => status.to_string())
     .increment(1);
     response

@@ -203,7 +203,7 @@ impl Actor for EngineActor {
         myself: ActorRef<Self::Msg>,
         (state, ready): Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
-        metrics::counter!("agent_r1_engine_restarts_total", "engine" => state.config.metrics_label.clone())
+        metrics::counter!(crate::metric_names::ENGINE_RESTARTS_TOTAL.name, "engine" => state.config.metrics_label.clone())
             .increment(0);
         let start = state.start(Vec::new(), EngineStats::default(), 0);
         state.spawn_thread(myself, start, move |loaded| {
@@ -271,7 +271,7 @@ impl Actor for EngineActor {
                 let restarts = stats.restarts;
                 let start = state.start(carried, stats, version);
                 state.spawn_thread(myself, start, |_| {})?;
-                metrics::counter!("agent_r1_engine_restarts_total", "engine" => state.config.metrics_label.clone())
+                metrics::counter!(crate::metric_names::ENGINE_RESTARTS_TOTAL.name, "engine" => state.config.metrics_label.clone())
                     .increment(1);
                 state.handle.restarts.send_replace(restarts);
             }

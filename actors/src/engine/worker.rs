@@ -153,10 +153,10 @@ impl PhaseWindow {
         for (phase, (end, start)) in Self::PHASES.iter().zip(now.iter().zip(&self.at_start)) {
             let share = (end - start) / elapsed;
             accounted += share;
-            metrics::gauge!("agent_r1_engine_time_ratio", "engine" => self.label.clone(), "phase" => *phase)
+            metrics::gauge!(crate::metric_names::ENGINE_TIME_RATIO.name, "engine" => self.label.clone(), "phase" => *phase)
                 .set(share);
         }
-        metrics::gauge!("agent_r1_engine_time_ratio", "engine" => self.label.clone(), "phase" => "other")
+        metrics::gauge!(crate::metric_names::ENGINE_TIME_RATIO.name, "engine" => self.label.clone(), "phase" => "other")
             .set((1.0 - accounted).max(0.0));
         *self = Self::new(stats, std::mem::take(&mut self.label));
     }
@@ -613,7 +613,7 @@ impl Worker {
         self.parked.clear();
         self.shared_prefix = None;
         self.version = version;
-        metrics::gauge!("agent_r1_engine_policy_version", "engine" => self.config.metrics_label.clone()).set(version as f64);
+        metrics::gauge!(crate::metric_names::ENGINE_POLICY_VERSION.name, "engine" => self.config.metrics_label.clone()).set(version as f64);
         Ok(())
     }
 
@@ -821,8 +821,8 @@ impl Worker {
         let reused: usize = self.running[start..end].iter().map(|r| r.reused).sum();
         self.stats.prefill_tokens += prefill_tokens as u64;
         self.stats.reused_tokens += reused as u64;
-        metrics::counter!("agent_r1_engine_prefill_tokens_total", "engine" => self.config.metrics_label.clone()).increment(prefill_tokens as u64);
-        metrics::counter!("agent_r1_engine_reused_tokens_total", "engine" => self.config.metrics_label.clone()).increment(reused as u64);
+        metrics::counter!(crate::metric_names::ENGINE_PREFILL_TOKENS_TOTAL.name, "engine" => self.config.metrics_label.clone()).increment(prefill_tokens as u64);
+        metrics::counter!(crate::metric_names::ENGINE_REUSED_TOKENS_TOTAL.name, "engine" => self.config.metrics_label.clone()).increment(reused as u64);
         let stop_check = self.sample_into(start, end, &logits)?;
         self.stats.prefill_passes += 1;
         self.stats.forward_seconds += began.elapsed().as_secs_f64() - stop_check;
@@ -859,8 +859,8 @@ impl Worker {
         let forward = began.elapsed().as_secs_f64() - stop_check;
         self.stats.forward_seconds += forward;
         self.stats.decode_seconds += forward;
-        metrics::histogram!("agent_r1_engine_batch_size", "engine" => self.config.metrics_label.clone()).record(rows as f64);
-        metrics::histogram!("agent_r1_engine_step_seconds", "engine" => self.config.metrics_label.clone()).record(began.elapsed().as_secs_f64());
+        metrics::histogram!(crate::metric_names::ENGINE_BATCH_SIZE.name, "engine" => self.config.metrics_label.clone()).record(rows as f64);
+        metrics::histogram!(crate::metric_names::ENGINE_STEP_SECONDS.name, "engine" => self.config.metrics_label.clone()).record(began.elapsed().as_secs_f64());
         Ok(())
     }
 
@@ -931,7 +931,7 @@ impl Worker {
         }
         let stop_check = checking.elapsed().as_secs_f64();
         self.stats.stop_check_seconds += stop_check;
-        metrics::counter!("agent_r1_engine_tokens_generated_total", "engine" => self.config.metrics_label.clone()).increment(rows as u64);
+        metrics::counter!(crate::metric_names::ENGINE_TOKENS_GENERATED_TOTAL.name, "engine" => self.config.metrics_label.clone()).increment(rows as u64);
         Ok(stop_check)
     }
 
@@ -947,7 +947,7 @@ impl Worker {
     /// Counts a turn whose caller stopped waiting.
     fn abandon(&mut self) {
         self.stats.abandoned_turns += 1;
-        metrics::counter!("agent_r1_engine_abandoned_turns_total", "engine" => self.config.metrics_label.clone()).increment(1);
+        metrics::counter!(crate::metric_names::ENGINE_ABANDONED_TURNS_TOTAL.name, "engine" => self.config.metrics_label.clone()).increment(1);
     }
 
     /// Replies to finished rows, parks their KV, and packs the running rows (dropping rows
@@ -980,7 +980,7 @@ impl Worker {
             let spanned_update = r.version != self.version;
             if spanned_update {
                 self.stats.turns_spanning_updates += 1;
-                metrics::counter!("agent_r1_engine_turns_spanning_weight_update_total", "engine" => self.config.metrics_label.clone())
+                metrics::counter!(crate::metric_names::ENGINE_TURNS_SPANNING_WEIGHT_UPDATE_TOTAL.name, "engine" => self.config.metrics_label.clone())
                     .increment(1);
             } else if self.config.kv_reuse {
                 if self.shared_prefix.is_none() {
@@ -1027,9 +1027,9 @@ impl Worker {
             };
             let _ = r.reply.send(Ok(out));
         }
-        metrics::gauge!("agent_r1_engine_kv_parked_bytes", "engine" => self.config.metrics_label.clone()).set(self.parked.bytes() as f64);
-        metrics::gauge!("agent_r1_engine_running_sequences", "engine" => self.config.metrics_label.clone()).set(self.running.len() as f64);
-        metrics::gauge!("agent_r1_engine_waiting_requests", "engine" => self.config.metrics_label.clone()).set(self.waiting.len() as f64);
+        metrics::gauge!(crate::metric_names::ENGINE_KV_PARKED_BYTES.name, "engine" => self.config.metrics_label.clone()).set(self.parked.bytes() as f64);
+        metrics::gauge!(crate::metric_names::ENGINE_RUNNING_SEQUENCES.name, "engine" => self.config.metrics_label.clone()).set(self.running.len() as f64);
+        metrics::gauge!(crate::metric_names::ENGINE_WAITING_REQUESTS.name, "engine" => self.config.metrics_label.clone()).set(self.waiting.len() as f64);
         self.stats.finish_seconds += began.elapsed().as_secs_f64();
     }
 

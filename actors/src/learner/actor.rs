@@ -201,7 +201,7 @@ impl Actor for LearnerSupervisor {
         _myself: ActorRef<Self::Msg>,
         failure: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
-        metrics::counter!("agent_r1_learner_failures_total").increment(0);
+        metrics::counter!(crate::metric_names::LEARNER_FAILURES_TOTAL.name).increment(0);
         Ok(failure)
     }
 
@@ -215,7 +215,7 @@ impl Actor for LearnerSupervisor {
             SupervisionEvent::ActorFailed(_, why) => {
                 let why = why.to_string();
                 tracing::error!("the learner failed: {why}");
-                metrics::counter!("agent_r1_learner_failures_total").increment(1);
+                metrics::counter!(crate::metric_names::LEARNER_FAILURES_TOTAL.name).increment(1);
                 failure.send_replace(Some(why));
                 myself.stop(Some("the learner failed".into()));
             }

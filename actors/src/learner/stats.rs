@@ -96,44 +96,51 @@ impl UpdateStats {
     /// counters for totals, a histogram for the duration.
     pub fn record_metrics(&self) {
         use metrics::{counter, gauge, histogram};
-        counter!("agent_r1_learner_updates_total").increment(1);
-        counter!("agent_r1_learner_optimizer_steps_total").increment(self.optimizer_steps as u64);
-        counter!("agent_r1_learner_skipped_updates_total").increment(self.skipped_steps as u64);
-        counter!("agent_r1_learner_trajectories_total").increment(self.trajectories as u64);
-        counter!("agent_r1_learner_filtered_groups_total").increment(self.filtered_groups as u64);
-        counter!("agent_r1_learner_truncated_trajectories_total").increment(self.truncated as u64);
-        counter!("agent_r1_learner_tokens_total").increment(self.tokens);
-        counter!("agent_r1_learner_action_tokens_total").increment(self.action_tokens);
-        counter!("agent_r1_learner_stale_tokens_dropped_total")
+        counter!(crate::metric_names::LEARNER_UPDATES_TOTAL.name).increment(1);
+        counter!(crate::metric_names::LEARNER_OPTIMIZER_STEPS_TOTAL.name)
+            .increment(self.optimizer_steps as u64);
+        counter!(crate::metric_names::LEARNER_SKIPPED_UPDATES_TOTAL.name)
+            .increment(self.skipped_steps as u64);
+        counter!(crate::metric_names::LEARNER_TRAJECTORIES_TOTAL.name)
+            .increment(self.trajectories as u64);
+        counter!(crate::metric_names::LEARNER_FILTERED_GROUPS_TOTAL.name)
+            .increment(self.filtered_groups as u64);
+        counter!(crate::metric_names::LEARNER_TRUNCATED_TRAJECTORIES_TOTAL.name)
+            .increment(self.truncated as u64);
+        counter!(crate::metric_names::LEARNER_TOKENS_TOTAL.name).increment(self.tokens);
+        counter!(crate::metric_names::LEARNER_ACTION_TOKENS_TOTAL.name)
+            .increment(self.action_tokens);
+        counter!(crate::metric_names::LEARNER_STALE_TOKENS_DROPPED_TOTAL.name)
             .increment(self.stale_tokens_dropped);
-        gauge!("agent_r1_learner_policy_version").set(self.version as f64);
-        gauge!("agent_r1_learner_reward_mean").set(self.reward_mean);
-        gauge!("agent_r1_learner_advantage_mean").set(self.advantage_mean);
-        gauge!("agent_r1_learner_policy_loss").set(self.policy_loss);
-        gauge!("agent_r1_learner_entropy").set(self.entropy);
-        gauge!("agent_r1_learner_approx_kl").set(self.approx_kl);
-        gauge!("agent_r1_learner_clip_fraction").set(self.clip_fraction);
-        gauge!("agent_r1_learner_clip_fraction_lower").set(self.clip_fraction_lower);
-        gauge!("agent_r1_learner_grad_norm").set(self.grad_norm);
-        gauge!("agent_r1_learner_learning_rate").set(self.lr);
-        gauge!("agent_r1_learner_staleness_mean").set(self.staleness_mean);
-        gauge!("agent_r1_learner_staleness_max").set(self.staleness_max as f64);
-        gauge!("agent_r1_learner_tokens_per_second").set(self.tokens_per_second);
-        histogram!("agent_r1_learner_update_duration_seconds").record(self.duration_seconds);
+        gauge!(crate::metric_names::LEARNER_POLICY_VERSION.name).set(self.version as f64);
+        gauge!(crate::metric_names::LEARNER_REWARD_MEAN.name).set(self.reward_mean);
+        gauge!(crate::metric_names::LEARNER_ADVANTAGE_MEAN.name).set(self.advantage_mean);
+        gauge!(crate::metric_names::LEARNER_POLICY_LOSS.name).set(self.policy_loss);
+        gauge!(crate::metric_names::LEARNER_ENTROPY.name).set(self.entropy);
+        gauge!(crate::metric_names::LEARNER_APPROX_KL.name).set(self.approx_kl);
+        gauge!(crate::metric_names::LEARNER_CLIP_FRACTION.name).set(self.clip_fraction);
+        gauge!(crate::metric_names::LEARNER_CLIP_FRACTION_LOWER.name).set(self.clip_fraction_lower);
+        gauge!(crate::metric_names::LEARNER_GRAD_NORM.name).set(self.grad_norm);
+        gauge!(crate::metric_names::LEARNER_LEARNING_RATE.name).set(self.lr);
+        gauge!(crate::metric_names::LEARNER_STALENESS_MEAN.name).set(self.staleness_mean);
+        gauge!(crate::metric_names::LEARNER_STALENESS_MAX.name).set(self.staleness_max as f64);
+        gauge!(crate::metric_names::LEARNER_TOKENS_PER_SECOND.name).set(self.tokens_per_second);
+        histogram!(crate::metric_names::LEARNER_UPDATE_DURATION_SECONDS.name)
+            .record(self.duration_seconds);
         if let Some(v) = self.value_loss {
-            gauge!("agent_r1_learner_value_loss").set(v);
+            gauge!(crate::metric_names::LEARNER_VALUE_LOSS.name).set(v);
         }
         if let Some(v) = self.value_clip_fraction {
-            gauge!("agent_r1_learner_value_clip_fraction").set(v);
+            gauge!(crate::metric_names::LEARNER_VALUE_CLIP_FRACTION.name).set(v);
         }
         if let Some(v) = self.critic_grad_norm {
-            gauge!("agent_r1_learner_critic_grad_norm").set(v);
+            gauge!(crate::metric_names::LEARNER_CRITIC_GRAD_NORM.name).set(v);
         }
         if let Some(v) = self.critic_lr {
-            gauge!("agent_r1_learner_critic_learning_rate").set(v);
+            gauge!(crate::metric_names::LEARNER_CRITIC_LEARNING_RATE.name).set(v);
         }
         if let Some(v) = self.kl {
-            gauge!("agent_r1_learner_kl").set(v);
+            gauge!(crate::metric_names::LEARNER_KL.name).set(v);
         }
     }
 }

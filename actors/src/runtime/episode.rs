@@ -270,7 +270,7 @@ async fn start(
         .into_iter()
         .find_map(|(limit, which)| limit.filter(|&l| tokens > l).map(|l| (l, which)))
     {
-        metrics::counter!("agent_r1_prompts_too_long_total").increment(1);
+        metrics::counter!(crate::metric_names::PROMPTS_TOO_LONG_TOTAL.name).increment(1);
         return Err(EpisodeError::PromptTooLong {
             tokens,
             limit,
@@ -506,8 +506,9 @@ async fn summarize(
 
 /// One more rebuilt context in the metrics.
 fn count_rebuild(r: &RebuiltContext) {
-    metrics::counter!("agent_r1_context_rebuilds_total", "policy" => r.by.clone()).increment(1);
-    metrics::counter!("agent_r1_context_dropped_tokens_total", "policy" => r.by.clone())
+    metrics::counter!(crate::metric_names::CONTEXT_REBUILDS_TOTAL.name, "policy" => r.by.clone())
+        .increment(1);
+    metrics::counter!(crate::metric_names::CONTEXT_DROPPED_TOKENS_TOTAL.name, "policy" => r.by.clone())
         .increment(r.dropped as u64);
 }
 
@@ -550,7 +551,7 @@ pub(crate) async fn run_calls(
             }
         };
         let Some((pool, timeout)) = shared.tools.get(&call.name) else {
-            metrics::counter!("agent_r1_tool_errors_total", "tool" => "unknown", "kind" => "unknown_tool")
+            metrics::counter!(crate::metric_names::TOOL_ERRORS_TOTAL.name, "tool" => "unknown", "kind" => "unknown_tool")
                 .increment(1);
             return CallOutcome {
                 name: Some(call.name.clone()),
@@ -592,7 +593,7 @@ pub(crate) async fn run_calls(
 /// One more `agent_r1_tool_errors_total`: for a call that did not parse, or that its tool's
 /// pool could not answer (timed out in the queue, or its worker crashed).
 fn count_tool_error(tool: &str, kind: &'static str) {
-    metrics::counter!("agent_r1_tool_errors_total", "tool" => tool.to_string(), "kind" => kind)
+    metrics::counter!(crate::metric_names::TOOL_ERRORS_TOTAL.name, "tool" => tool.to_string(), "kind" => kind)
         .increment(1);
 }
 

@@ -154,9 +154,10 @@ impl Actor for RolloutSupervisor {
         args: SupervisorArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
         // Known series start at zero, so rates and `increase` exist before the first event.
-        metrics::counter!("agent_r1_env_restarts_total").increment(0);
+        metrics::counter!(crate::metric_names::ENV_RESTARTS_TOTAL.name).increment(0);
         for status in ["completed", "requeued", "failed"] {
-            metrics::counter!("agent_r1_episodes_total", "status" => status).increment(0);
+            metrics::counter!(crate::metric_names::EPISODES_TOTAL.name, "status" => status)
+                .increment(0);
         }
         let credits = Arc::new(Semaphore::new(args.concurrency.max(1)));
         let feeder = tokio::spawn(feed(args.tasks, credits, myself.clone()));
@@ -237,7 +238,7 @@ impl Actor for RolloutSupervisor {
                 if reason.as_deref() == Some(COMPLETED) {
                     if state.in_flight.remove(&id).is_some() {
                         state.summary.completed += 1;
-                        metrics::counter!("agent_r1_episodes_total", "status" => "completed")
+                        metrics::counter!(crate::metric_names::EPISODES_TOTAL.name, "status" => "completed")
                             .increment(1);
                     }
                 } else if state.in_flight.contains_key(&id) {
@@ -312,8 +313,8 @@ async fn fill(
             },
         );
     }
-    metrics::gauge!("agent_r1_episodes_in_flight").set(state.in_flight.len() as f64);
-    metrics::gauge!("agent_r1_episodes_queued").set(state.queue.len() as f64);
+    metrics::gauge!(crate::metric_names::EPISODES_IN_FLIGHT.name).set(state.in_flight.len() as f64);
+    metrics::gauge!(crate::metric_names::EPISODES_QUEUED.name).set(state.queue.len() as f64);
     Ok(())
 }
 
@@ -347,14 +348,15 @@ async fn episode_failed(
     if let Some(f) = state.in_flight.remove(&id) {
         if restarted_env == Some(true) {
             state.summary.env_restarts += 1;
-            metrics::counter!("agent_r1_env_restarts_total").increment(1);
+            metrics::counter!(crate::metric_names::ENV_RESTARTS_TOTAL.name).increment(1);
         }
         // A retry gets a new episode id, so the failed attempt's parked KV is dead weight.
         state.shared.engine.release(f.episode_id);
         let mut queued = f.queued;
         if retry && queued.attempts < 2 && state.summary.fatal.is_none() {
             state.summary.requeued += 1;
-            metrics::counter!("agent_r1_episodes_total", "status" => "requeued").increment(1);
+            metrics::counter!(crate::metric_names::EPISODES_TOTAL.name, "status" => "requeued")
+                .increment(1);
             tracing::warn!(
                 episode = f.episode_id,
                 "episode failed ({reason}); re-queued"
@@ -363,7 +365,8 @@ async fn episode_failed(
             state.queue.push_front(queued);
         } else {
             state.summary.failed += 1;
-            metrics::counter!("agent_r1_episodes_total", "status" => "failed").increment(1);
+            metrics::counter!(crate::metric_names::EPISODES_TOTAL.name, "status" => "failed")
+                .increment(1);
             let t = Trajectory {
                 episode_id: f.episode_id,
                 group_id: queued.group_id,

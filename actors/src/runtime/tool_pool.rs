@@ -124,13 +124,15 @@ impl Actor for ToolPool {
         // This tool's series start at zero (every error kind a pool can report), so that
         // rates and error ratios exist before the first call or failure.
         let name = args.tool.name().to_string();
-        metrics::counter!("agent_r1_tool_calls_total", "tool" => name.clone()).increment(0);
-        metrics::counter!("agent_r1_tool_restarts_total", "tool" => name.clone()).increment(0);
+        metrics::counter!(crate::metric_names::TOOL_CALLS_TOTAL.name, "tool" => name.clone())
+            .increment(0);
+        metrics::counter!(crate::metric_names::TOOL_RESTARTS_TOTAL.name, "tool" => name.clone())
+            .increment(0);
         for kind in POOL_ERROR_KINDS {
-            metrics::counter!("agent_r1_tool_errors_total", "tool" => name.clone(), "kind" => kind)
+            metrics::counter!(crate::metric_names::TOOL_ERRORS_TOTAL.name, "tool" => name.clone(), "kind" => kind)
                 .increment(0);
         }
-        metrics::gauge!("agent_r1_tool_queue_depth", "tool" => name).set(0.0);
+        metrics::gauge!(crate::metric_names::TOOL_QUEUE_DEPTH.name, "tool" => name).set(0.0);
         let mut idle = Vec::new();
         for _ in 0..args.tool.max_concurrency().max(1) {
             idle.push(spawn_worker(&myself, &args.tool, &args.stall).await?);
@@ -158,7 +160,7 @@ impl Actor for ToolPool {
         match message {
             ToolPoolMsg::Call(call, reply) => {
                 let name = state.tool.name().to_string();
-                metrics::counter!("agent_r1_tool_calls_total", "tool" => name.clone()).increment(1);
+                metrics::counter!(crate::metric_names::TOOL_CALLS_TOTAL.name, "tool" => name.clone()).increment(1);
                 if let Err(e) = (state.args_validate)(state.tool.as_ref(), &call.arguments) {
                     record_error(&name, &e);
                     let _ = reply.send(CallOutcome {
@@ -200,7 +202,7 @@ impl Actor for ToolPool {
                 });
             }
         }
-        metrics::gauge!("agent_r1_tool_queue_depth", "tool" => state.tool.name().to_string())
+        metrics::gauge!(crate::metric_names::TOOL_QUEUE_DEPTH.name, "tool" => state.tool.name().to_string())
             .set(state.queue.len() as f64);
         Ok(())
     }
@@ -226,7 +228,7 @@ impl Actor for ToolPool {
             return Ok(());
         }
         state.stats.restarts += 1;
-        metrics::counter!("agent_r1_tool_restarts_total", "tool" => state.tool.name().to_string())
+        metrics::counter!(crate::metric_names::TOOL_RESTARTS_TOTAL.name, "tool" => state.tool.name().to_string())
             .increment(1);
         let now = Instant::now();
         state.failures.push_back(now);
@@ -277,7 +279,7 @@ fn dispatch(state: &mut ToolPoolState) {
         };
         let (call, reply, queued) = state.queue.pop_front().expect("not empty");
         if reply.is_closed() {
-            metrics::counter!("agent_r1_tool_calls_abandoned_total", "tool" => state.tool.name().to_string())
+            metrics::counter!(crate::metric_names::TOOL_CALLS_ABANDONED_TOTAL.name, "tool" => state.tool.name().to_string())
                 .increment(1);
             state.idle.push(worker);
             continue;
@@ -300,7 +302,7 @@ fn dispatch(state: &mut ToolPoolState) {
 }
 
 fn record_error(tool: &str, e: &CallError) {
-    metrics::counter!("agent_r1_tool_errors_total", "tool" => tool.to_string(), "kind" => e.kind())
+    metrics::counter!(crate::metric_names::TOOL_ERRORS_TOTAL.name, "tool" => tool.to_string(), "kind" => e.kind())
         .increment(1);
 }
 
@@ -372,9 +374,9 @@ impl Actor for ToolWorker {
             .map(|ops| ops.start(format!("call {}", describe_call(&name, &call.arguments))));
         let result = run_guarded_holding(tool.clone(), call.arguments, running).await;
         let latency = started.elapsed();
-        metrics::histogram!("agent_r1_tool_call_duration_seconds", "tool" => name.clone())
+        metrics::histogram!(crate::metric_names::TOOL_CALL_DURATION_SECONDS.name, "tool" => name.clone())
             .record(latency.as_secs_f64());
-        metrics::histogram!("agent_r1_tool_queue_wait_seconds", "tool" => name.clone())
+        metrics::histogram!(crate::metric_names::TOOL_QUEUE_WAIT_SECONDS.name, "tool" => name.clone())
             .record((started - queued).as_secs_f64());
         if let Err(e) = &result {
             record_error(&name, e);

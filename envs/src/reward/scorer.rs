@@ -78,19 +78,19 @@ impl Env for ScoredEnv {
         let started = Instant::now();
         let name = self.scorer.name().to_string();
         let result = self.scorer.score(task, transcript, &score);
-        metrics::histogram!("agent_r1_scorer_seconds", "scorer" => name.clone())
+        metrics::histogram!(crate::metric_names::SCORER_SECONDS.name, "scorer" => name.clone())
             .record(started.elapsed().as_secs_f64());
         let reward = match result {
             Ok(r) if r.is_finite() => r,
             Ok(r) => {
-                metrics::counter!("agent_r1_scorer_errors_total", "scorer" => name.clone())
+                metrics::counter!(crate::metric_names::SCORER_ERRORS_TOTAL.name, "scorer" => name.clone())
                     .increment(1);
                 return Err(Error::Other(format!(
                     "scorer `{name}`: a non-finite reward ({r})"
                 )));
             }
             Err(e) => {
-                metrics::counter!("agent_r1_scorer_errors_total", "scorer" => name.clone())
+                metrics::counter!(crate::metric_names::SCORER_ERRORS_TOTAL.name, "scorer" => name.clone())
                     .increment(1);
                 return Err(Error::Other(format!("scorer `{name}`: {e}")));
             }
