@@ -13,6 +13,7 @@ pub(crate) mod bench;
 pub(crate) mod bench_decode;
 pub(crate) mod bench_fuzz;
 pub(crate) mod bench_learner;
+pub(crate) mod bench_support;
 pub(crate) mod bench_train;
 pub(crate) mod bench_weights;
 pub(crate) mod check_config;

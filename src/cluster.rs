@@ -16,6 +16,7 @@
 pub mod coordinator;
 pub mod leases;
 mod listener;
+pub(crate) mod remote_tasks;
 pub mod tls;
 pub(crate) mod trainer;
 pub mod wire;

@@ -40,7 +40,6 @@ pub mod faults;
 pub mod plot;
 pub mod records;
 mod sampler;
-pub(crate) use sampler::RemoteTasks;
 mod skip;
 pub mod tasks;
 

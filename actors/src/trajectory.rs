@@ -13,6 +13,8 @@
 
 pub mod index;
 pub mod rows;
+#[cfg(test)]
+pub(crate) mod test_support;
 
 use std::collections::BTreeMap;
 use std::io::Write;

@@ -11,6 +11,7 @@
 pub mod corpus;
 pub mod math;
 pub mod multihop_qa;
+pub mod options;
 pub mod prompt;
 pub mod registry;
 pub mod synthetic_math;

@@ -10,6 +10,7 @@
 
 pub mod config;
 pub mod demo;
+pub mod entity_kind;
 pub mod names;
 pub mod questions;
 pub mod rng;

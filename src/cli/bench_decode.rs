@@ -10,7 +10,7 @@ use agent_r1_actors::model::{ModelConfig, Placement, SamplingParams};
 use anyhow::Context;
 use tch::{Device, Kind, Tensor};
 
-use crate::cli::bench::{peak_rss_mb, ModelFlags};
+use crate::cli::bench_support::{peak_rss_mb, ModelFlags};
 
 /// Flags of `agent-r1 bench decode`.
 #[derive(Debug, clap::Args)]

@@ -17,7 +17,7 @@ use agent_r1_actors::trajectory::{EpisodeEnd, Step, Trajectory};
 use agent_r1_envs::task::Task;
 use serde_json::json;
 
-use super::bench::{peak_rss_mb, reset_peak_rss, ModelFlags};
+use super::bench_support::{peak_rss_mb, reset_peak_rss, ModelFlags};
 
 /// Flags of `agent-r1 bench learner`.
 #[derive(Debug, clap::Args)]

@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::Context;
 use serde_json::json;
 
-use crate::cli::bench::ModelFlags;
+use crate::cli::bench_support::ModelFlags;
 use crate::weight_plane::{load_tensors, publish, Fetcher, FetcherConfig, WeightServer};
 use agent_r1_actors::device::parse_placement;
 

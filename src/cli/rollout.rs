@@ -16,7 +16,7 @@ use agent_r1_envs::task::Task;
 use agent_r1_envs::tool::Tool;
 use agent_r1_envs::tool_call::ToolCallFormat;
 
-use super::bench::peak_rss_mb;
+use super::bench_support::peak_rss_mb;
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;

@@ -17,11 +17,11 @@ use agent_r1_actors::trajectory::Trajectory;
 use super::coordinator::{
     spawn_pump, ClusterSummary, Command, Coordinator, CoordinatorArgs, CoordinatorMsg,
 };
+use super::remote_tasks::RemoteTasks;
 use super::wire::ClusterMsg;
 use super::{read_cookie, Node};
 use crate::config::{ClusterSection, TrainConfig, TrainMode};
 use crate::file_digest::sha256_file;
-use crate::train::RemoteTasks;
 use crate::weight_plane::{publish_dir, WeightServer, MANIFEST_FILE};
 
 /// The trainer's cluster stage.

@@ -26,6 +26,7 @@ use agent_r1_actors::runtime::{
 use agent_r1_actors::trajectory::Trajectory;
 
 use super::tasks::TaskStream;
+use crate::cluster::remote_tasks::RemoteTasks;
 
 /// Trajectories buffered between the service and the batcher.
 const TRAJECTORY_BUFFER: usize = 256;
@@ -366,24 +367,6 @@ impl Sampler {
             Some(e) => Err(e),
             None => Ok(()),
         }
-    }
-}
-
-/// Tasks for remote workers: the channel to the cluster's task pump, how many more tasks
-/// the workers could take now, and whether the local service samples too.
-#[derive(Clone, Debug)]
-pub(crate) struct RemoteTasks {
-    pub(crate) tasks: mpsc::Sender<EpisodeRequest>,
-    pub(crate) wanted: watch::Receiver<usize>,
-    pub(crate) local_too: bool,
-}
-
-impl RemoteTasks {
-    /// Room in the channel once the workers have room for one more task.
-    async fn reserve(&self) -> Option<mpsc::Permit<'_, EpisodeRequest>> {
-        let mut wanted = self.wanted.clone();
-        wanted.wait_for(|&n| n > 0).await.ok()?;
-        self.tasks.reserve().await.ok()
     }
 }
 

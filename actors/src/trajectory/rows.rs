@@ -62,7 +62,7 @@ impl Trajectory {
 
 #[cfg(test)]
 mod tests {
-    use crate::learner::batch::tests::traj;
+    use crate::trajectory::test_support::traj;
     use crate::trajectory::RebuiltContext;
 
     #[test]

@@ -4,8 +4,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::options::{check_option_keys, parse_options};
 use super::prompt::{first_messages, math_system_prompt};
-use super::registry::{check_option_keys, parse_options};
 use crate::config::Section;
 use crate::env::{Env, Score};
 use crate::error::Result;

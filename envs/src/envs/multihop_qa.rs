@@ -4,8 +4,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::corpus::CorpusSpec;
+use super::options::{check_option_keys, parse_options};
 use super::prompt::{first_messages, qa_system_prompt};
-use super::registry::{check_option_keys, parse_options};
 use crate::env::{Env, Score};
 use crate::error::Result;
 use crate::message::Message;

@@ -10,6 +10,8 @@ use crate::env::Env;
 use crate::error::{Error, Result};
 use crate::generated_env::GeneratedEnv;
 
+pub use super::options::{check_option_keys, parse_options};
+
 /// Builds an env from its JSON options (`{}` when the config gives none).
 pub type EnvFactory = Arc<dyn Fn(&Value) -> Result<Box<dyn Env>> + Send + Sync>;
 
@@ -164,46 +166,4 @@ impl EnvRegistry {
     pub fn names(&self) -> Vec<&str> {
         self.factories.keys().map(String::as_str).collect()
     }
-}
-
-/// Rejects option keys that are not fields of `T` (so a typo is an error, not a silent
-/// default). For option types with flattened parts, where serde's `deny_unknown_fields`
-/// cannot be used; the fields are read from `T`'s schema.
-pub fn check_option_keys<T: schemars::JsonSchema>(env: &str, options: &Value) -> Result<()> {
-    let known = crate::config::field_names::<T>();
-    match options {
-        Value::Null => Ok(()),
-        Value::Object(map) => {
-            for key in map.keys() {
-                if !known.contains(key) {
-                    return Err(Error::Config {
-                        key: format!("env.{key}"),
-                        message: format!(
-                            "`{env}` has no option `{key}` (known: {})",
-                            known.join(", ")
-                        ),
-                    });
-                }
-            }
-            Ok(())
-        }
-        _ => Err(Error::Config {
-            key: "env".into(),
-            message: format!("`{env}` options must be a JSON object"),
-        }),
-    }
-}
-
-/// Deserialises env options (`null` means all defaults), naming the env in errors.
-pub fn parse_options<T: serde::de::DeserializeOwned + Default>(
-    env: &str,
-    options: &Value,
-) -> Result<T> {
-    if options.is_null() {
-        return Ok(T::default());
-    }
-    serde_json::from_value(options.clone()).map_err(|e| Error::Config {
-        key: "env".into(),
-        message: format!("`{env}` options: {e}"),
-    })
 }

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::math::{MathEnv, MathOptions};
-use super::registry::{check_option_keys, parse_options};
+use super::options::{check_option_keys, parse_options};
 use crate::demo::{Demo, DemoConfig};
 use crate::env::{Env, Score};
 use crate::error::Result;

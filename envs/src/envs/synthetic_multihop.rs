@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::corpus::CorpusSpec;
 use super::multihop_qa::{MultihopQaEnv, MultihopQaOptions, QaOptions};
-use super::registry::{check_option_keys, parse_options};
+use super::options::{check_option_keys, parse_options};
 use crate::demo::{Demo, DemoConfig};
 use crate::env::{Env, Score};
 use crate::error::Result;

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeSet;
 
+use super::entity_kind::EntityKind;
 use super::rng::WorldRng;
-use super::world::EntityKind;
 
 const ONSETS: [&str; 20] = [
     "b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "kr", "st",

@@ -8,19 +8,7 @@ use super::names::NameGen;
 use super::rng::WorldRng;
 use crate::error::{Error, Result};
 
-/// Kinds of entities.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EntityKind {
-    /// A country (has a capital city).
-    Country,
-    /// A city (located in a country).
-    City,
-    /// A person (born in a city).
-    Person,
-    /// A company (founded by a person, based in a city).
-    Company,
-}
+pub use super::entity_kind::EntityKind;
 
 /// A relation between two entities; every relation is a function (one object per subject).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

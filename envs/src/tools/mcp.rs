@@ -9,6 +9,7 @@
 pub mod client;
 mod current;
 mod http;
+mod server_config;
 
 use std::sync::Arc;
 use std::time::Duration;

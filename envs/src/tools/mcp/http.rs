@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::client::{McpServerConfig, PROTOCOL_VERSION, SUPPORTED_VERSIONS};
 use super::current::Current;
+use super::server_config::{McpServerConfig, PROTOCOL_VERSION, SUPPORTED_VERSIONS};
 
 /// One session with a Streamable HTTP server.
 #[derive(Debug, Clone)]
