@@ -27,7 +27,7 @@ use super::episode_error::{EnvStage, EpisodeError};
 use super::live::{LiveBoard, LiveEntry, Stage};
 use super::render::TurnRenderer;
 use super::tool_pool::ToolPoolMsg;
-use super::workflow::{compact, Agent, GenerateOptions, Workflow};
+use super::workflow::{compact, step_of, Agent, AgentRun, GenerateOptions, Workflow};
 use super::EpisodeConfig;
 use crate::engine::{TurnOutput, TurnRequest};
 use crate::engine_set::EngineSet;
@@ -48,6 +48,34 @@ pub(crate) struct Shared {
     pub(crate) live: LiveBoard,
     pub(crate) sink: mpsc::Sender<Trajectory>,
     pub(crate) stall: Option<StallWatch>,
+}
+
+#[async_trait::async_trait]
+impl AgentRun for Shared {
+    fn renderer(&self) -> &TurnRenderer {
+        &self.renderer
+    }
+
+    fn episode_config(&self) -> &EpisodeConfig {
+        &self.config
+    }
+
+    async fn sample(
+        &self,
+        key: u64,
+        context: Vec<u32>,
+        options: &GenerateOptions,
+    ) -> crate::Result<(TurnOutput, f64)> {
+        sample_with(self, key, context, options).await
+    }
+
+    async fn run_calls(&self, calls: Vec<Result<ToolCall, CallError>>) -> Vec<CallOutcome> {
+        run_calls(self, calls).await
+    }
+
+    fn release(&self, key: u64) {
+        self.engine.release(key);
+    }
 }
 
 /// Arguments of an episode.
@@ -334,26 +362,6 @@ pub(crate) async fn sample_with(
         .generate_within(request, config.generate_timeout)
         .await?;
     Ok((out, began.elapsed().as_secs_f64()))
-}
-
-/// The step of a sampled turn on a context of `context_len` tokens.
-pub(crate) fn step_of(out: TurnOutput, context_len: usize, generate_seconds: f64) -> Step {
-    let token_versions = Step::compact_versions(out.policy_version, out.token_versions);
-    Step {
-        context_len,
-        logprobs: out.logprobs,
-        policy_version: out.policy_version,
-        token_versions,
-        finish_reason: out.finish_reason,
-        tool_calls: vec![],
-        observation_ids: vec![],
-        reward: 0.0,
-        generate_seconds,
-        tool_seconds: 0.0,
-        prefill_tokens: out.prefill_tokens,
-        action_ids: out.token_ids,
-        rebuilt: None,
-    }
 }
 
 /// Runs one turn; returns the end reason when the episode is over.

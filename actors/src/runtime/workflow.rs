@@ -18,8 +18,9 @@ use async_trait::async_trait;
 use agent_r1_envs::task::Task;
 use agent_r1_envs::tool::{CallError, CallOutcome, ToolCall};
 
-use super::episode::Shared;
 use super::render::TurnRenderer;
+use super::EpisodeConfig;
+use crate::engine::TurnOutput;
 use crate::model::generate::FinishReason;
 use crate::trajectory::{RebuiltContext, Step};
 use crate::{Error, Result};
@@ -74,6 +75,50 @@ pub struct GenerateOptions {
     pub stop: Vec<String>,
 }
 
+/// The run an [`Agent`] reaches: the engine, the tool pools, the renderer and the episode
+/// settings. The episode runtime implements it.
+#[async_trait]
+pub(crate) trait AgentRun: Send + Sync {
+    /// The model's chat template and tool-call format.
+    fn renderer(&self) -> &TurnRenderer;
+    /// The run's episode settings.
+    fn episode_config(&self) -> &EpisodeConfig;
+    /// Samples one turn on `context` under engine key `key`; returns it and its seconds.
+    async fn sample(
+        &self,
+        key: u64,
+        context: Vec<u32>,
+        options: &GenerateOptions,
+    ) -> crate::Result<(TurnOutput, f64)>;
+    /// Runs tool calls through the run's tool pools; outcomes in the calls' order.
+    async fn run_calls(
+        &self,
+        calls: Vec<std::result::Result<ToolCall, CallError>>,
+    ) -> Vec<CallOutcome>;
+    /// Frees the engine's state for `key`.
+    fn release(&self, key: u64);
+}
+
+/// The step of a sampled turn on a context of `context_len` tokens.
+pub(crate) fn step_of(out: TurnOutput, context_len: usize, generate_seconds: f64) -> Step {
+    let token_versions = Step::compact_versions(out.policy_version, out.token_versions);
+    Step {
+        context_len,
+        logprobs: out.logprobs,
+        policy_version: out.policy_version,
+        token_versions,
+        finish_reason: out.finish_reason,
+        tool_calls: vec![],
+        observation_ids: vec![],
+        reward: 0.0,
+        generate_seconds,
+        tool_seconds: 0.0,
+        prefill_tokens: out.prefill_tokens,
+        action_ids: out.token_ids,
+        rebuilt: None,
+    }
+}
+
 /// A step the workflow made, with its whole context (compacted when the episode ends).
 pub(crate) struct Recorded {
     pub(crate) context: Vec<u32>,
@@ -82,7 +127,7 @@ pub(crate) struct Recorded {
 
 /// What a workflow drives the episode with.
 pub struct Agent {
-    shared: Arc<Shared>,
+    run: Arc<dyn AgentRun>,
     episode_id: u64,
     /// Steps by call order; `None` while a call is in flight or when it failed.
     steps: Mutex<Vec<Option<Recorded>>>,
@@ -92,9 +137,9 @@ pub struct Agent {
 }
 
 impl Agent {
-    pub(crate) fn new(shared: Arc<Shared>, episode_id: u64) -> Self {
+    pub(crate) fn new(run: Arc<dyn AgentRun>, episode_id: u64) -> Self {
         Self {
-            shared,
+            run,
             episode_id,
             steps: Mutex::new(vec![]),
             lanes: Mutex::new((vec![], 0)),
@@ -104,17 +149,17 @@ impl Agent {
     /// The model's chat template and tool-call format, for rendering prompts and what
     /// follows an action in token space.
     pub fn renderer(&self) -> &TurnRenderer {
-        &self.shared.renderer
+        self.run.renderer()
     }
 
     /// The longest context a step may have (`rollout.max_context_length`).
     pub fn max_context(&self) -> usize {
-        self.shared.config.max_context
+        self.run.episode_config().max_context
     }
 
     /// The run's sampling settings (temperature, top-p, top-k, the longest turn, stop ids).
     pub fn sampling(&self) -> &crate::model::SamplingParams {
-        &self.shared.config.sampling
+        &self.run.episode_config().sampling
     }
 
     /// Samples one step on `context` (a recorded step) within the turn deadline.
@@ -129,7 +174,7 @@ impl Agent {
         context: Vec<u32>,
         options: &GenerateOptions,
     ) -> Result<Generation> {
-        let config = &self.shared.config;
+        let config = self.run.episode_config();
         if context.is_empty() || context.len() + 1 >= config.max_context {
             return Err(Error::invalid(
                 "workflow generate",
@@ -147,21 +192,18 @@ impl Agent {
             steps.len() - 1
         };
         let lane = self.take_lane();
-        let sampled = super::episode::sample_with(
-            &self.shared,
-            self.lane_key(lane),
-            context.clone(),
-            options,
-        )
-        .await;
+        let sampled = self
+            .run
+            .sample(self.lane_key(lane), context.clone(), options)
+            .await;
         self.give_lane(lane);
         let (out, seconds) = sampled?;
         let text = self
-            .shared
-            .renderer
+            .run
+            .renderer()
             .tokenizer()
             .decode(&out.token_ids, true)?;
-        let step = super::episode::step_of(out, context.len(), seconds);
+        let step = step_of(out, context.len(), seconds);
         let generation = Generation {
             step: index,
             token_ids: step.action_ids.clone(),
@@ -183,7 +225,7 @@ impl Agent {
         calls: Vec<std::result::Result<ToolCall, CallError>>,
     ) -> Vec<CallOutcome> {
         let began = Instant::now();
-        let outcomes = super::episode::run_calls(&self.shared, calls).await;
+        let outcomes = self.run.run_calls(calls).await;
         if let Some(k) = step {
             if let Some(Some(r)) = self.lock_steps().get_mut(k) {
                 r.step.tool_calls.extend(outcomes.iter().cloned());
@@ -226,7 +268,7 @@ impl Agent {
     pub(crate) fn release(&self) {
         let used = self.lanes.lock().unwrap_or_else(|e| e.into_inner()).1;
         for lane in 0..used {
-            self.shared.engine.release(self.lane_key(lane));
+            self.run.release(self.lane_key(lane));
         }
     }
 
