@@ -1,0 +1,261 @@
+//! Building a run's parts from its config: the memory check, the metrics server, the stall
+//! watchdog, the engines, the learner and the rollout setups.
+
+use super::*;
+
+/// Refuses to start when the planned memory does not fit the device (unless
+/// `learner.check_memory = false`).
+pub(super) fn check_memory(cfg: &TrainConfig, placement: Placement) -> anyhow::Result<()> {
+    if !cfg.learner.check_memory {
+        return Ok(());
+    }
+    let memory = memory::plan(cfg, placement, memory::ShapeSource::Config)?;
+    if let Some(capacity) = memory::device_capacity(placement.device) {
+        if let Err(why) = memory.check(placement.device, capacity) {
+            anyhow::bail!("{why} (learner.check_memory = false starts anyway)");
+        }
+    }
+    Ok(())
+}
+
+/// The Prometheus endpoint and, when `metrics.ui`, the web UI, when metrics are enabled.
+pub(super) fn serve_metrics(
+    cfg: &TrainConfig,
+    run_dir: &Path,
+    live: &LiveBoard,
+    stall: &StallWatch,
+) -> anyhow::Result<Option<metrics_server::MetricsServer>> {
+    if !cfg.metrics.enabled {
+        return Ok(None);
+    }
+    let site = if cfg.metrics.ui {
+        Some(Arc::new(Site::open(run_dir, Some(live.clone()))?))
+    } else {
+        None
+    };
+    let progress = metrics_server::Progress {
+        board: live.clone(),
+        stalls: stall.detector.clone(),
+    };
+    let server = metrics_server::start(&cfg.metrics, site, Some(progress))?;
+    eprintln!("metrics: http://{}/metrics", server.local_addr());
+    if cfg.metrics.ui {
+        eprintln!("web UI: http://{}/ui", server.local_addr());
+    }
+    Ok(Some(server))
+}
+
+/// Starts the stall detector's watchdog. With `stall.fail_run`, the first stall ends the
+/// process with its diagnosis and [`STALL_EXIT_CODE`]: a stuck stage may hold the threads a
+/// graceful stop would need, and the newest checkpoint is where a resume continues.
+pub(super) fn start_watchdog(stall: &StallWatch) -> anyhow::Result<Watchdog> {
+    let fail_run = stall.config.fail_run;
+    stall
+        .detector
+        .spawn_watchdog(move |s| {
+            if fail_run {
+                eprintln!("the run fails: {s} (stall.fail_run = true)");
+                std::process::exit(STALL_EXIT_CODE);
+            }
+        })
+        .context("starting the stall detector's watchdog thread")
+}
+
+/// The newest complete checkpoint when resuming is allowed; an error when checkpoints exist
+/// and it is not.
+pub(super) fn resume_point(
+    cfg: &TrainConfig,
+    run_dir: &Path,
+    resume: bool,
+) -> anyhow::Result<Option<checkpoint::Checkpoint>> {
+    let allowed = resume || cfg.checkpoint.resume;
+    match checkpoint::latest_complete(run_dir)? {
+        Some(c) if allowed => Ok(Some(c)),
+        Some(c) => anyhow::bail!(
+            "{} holds checkpoints (newest: step {}); pass --resume or set checkpoint.resume = true to continue, or choose another --out",
+            run_dir.display(),
+            c.step()
+        ),
+        None => {
+            if resume {
+                eprintln!(
+                    "--resume: no complete checkpoint in {}; starting fresh",
+                    run_dir.display()
+                );
+            }
+            Ok(None)
+        }
+    }
+}
+
+/// The engines over the start policy (one per `rollout.devices` entry, else one on
+/// `model.device`), each sized from `[rollout]`.
+pub(crate) fn start_engines(
+    rt: &tokio::runtime::Handle,
+    cfg: &TrainConfig,
+    policy_dir: &Path,
+) -> anyhow::Result<EngineSet> {
+    let r = &cfg.rollout;
+    // Deterministic: one row, no reuse, so no token's arithmetic depends on another's.
+    let (rows, kv_reuse) = match r.deterministic {
+        true => (1, false),
+        false => (r.concurrency.max(1), true),
+    };
+    // One seed for all: a token is drawn from (seed, episode, position), so what an episode
+    // samples does not depend on which engine it was routed to.
+    let config = EngineConfig {
+        max_batch_rows: rows,
+        max_context: r.max_context_length,
+        parked_kv_bytes: r.parked_kv_mib.saturating_mul(1 << 20),
+        prefault_parked_kv: r.prefault_parked_kv,
+        memory_fraction: r.memory_fraction,
+        cuda_graphs: r.cuda_graphs,
+        max_prefill_tokens: r.max_prefill_tokens,
+        seed: cfg.training.seed as i64,
+        kv_reuse,
+        ..Default::default()
+    };
+    let placements = cfg.engine_placements()?;
+    let many = placements.len() > 1;
+    let mut engines = Vec::new();
+    for (i, (label, placement)) in placements.into_iter().enumerate() {
+        let config = EngineConfig {
+            metrics_label: i.to_string(),
+            ..config.clone()
+        };
+        let engine = setup::engine(rt, policy_dir, placement, config)
+            .with_context(|| format!("engine {i} on {label}"))?;
+        if many {
+            eprintln!("engine {i} on {label}");
+        }
+        engines.push((format!("{label} (engine {i})"), engine));
+    }
+    Ok(EngineSet::new(engines)?)
+}
+
+/// The supervised learner over the start policy (a critic and a KL reference when the
+/// config needs them), its optimizer state restored on a resume. `faults` may slow every
+/// update or hang the first (fault injection for `bench train` and tests).
+pub(super) async fn start_learner(
+    cfg: &TrainConfig,
+    start: &StartPoint,
+    reference_dir: &Path,
+    placement: Placement,
+    faults: &Faults,
+) -> anyhow::Result<LearnerRef> {
+    let seed = cfg.training.seed;
+    let mut config = cfg.learner_config();
+    config.initial_version = start.state.policy_version;
+    config.seed = seed.wrapping_add(start.state.step);
+    let needs_critic = config.algorithm.estimator.needs_critic();
+    let with_reference = config.algorithm.kl.active().is_some();
+    let policy_dir = start.policy_dir.clone();
+    // A separate critic resumes from its checkpoint (`policy/critic`), else starts from
+    // `critic.model` or the policy's starting weights with a fresh value head.
+    let critic_dir = (needs_critic && cfg.critic.separate).then(|| {
+        let saved = policy_dir.join(CRITIC_DIR);
+        if saved.join("config.json").is_file() {
+            saved
+        } else {
+            cfg.critic
+                .model
+                .clone()
+                .unwrap_or_else(|| policy_dir.clone())
+        }
+    });
+    if let Some(dir) = &critic_dir {
+        eprintln!("critic: a separate model, from {}", dir.display());
+    }
+    let reference_dir = reference_dir.to_path_buf();
+    let value_head_on_policy = needs_critic && critic_dir.is_none();
+    let load = move || {
+        tch::manual_seed(seed as i64);
+        let policy = PolicyModel::load(&policy_dir, placement, value_head_on_policy)?;
+        let critic = critic_dir
+            .map(|dir| PolicyModel::load(&dir, placement, true))
+            .transpose()?;
+        let reference = if with_reference {
+            Some(PolicyModel::load(&reference_dir, placement, false)?)
+        } else {
+            None
+        };
+        Ok(LearnerModels {
+            policy,
+            critic,
+            reference,
+        })
+    };
+    let delay = faults.learner_delay;
+    let hang = faults.hangs(HangStage::Learner);
+    let before_update: Option<BeforeUpdate> = (delay.is_some() || hang).then(|| {
+        Arc::new(move |_| {
+            if hang {
+                faults::hang_forever("a learner update");
+            }
+            if let Some(delay) = delay {
+                std::thread::sleep(delay);
+            }
+        }) as BeforeUpdate
+    });
+    let learner = LearnerRef::spawn(LearnerStart {
+        before_update,
+        ..LearnerStart::new(load, config)
+    })
+    .await
+    .context("starting the learner")?;
+    if let Some(path) = &start.optimizer_state {
+        learner
+            .load_optimizer(path.clone())
+            .await
+            .with_context(|| format!("restoring the optimizer state {}", path.display()))?;
+        eprintln!("AdamW state restored from {OPTIMIZER_STATE}");
+    }
+    Ok(learner)
+}
+
+/// The rollout setups of training (sampled) and of the held-out evaluation (greedy when
+/// `eval.greedy`), with `[rollout]`'s waits.
+pub(crate) fn rollout_setups(
+    cfg: &TrainConfig,
+    engine: &EngineSet,
+    tokenizer: &Arc<HfTokenizer>,
+    scenario: &Scenario,
+    live: &LiveBoard,
+    stall: &StallWatch,
+) -> anyhow::Result<(RolloutSetup, RolloutSetup)> {
+    let r = &cfg.rollout;
+    let knobs = RolloutKnobs {
+        concurrency: r.concurrency,
+        max_turns: r.max_turns,
+        max_context: r.max_context_length,
+        max_prompt: Some(r.max_prompt_length),
+        max_new_tokens: r.max_response_length,
+        temperature: r.temperature,
+        tool_call_format: cfg.model.tool_call_format,
+        max_tool_calls_per_turn: cfg.env.max_tool_calls_per_turn,
+    };
+    let eval_knobs = RolloutKnobs {
+        temperature: if cfg.eval.greedy { 0.0 } else { r.temperature },
+        ..knobs
+    };
+    let build = |knobs: &RolloutKnobs| -> anyhow::Result<RolloutSetup> {
+        let mut setup = setup::rollout_setup(
+            engine.clone(),
+            tokenizer.clone(),
+            scenario.env.clone(),
+            scenario.tools.clone(),
+            knobs,
+        )?;
+        setup.live = live.clone();
+        setup.stall = Some(stall.clone());
+        setup.context_policy = scenario.context_policy.clone();
+        setup.episode.generate_timeout = Duration::from_secs_f64(r.generate_timeout_secs);
+        setup.episode.tool_queue_timeout = Duration::from_secs_f64(r.tool_queue_timeout_secs);
+        setup.episode.env_timeout = Duration::from_secs_f64(r.env_timeout_secs);
+        setup.episode.workflow_timeout = Duration::from_secs_f64(r.workflow_timeout_secs);
+        Ok(setup)
+    };
+    let mut train = build(&knobs)?;
+    train.episode.sampling.top_p = r.top_p;
+    Ok((train, build(&eval_knobs)?))
+}

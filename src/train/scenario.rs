@@ -1,0 +1,190 @@
+//! The run's scenario: its config resolved, the fault injections tests and benches ask for,
+//! and the line that describes it.
+
+use super::*;
+
+/// The env, its tools and its tasks.
+pub struct Scenario {
+    /// The env named by `[env]`, or the workflow it names.
+    pub env: EnvSource,
+    /// The same env when it generates its own tasks (and so can make a tokenizer's text and
+    /// demonstrations).
+    pub generated: Option<Arc<dyn GeneratedEnv>>,
+    /// The `[tools.NAME]` tools.
+    pub tools: Vec<Arc<dyn Tool>>,
+    /// Training tasks.
+    pub train: Vec<Task>,
+    /// Held-out tasks.
+    pub test: Vec<Task>,
+    /// What each turn sees of the history (`[env.context]`).
+    pub context_policy: Arc<dyn ContextPolicy>,
+}
+
+/// Builds the env named by the config, its tools and its task splits. The synthetic world's
+/// corpus is written under `RUN/world/`, and the `search` tool is pointed at it (and its
+/// index kept there) unless the config names a corpus itself. `agent-r1 eval` builds its
+/// env the same way, from a checkpoint's saved config. Envs that read tool calls get the
+/// model's tool-call format unless `[env.options]` names one.
+pub fn scenario(
+    cfg: &TrainConfig,
+    run_dir: &Path,
+    registries: &Registries,
+) -> anyhow::Result<Scenario> {
+    let world_dir = run_dir.join("world");
+    std::fs::create_dir_all(&world_dir)
+        .with_context(|| format!("{}: cannot create", world_dir.display()))?;
+    let corpus = world_dir.join("corpus.jsonl");
+    let mut options = cfg.run_env_options(registries);
+    let (env, generated, train, test): (EnvSource, _, _, _) =
+        if registries.workflows.contains(&cfg.env.name) {
+            let workflow = registries
+                .workflows
+                .create(&cfg.env.name, &options)
+                .context("building the workflow `[env]`")?;
+            let train = load_many(&cfg.env.train_files, &cfg.env.dataset)
+                .context("reading env.train_files")?;
+            let test = load_many(&cfg.env.test_files, &cfg.env.dataset)
+                .context("reading env.test_files")?;
+            // A workflow may call any configured tool.
+            let tool_names = vec![];
+            (
+                EnvSource::Workflow {
+                    workflow,
+                    tool_names,
+                },
+                None,
+                train,
+                test,
+            )
+        } else if registries.envs.generates_tasks(&cfg.env.name) {
+            if let (true, Value::Object(map)) =
+                (cfg.env.name == synthetic_multihop::NAME, &mut options)
+            {
+                map.insert("corpus_path".into(), json!(corpus));
+            }
+            let env: Arc<dyn GeneratedEnv> = Arc::from(
+                registries
+                    .envs
+                    .create_generated(&cfg.env.name, &options)
+                    .context("building the env `[env]`")?,
+            );
+            let (train, test) = (env.tasks(Split::Train), env.tasks(Split::Test));
+            let shared: Arc<dyn Env> = env.clone();
+            (shared.into(), Some(env), train, test)
+        } else {
+            let env: Arc<dyn Env> = Arc::from(
+                registries
+                    .envs
+                    .create(&cfg.env.name, &options)
+                    .context("building the env `[env]`")?,
+            );
+            let train = load_many(&cfg.env.train_files, &cfg.env.dataset)
+                .context("reading env.train_files")?;
+            let test = load_many(&cfg.env.test_files, &cfg.env.dataset)
+                .context("reading env.test_files")?;
+            (env.into(), None, train, test)
+        };
+    anyhow::ensure!(
+        !train.is_empty(),
+        "the env has no training tasks (env.train_files / env.world)"
+    );
+    let tools = cfg
+        .tools_config(Some(&world_dir))
+        .build_all(&registries.tools)
+        .context("building the tools `[tools.*]`")?;
+    let env = match (cfg.scorer_options()?, env) {
+        (None, env) => env,
+        (Some((kind, options)), EnvSource::Shared(env)) => {
+            let scorer = registries
+                .scorers
+                .create(&kind, &options)
+                .context("building the scorer `[scorer]`")?;
+            EnvSource::Shared(Arc::new(ScoredEnv::new(env, scorer)))
+        }
+        (Some(_), _) => {
+            anyhow::bail!("[scorer]: a workflow returns its own rewards; remove the [scorer] table")
+        }
+    };
+    let context_policy = cfg
+        .env
+        .context_policy(registries)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(Scenario {
+        env,
+        generated,
+        tools,
+        train,
+        test,
+        context_policy,
+    })
+}
+
+/// Applies the env and tool faults a test asked for (see [`faults`]).
+pub(super) fn inject_scenario_faults(
+    scenario: &mut Scenario,
+    faults: &Faults,
+) -> anyhow::Result<()> {
+    if let Some(rate) = faults.tool_fault_rate {
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&rate),
+            "--inject-tool-faults {rate}: allowed 0 to 1"
+        );
+        for (i, tool) in scenario.tools.iter_mut().enumerate() {
+            *tool = Arc::new(FaultyTool::new(
+                tool.clone(),
+                rate,
+                Duration::ZERO,
+                i as u64,
+            ));
+        }
+    }
+    // With tool faults, every turn that made no call calls the first tool (an untrained
+    // model rarely calls one by itself), so the faults are met.
+    let faulted_tool = faults
+        .tool_fault_rate
+        .and(scenario.tools.first().map(|t| t.name().to_string()));
+    let force_call = if faults.hangs(HangStage::Tool) {
+        let first = scenario
+            .tools
+            .first_mut()
+            .context("--inject-hang tool needs a [tools.NAME] table")?;
+        let name = first.name().to_string();
+        *first = Arc::new(BlockingTool(first.clone()));
+        Some(name)
+    } else {
+        faulted_tool
+    };
+    let hang_score = faults.hangs(HangStage::Env);
+    if hang_score || force_call.is_some() {
+        let EnvSource::Shared(inner) = &scenario.env else {
+            anyhow::bail!("the env faults inject into an env, and [env] names a workflow");
+        };
+        scenario.env = EnvSource::Shared(Arc::new(FaultyEnv {
+            inner: inner.clone(),
+            hang_score,
+            force_call,
+        }));
+    }
+    Ok(())
+}
+
+pub(super) fn log_scenario(cfg: &TrainConfig, scenario: &Scenario) {
+    eprintln!(
+        "env {}: {} train / {} test tasks; tools: {}",
+        cfg.env.name,
+        scenario.train.len(),
+        scenario.test.len(),
+        scenario
+            .tools
+            .iter()
+            .map(|t| t.name().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if scenario.test.is_empty() && cfg.eval.every > 0 {
+        eprintln!(
+            "warning: no held-out tasks (env.test_files is empty): nothing will be evaluated, \
+             so the run reports no held-out EM"
+        );
+    }
+}
