@@ -50,63 +50,38 @@ mod summary;
 pub mod tasks;
 mod update;
 
-use base_model::*;
-use build::*;
+use base_model::{base_model, StartPoint};
+use build::{check_memory, resume_point, serve_metrics, start_learner, start_watchdog};
 pub(crate) use build::{rollout_setups, start_engines};
 pub use evaluate::{evaluate_tasks, write_trajectories};
 use scenario::{inject_scenario_faults, log_scenario};
 pub use scenario::{scenario, Scenario};
 pub use summary::summary_table;
-use summary::*;
-use update::*;
+use summary::{engine_summary, log_line, progress_bar, summarize, write_plots};
+use update::{publish, republish_after_restarts};
 
-use std::ops::ControlFlow;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use agent_r1_actors::engine::{EngineConfig, EngineStats};
 use agent_r1_actors::engine_set::EngineSet;
-use agent_r1_actors::learner::{
-    BeforeUpdate, LearnerModels, LearnerRef, LearnerStart, UpdateStats, CRITIC_DIR,
-};
-use agent_r1_actors::model::{Placement, PolicyModel};
-use agent_r1_actors::runtime::fault::FaultyTool;
-use agent_r1_actors::runtime::{
-    run_rollout, ContextPolicy, EnvSource, LiveBoard, RolloutSetup, RolloutSummary,
-};
-use agent_r1_actors::sft::{train_sft, SftConfig};
-use agent_r1_actors::stall::{Operations, StallWatch, Watchdog};
+use agent_r1_actors::learner::LearnerRef;
+use agent_r1_actors::runtime::{LiveBoard, RolloutSetup};
+use agent_r1_actors::stall::StallWatch;
 use agent_r1_actors::tokenizer::HfTokenizer;
-use agent_r1_actors::trajectory::{EpisodeEnd, Trajectory, TrajectoryWriter};
-use agent_r1_envs::dataset::load_many;
-use agent_r1_envs::demo::DemoConfig;
-use agent_r1_envs::env::Env;
-use agent_r1_envs::envs::synthetic_multihop;
-use agent_r1_envs::generated_env::GeneratedEnv;
-use agent_r1_envs::reward::ScoredEnv;
-use agent_r1_envs::task::Split;
 use agent_r1_envs::task::Task;
-use agent_r1_envs::tool::Tool;
 use anyhow::Context;
 use sampler::Sampler;
 use serde_json::{json, Value};
 
-use crate::checkpoint::{self, TrainingState, PENDING_TRAJECTORIES};
 use crate::cluster::trainer::TrainerCluster;
-use crate::config::{FileCheck, TrainConfig, TrainMode};
-use crate::demonstrations::{chat_row_rules, tokenized_demonstrations};
+use crate::config::{FileCheck, TrainConfig};
 use crate::preflight::{preflight, Preflight};
 use crate::registries::Registries;
-use crate::setup::{self, RolloutKnobs};
-use crate::view::Site;
-use crate::{memory, metrics_server};
-use faults::{BlockingTool, Faults, FaultyEnv, HangStage};
-use records::{
-    append_row, read_jsonl, read_rows, truncate_after, BatchSummary, EvalRow, UpdateRow,
-};
-use skip::{no_reward_signal, unusable};
+use crate::setup;
+use faults::Faults;
+use records::{append_row, UpdateRow};
 use tasks::TaskStream;
 
 /// Where the training config comes from.
@@ -487,6 +462,7 @@ async fn train_loop(run: &mut Run, resumed: bool) -> anyhow::Result<bool> {
 #[cfg(test)]
 mod tests {
     use agent_r1_envs::envs::prompt::qa_system_prompt;
+    use agent_r1_actors::runtime::EnvSource;
     use agent_r1_envs::tool_call::ToolCallFormat;
 
     use super::*;

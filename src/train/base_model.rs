@@ -1,7 +1,28 @@
 //! The model a run starts from: a preset made fresh, a directory, or a warm start on
 //! generated or the user's demonstrations; and the checkpoint it resumes.
 
-use super::*;
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use anyhow::Context;
+use serde_json::{json, Value};
+
+use agent_r1_actors::model::{Placement, PolicyModel};
+use agent_r1_actors::runtime::{EnvSource, LiveBoard};
+use agent_r1_actors::sft::{train_sft, SftConfig};
+use agent_r1_actors::tokenizer::HfTokenizer;
+use agent_r1_actors::trajectory::Trajectory;
+use agent_r1_envs::demo::DemoConfig;
+
+use super::records::{read_jsonl, truncate_after};
+use super::scenario::Scenario;
+use super::{OPTIMIZER_STATE, PRESET_VOCAB};
+use crate::checkpoint::TrainingState;
+use crate::config::TrainConfig;
+use crate::demonstrations::{chat_row_rules, tokenized_demonstrations};
+use crate::{checkpoint, setup};
 
 /// The model RL starts from (also the KL reference and the tokenizer's home).
 pub(super) struct BaseModel {

@@ -1,7 +1,28 @@
 //! Building a run's parts from its config: the memory check, the metrics server, the stall
 //! watchdog, the engines, the learner and the rollout setups.
 
-use super::*;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use agent_r1_actors::engine::EngineConfig;
+use agent_r1_actors::engine_set::EngineSet;
+use agent_r1_actors::learner::{BeforeUpdate, LearnerModels, LearnerRef, LearnerStart, CRITIC_DIR};
+use agent_r1_actors::model::{Placement, PolicyModel};
+use agent_r1_actors::runtime::{LiveBoard, RolloutSetup};
+use agent_r1_actors::stall::{StallWatch, Watchdog};
+use agent_r1_actors::tokenizer::HfTokenizer;
+
+use super::base_model::StartPoint;
+use super::faults::{Faults, HangStage};
+use super::scenario::Scenario;
+use super::{faults, OPTIMIZER_STATE, STALL_EXIT_CODE};
+use crate::config::TrainConfig;
+use crate::setup::RolloutKnobs;
+use crate::view::Site;
+use crate::{checkpoint, memory, metrics_server, setup};
 
 /// Refuses to start when the planned memory does not fit the device (unless
 /// `learner.check_memory = false`).

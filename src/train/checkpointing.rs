@@ -1,6 +1,15 @@
 //! Checkpoints of a run: its training state, saving with retries.
 
-use super::*;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use serde_json::json;
+
+use super::faults::HangStage;
+use super::{faults, sampler, Run, OPTIMIZER_STATE};
+use crate::checkpoint;
+use crate::checkpoint::{TrainingState, PENDING_TRAJECTORIES};
 
 impl Run {
     pub(super) fn state(&self, snapshot: &sampler::SamplerSnapshot) -> TrainingState {

@@ -1,6 +1,18 @@
 //! Held-out evaluation: greedy episodes on the test tasks, their rows and rollouts.
 
-use super::*;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context;
+
+use agent_r1_actors::runtime::{run_rollout, RolloutSetup};
+use agent_r1_actors::tokenizer::HfTokenizer;
+use agent_r1_actors::trajectory::{Trajectory, TrajectoryWriter};
+use agent_r1_envs::task::Task;
+
+use super::records::{append_row, BatchSummary, EvalRow};
+use super::Run;
 
 impl Run {
     /// Greedy (per config) episodes on the held-out tasks; appends to `eval.jsonl`.

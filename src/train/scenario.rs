@@ -1,7 +1,26 @@
 //! The run's scenario: its config resolved, the fault injections tests and benches ask for,
 //! and the line that describes it.
 
-use super::*;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use serde_json::{json, Value};
+
+use agent_r1_actors::runtime::fault::FaultyTool;
+use agent_r1_actors::runtime::{ContextPolicy, EnvSource};
+use agent_r1_envs::dataset::load_many;
+use agent_r1_envs::env::Env;
+use agent_r1_envs::envs::synthetic_multihop;
+use agent_r1_envs::generated_env::GeneratedEnv;
+use agent_r1_envs::reward::ScoredEnv;
+use agent_r1_envs::task::{Split, Task};
+use agent_r1_envs::tool::Tool;
+
+use super::faults::{BlockingTool, Faults, FaultyEnv, HangStage};
+use crate::config::TrainConfig;
+use crate::registries::Registries;
 
 /// The env, its tools and its tasks.
 pub struct Scenario {

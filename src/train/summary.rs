@@ -1,6 +1,16 @@
 //! What a run reports: the summary, its table, the progress bar and the curves.
 
-use super::*;
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+use agent_r1_actors::engine::EngineStats;
+use agent_r1_actors::engine_set::EngineSet;
+use agent_r1_actors::runtime::RolloutSummary;
+
+use super::records::{read_rows, EvalRow, UpdateRow};
+use super::{plot, Run};
+use crate::checkpoint;
 
 /// Per engine: its device, the episodes routed to it, its turns and prefill figures.
 pub(super) fn engine_summary(engines: &EngineSet, stats: Option<Vec<EngineStats>>) -> Value {

@@ -1,6 +1,19 @@
 //! One update: the next batch, the learner's step on it, and publishing the new weights.
 
-use super::*;
+use std::time::Instant;
+
+use anyhow::Context;
+
+use agent_r1_actors::engine_set::EngineSet;
+use agent_r1_actors::learner::{LearnerRef, UpdateStats};
+use agent_r1_actors::stall::{Operations, StallWatch};
+use agent_r1_actors::trajectory::{EpisodeEnd, Trajectory};
+
+use super::faults::HangStage;
+use super::records::BatchSummary;
+use super::skip::{no_reward_signal, unusable};
+use super::{write_trajectories, Run, ROLLOUT_SAMPLE};
+use crate::config::TrainMode;
 
 impl Run {
     /// The next batch of whole groups: in sync mode, feeds exactly the groups the batch
