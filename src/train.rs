@@ -461,8 +461,8 @@ async fn train_loop(run: &mut Run, resumed: bool) -> anyhow::Result<bool> {
 
 #[cfg(test)]
 mod tests {
-    use agent_r1_envs::envs::prompt::qa_system_prompt;
     use agent_r1_actors::runtime::EnvSource;
+    use agent_r1_envs::envs::prompt::qa_system_prompt;
     use agent_r1_envs::tool_call::ToolCallFormat;
 
     use super::*;
