@@ -13,7 +13,7 @@ use serde_json::Value;
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 /// Every declared series and its kind.
-fn recorded_metrics() -> BTreeMap<String, MetricKind> {
+fn declared_metrics() -> BTreeMap<String, MetricKind> {
     agent_r1::metric_names::all()
         .map(|m| (m.name.to_string(), m.kind))
         .collect()
@@ -71,7 +71,7 @@ fn the_promql_scan_finds_the_series_names() {
 
 #[test]
 fn every_dashboard_metric_is_recorded_by_the_code() {
-    let recorded = recorded_metrics();
+    let declared = declared_metrics();
     let dashboard = dashboard();
     let mut used = BTreeSet::new();
     let mut problems = Vec::new();
@@ -94,11 +94,11 @@ fn every_dashboard_metric_is_recorded_by_the_code() {
                 "{title:?}: {expr} names no agent_r1_ series"
             );
             for name in names {
-                let ok = match recorded.get(&name) {
+                let ok = match declared.get(&name) {
                     Some(_) => true,
                     None => ["_bucket", "_sum", "_count"].iter().any(|s| {
                         name.strip_suffix(s)
-                            .is_some_and(|base| recorded.get(base) == Some(&MetricKind::Histogram))
+                            .is_some_and(|base| declared.get(base) == Some(&MetricKind::Histogram))
                     }),
                 };
                 if ok {

@@ -10,6 +10,11 @@ use std::path::{Path, PathBuf};
 use agent_r1::metric_names;
 use agent_r1_envs::metric::{Metric, MetricKind};
 
+#[path = "support/rust_sources.rs"]
+mod rust_sources;
+
+use rust_sources::rust_files;
+
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 /// The declaration files, the only places a metric name is written.
@@ -31,20 +36,6 @@ const NOT_METRICS: [(&str, &str); 5] = [
     ("agent_r1_parquet", "a dataset format"),
     ("agent_r1_cuda_shim", "the CUDA shim's library name"),
 ];
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            if path.file_name().is_some_and(|n| n == "target") {
-                continue;
-            }
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
 
 fn relative(path: &Path) -> String {
     path.strip_prefix(ROOT).unwrap().display().to_string()

@@ -4,7 +4,12 @@
 //! parent declares its children and re-exports them; a child may use its parent's items).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+#[path = "support/rust_sources.rs"]
+mod rust_sources;
+
+use rust_sources::rust_files;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
@@ -17,17 +22,6 @@ const CRATES: [(&str, &str); 4] = [
 ];
 
 type ModPath = Vec<String>;
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
 
 /// `a/b.rs` and `a/b/mod.rs` are `a::b`; `lib.rs` and `main.rs` are the crate root.
 fn module_of(src: &Path, file: &Path) -> ModPath {

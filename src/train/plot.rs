@@ -76,7 +76,7 @@ struct Series<'a> {
     values_named: bool,
 }
 
-/// One panel: its title, the y axis's description, and whether to write each point's value.
+/// One panel: its title, the y axis's description, and its lines.
 struct Panel<'a> {
     title: &'a str,
     y_desc: &'a str,
