@@ -27,6 +27,7 @@ mod kl;
 mod masked;
 mod policy_loss;
 mod reinforce;
+mod rollout_correction;
 mod step_gae;
 #[cfg(test)]
 mod test_util;
@@ -39,7 +40,14 @@ pub use gae::gae;
 pub use group::{broadcast_to_tokens, grpo_advantages, rloo_advantages, GRPO_EPS};
 pub use kl::{kl_estimate, KlKind};
 pub use masked::{masked_mean, masked_sum, masked_var, masked_whiten, WHITEN_EPS};
-pub use policy_loss::{decoupled_ppo_policy_loss, ppo_policy_loss, PolicyLoss, PpoClip};
+pub use policy_loss::{
+    decoupled_ppo_policy_loss, decoupled_weight, ppo_policy_loss, weighted_ppo_policy_loss,
+    PolicyLoss, PpoClip,
+};
 pub use reinforce::{reinforce_pp_advantages, reinforce_pp_baseline_advantages};
+pub use rollout_correction::{
+    correction, mismatch_stats, Correction, MismatchStats, RejectLevel, RolloutCorrection,
+    WeightLevel,
+};
 pub use step_gae::{step_gae, step_index_map, StepIndex};
 pub use value_loss::{value_loss, ValueLoss};

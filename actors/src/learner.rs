@@ -32,5 +32,5 @@ pub use config::{
     AlgorithmConfig, CriticConfig, Estimator, KlConfig, KlPlacement, LearnerConfig, MemoryConfig,
 };
 pub use handle::{spawn_learner, spawn_learner_with, BeforeUpdate, LearnerHandle, PolicyWeights};
-pub use stats::UpdateStats;
+pub use stats::{Mismatch, UpdateStats};
 pub use trainer::{check_rewards, Learner, LearnerModels, CRITIC_DIR};

@@ -103,6 +103,13 @@ agent_r1_envs::declare_metrics! {
     /// Tokens masked out for exceeding max_staleness (async mode).
     LEARNER_STALE_TOKENS_DROPPED_TOTAL: Counter("agent_r1_learner_stale_tokens_dropped_total") labels [];
 
+    /// Action tokens whose sampler/trainer gap was measured (those sampled by the weights an
+    /// update started from).
+    LEARNER_MISMATCH_TOKENS_TOTAL: Counter("agent_r1_learner_mismatch_tokens_total") labels [];
+
+    /// Action tokens rollout correction's rejection removed from the loss.
+    LEARNER_REJECTED_TOKENS_TOTAL: Counter("agent_r1_learner_rejected_tokens_total") labels [];
+
     /// Policy version the learner has produced.
     LEARNER_POLICY_VERSION: Gauge("agent_r1_learner_policy_version") labels [];
 
@@ -150,6 +157,25 @@ agent_r1_envs::declare_metrics! {
 
     /// Mean old minus new log-probability of action tokens in the last update.
     LEARNER_APPROX_KL: Gauge("agent_r1_learner_approx_kl") labels [];
+
+    /// Mean |log π_learner - log π_engine| of the last update's measured tokens.
+    LEARNER_MISMATCH_ABS_MEAN: Gauge("agent_r1_learner_mismatch_abs_mean") labels [];
+
+    /// Largest |log π_learner - log π_engine| of the last update's measured tokens.
+    LEARNER_MISMATCH_ABS_MAX: Gauge("agent_r1_learner_mismatch_abs_max") labels [];
+
+    /// k3 estimate of KL(engine || learner) over the last update's measured tokens.
+    LEARNER_MISMATCH_KL: Gauge("agent_r1_learner_mismatch_kl") labels [];
+
+    /// Fraction of the last update's measured tokens whose |Δ log-prob| exceeds
+    /// rollout_correction.report_threshold.
+    LEARNER_MISMATCH_OVER_THRESHOLD_FRACTION: Gauge("agent_r1_learner_mismatch_over_threshold_fraction") labels [];
+
+    /// The last update's worst sequence: largest |Σ Δ log-prob| over its measured tokens.
+    LEARNER_MISMATCH_SEQUENCE_ABS_MAX: Gauge("agent_r1_learner_mismatch_sequence_abs_max") labels [];
+
+    /// Mean rollout-correction importance weight of the last update's corrected tokens.
+    LEARNER_CORRECTION_WEIGHT_MEAN: Gauge("agent_r1_learner_correction_weight_mean") labels [];
 
     /// Fraction of action tokens where the PPO clip was binding.
     LEARNER_CLIP_FRACTION: Gauge("agent_r1_learner_clip_fraction") labels [];

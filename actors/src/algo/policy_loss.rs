@@ -105,14 +105,13 @@ pub fn decoupled_ppo_policy_loss(
         weight_cap >= 1.0,
         ">= 1 (fresh tokens have weight 1)",
     )?;
-    let kind = log_prob.kind();
     let (weight, behavior_kl) = tch::no_grad(|| {
+        let weight = decoupled_weight(prox_log_prob, behavior_log_prob, weight_cap);
+        let kind = log_prob.kind();
         let log_w = (prox_log_prob.to_kind(kind) - behavior_log_prob.to_kind(kind))
             .clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO);
-        let behavior_kl = masked::masked_mean_unchecked(&(-&log_w), mask).detach();
-        let w = log_w.exp();
-        let kept = w.le(weight_cap).to_kind(kind);
-        ((w * kept).detach(), behavior_kl)
+        let behavior_kl = masked::masked_mean_unchecked(&(-log_w), mask).detach();
+        (weight, behavior_kl)
     });
     let mut loss = surrogate(
         log_prob,
@@ -125,6 +124,47 @@ pub fn decoupled_ppo_policy_loss(
     )?;
     loss.behavior_kl = Some(behavior_kl);
     Ok(loss)
+}
+
+/// Decoupled PPO's per-token weight `π_prox / π_behavior` (detached, in `prox_log_prob`'s
+/// kind), 0 where it exceeds `weight_cap`.
+pub fn decoupled_weight(prox_log_prob: &Tensor, behavior_log_prob: &Tensor, weight_cap: f64) -> Tensor {
+    tch::no_grad(|| {
+        let kind = prox_log_prob.kind();
+        let log_w = (prox_log_prob - behavior_log_prob.to_kind(kind))
+            .clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO);
+        let w = log_w.exp();
+        let kept = w.le(weight_cap).to_kind(kind);
+        (w * kept).detach()
+    })
+}
+
+/// The PPO surrogate of [`ppo_policy_loss`] around `anchor_log_prob`, each token's loss
+/// scaled by `weight` (`[B, T]`, detached: decoupled PPO's staleness weight times a
+/// rollout correction's, say). `behavior_weight` reports the weight's masked mean.
+#[allow(clippy::too_many_arguments)]
+pub fn weighted_ppo_policy_loss(
+    log_prob: &Tensor,
+    anchor_log_prob: &Tensor,
+    weight: &Tensor,
+    advantages: &Tensor,
+    mask: &Tensor,
+    clip: &PpoClip,
+    agg: LossAgg,
+) -> Result<PolicyLoss> {
+    check_inputs(log_prob, anchor_log_prob, advantages, mask, clip)?;
+    check::floating("weight", weight)?;
+    check::same_shape("weight", weight, "log_prob", log_prob)?;
+    let weight = weight.detach().to_kind(log_prob.kind());
+    surrogate(
+        log_prob,
+        anchor_log_prob,
+        advantages,
+        mask,
+        clip,
+        agg,
+        Some(&weight),
+    )
 }
 
 fn check_inputs(

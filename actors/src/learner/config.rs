@@ -11,7 +11,7 @@ use agent_r1_envs::config::{ConfigError, Section};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::algo::{KlKind, LossAgg, PpoClip};
+use crate::algo::{KlKind, LossAgg, PpoClip, RolloutCorrection};
 use crate::Result;
 
 /// How advantages are estimated from a batch.
@@ -182,6 +182,9 @@ pub struct AlgorithmConfig {
     /// How per-token losses become a scalar: `token-mean`, `seq-mean-token-sum` or
     /// `seq-mean-token-mean`.
     pub loss_agg: LossAgg,
+    /// How the gap between the engine's sampling log-probabilities and the learner's is
+    /// measured and corrected (`[algorithm.rollout_correction]`).
+    pub rollout_correction: RolloutCorrection,
 }
 
 impl Default for AlgorithmConfig {
@@ -212,6 +215,7 @@ impl Default for AlgorithmConfig {
             value_loss_coef: 1.0,
             entropy_coef: 0.0,
             loss_agg: LossAgg::TokenMean,
+            rollout_correction: RolloutCorrection::default(),
         }
     }
 }

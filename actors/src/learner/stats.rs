@@ -85,10 +85,40 @@ pub struct UpdateStats {
     /// the tokens' sampling policies are from the learner's (0 when all are fresh).
     #[serde(default)]
     pub behavior_kl: Option<f64>,
+    /// The gap between the engine's sampling log-probabilities and the learner's for the
+    /// same weights, over the tokens sampled by the weights the update started from; `None`
+    /// when there were none (every token stale).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mismatch: Option<Mismatch>,
+    /// Rollout correction's importance weights: their mean over the tokens they applied to
+    /// and were kept; `None` with `weight = "off"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correction_weight_mean: Option<f64>,
+    /// Action tokens rollout correction's rejection removed from the loss.
+    #[serde(default)]
+    pub rejected_tokens: u64,
     /// Wall-clock seconds of the update.
     pub duration_seconds: f64,
     /// `tokens` times PPO epochs, per second of update: the learner's throughput.
     pub tokens_per_second: f64,
+}
+
+/// The sampler/trainer gap of one update, `δ = log π_learner - log π_engine` per token (see
+/// [`crate::algo::mismatch_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Mismatch {
+    /// Tokens measured.
+    pub tokens: u64,
+    /// Mean `|δ|`.
+    pub abs_mean: f64,
+    /// Largest `|δ|`.
+    pub abs_max: f64,
+    /// k3 estimate of KL(engine || learner).
+    pub kl_k3: f64,
+    /// Fraction of tokens with `|δ|` over `rollout_correction.report_threshold`.
+    pub over_threshold: f64,
+    /// The worst sequence's `|Σ δ|`.
+    pub sequence_abs_max: f64,
 }
 
 impl UpdateStats {
@@ -142,5 +172,20 @@ impl UpdateStats {
         if let Some(v) = self.kl {
             gauge!(crate::metric_names::LEARNER_KL.name).set(v);
         }
+        if let Some(m) = &self.mismatch {
+            counter!(crate::metric_names::LEARNER_MISMATCH_TOKENS_TOTAL.name).increment(m.tokens);
+            gauge!(crate::metric_names::LEARNER_MISMATCH_ABS_MEAN.name).set(m.abs_mean);
+            gauge!(crate::metric_names::LEARNER_MISMATCH_ABS_MAX.name).set(m.abs_max);
+            gauge!(crate::metric_names::LEARNER_MISMATCH_KL.name).set(m.kl_k3);
+            gauge!(crate::metric_names::LEARNER_MISMATCH_OVER_THRESHOLD_FRACTION.name)
+                .set(m.over_threshold);
+            gauge!(crate::metric_names::LEARNER_MISMATCH_SEQUENCE_ABS_MAX.name)
+                .set(m.sequence_abs_max);
+        }
+        if let Some(v) = self.correction_weight_mean {
+            gauge!(crate::metric_names::LEARNER_CORRECTION_WEIGHT_MEAN.name).set(v);
+        }
+        counter!(crate::metric_names::LEARNER_REJECTED_TOKENS_TOTAL.name)
+            .increment(self.rejected_tokens);
     }
 }

@@ -57,8 +57,6 @@ struct Sums {
     approx_kl: f64,
     clip: f64,
     clip_lower: f64,
-    behavior_weight: f64,
-    behavior_kl: f64,
     value_loss: f64,
     value_clip: f64,
     grad_norm: f64,
@@ -75,8 +73,6 @@ impl Sums {
         self.approx_kl += step.approx_kl;
         self.clip += step.clip;
         self.clip_lower += step.clip_lower;
-        self.behavior_weight += step.behavior_weight;
-        self.behavior_kl += step.behavior_kl;
         self.value_loss += step.value_loss;
         self.value_clip += step.value_clip;
         self.grad_norm += step.grad_norm;
@@ -465,7 +461,9 @@ impl Learner {
     fn prepass(&self, batch: &TrainBatch) -> Prepass {
         let n = batch.rows();
         let want_ref = self.config.algorithm.kl.active().is_some();
-        let want_prox = self.config.behavior_weight_cap.is_some();
+        // The policy's own log-probabilities are always computed: the sampler/trainer gap is
+        // measured on every update.
+        let want_prox = true;
         let all: Vec<i64> = (0..n).collect();
         let full = || Tensor::zeros([n, batch.cols()], (Kind::Float, batch.ids.device()));
         tch::no_grad(|| {
@@ -530,6 +528,80 @@ impl Learner {
                 .sum(Kind::Double)
                 .double_value(&[]),
         }
+    }
+
+    /// Measures the sampler/trainer gap on the tokens the update's starting weights sampled
+    /// and applies decoupled PPO's staleness weight and rollout correction's weight and
+    /// rejection, keeping the two factors apart: with decoupled PPO a stale token's gap is its
+    /// staleness weight and rollout correction reads fresh tokens only; without it, rollout
+    /// correction reads every trained token. Returns the mask without rejected tokens, the
+    /// anchor of the PPO ratio and the combined weight.
+    fn correct(
+        &self,
+        batch: &TrainBatch,
+        train_mask: Tensor,
+        prox: Option<&Tensor>,
+        stats: &mut UpdateStats,
+    ) -> Result<Corrected> {
+        let behavior = &batch.old_logprobs;
+        let Some(prox) = prox else {
+            return Ok(Corrected {
+                train_mask,
+                anchor: behavior.shallow_clone(),
+                weight: None,
+            });
+        };
+        let rc = &self.config.algorithm.rollout_correction;
+        let on = train_mask.ne(0);
+        let current = self.version.min(i64::MAX as u64) as i64;
+        let fresh = batch.token_version.ge(current).logical_and(&on);
+        let m = algo::mismatch_stats(prox, behavior, &fresh, rc.report_threshold)?;
+        let tokens = m.tokens.double_value(&[]) as u64;
+        stats.mismatch = (tokens > 0).then(|| crate::learner::Mismatch {
+            tokens,
+            abs_mean: m.abs_mean.double_value(&[]),
+            abs_max: m.abs_max.double_value(&[]),
+            kl_k3: m.kl_k3.double_value(&[]),
+            over_threshold: m.over_threshold.double_value(&[]),
+            sequence_abs_max: m.sequence_abs_max.double_value(&[]),
+        });
+        let decoupled = self.config.behavior_weight_cap;
+        let staleness = decoupled.map(|cap| {
+            let w = algo::decoupled_weight(prox, behavior, cap);
+            w.where_self(&fresh.logical_not(), &w.ones_like())
+        });
+        if let Some(w) = &staleness {
+            stats.behavior_weight_mean = Some(algo::masked_mean(w, &train_mask)?.double_value(&[]));
+            let log_w = (behavior - prox).where_self(&fresh.logical_not(), &prox.zeros_like());
+            stats.behavior_kl = Some(algo::masked_mean(&log_w, &train_mask)?.double_value(&[]));
+        }
+        if !rc.corrects() {
+            let anchor = if decoupled.is_some() { prox } else { behavior };
+            return Ok(Corrected {
+                train_mask,
+                anchor: anchor.shallow_clone(),
+                weight: staleness,
+            });
+        }
+        let applies = if decoupled.is_some() { fresh } else { on };
+        let c = algo::correction(prox, behavior, &applies, rc)?;
+        let kept = applies.logical_and(&c.keep.ne(0));
+        stats.rejected_tokens = (applies.sum(Kind::Int64) - kept.sum(Kind::Int64)).int64_value(&[]) as u64;
+        if rc.weight != algo::WeightLevel::Off {
+            stats.correction_weight_mean =
+                Some(algo::masked_mean(&c.weight, &kept)?.double_value(&[]));
+        }
+        let train_mask = &train_mask * &c.keep.to_kind(train_mask.kind());
+        stats.action_tokens = train_mask.ne(0).sum(Kind::Int64).int64_value(&[]) as u64;
+        let weight = match staleness {
+            Some(w) => w * &c.weight,
+            None => c.weight,
+        };
+        Ok(Corrected {
+            train_mask,
+            anchor: prox.shallow_clone(),
+            weight: Some(weight),
+        })
     }
 
     /// One update on a batch: advantages, then `ppo_epochs` passes over shuffled mini-batches
@@ -600,6 +672,11 @@ impl Learner {
             ref_logprobs,
             prox_logprobs,
         } = self.prepass(&batch);
+        let Corrected {
+            train_mask,
+            anchor,
+            weight,
+        } = self.correct(&batch, train_mask, prox_logprobs.as_ref(), &mut stats)?;
         let mut rewards = batch.token_rewards.shallow_clone();
         let mut kl_in_reward: Option<(Tensor, f64)> = None;
         if let (Some(kl), Some(reference)) = (self.config.algorithm.kl.active(), &ref_logprobs) {
@@ -662,7 +739,8 @@ impl Learner {
             returns: returns.as_ref(),
             old_values: old_values.as_ref(),
             ref_logprobs: ref_logprobs.as_ref(),
-            prox_logprobs: prox_logprobs.as_ref(),
+            anchor: &anchor,
+            weight: weight.as_ref(),
             suspect: &suspect,
             train_policy: !critic_warmup,
         };
@@ -691,9 +769,10 @@ impl Learner {
             }
         }
         stats.approx_kl = sums.approx_kl / m;
-        if self.config.behavior_weight_cap.is_some() && ctx.train_policy {
-            stats.behavior_weight_mean = Some(sums.behavior_weight / m);
-            stats.behavior_kl = Some(sums.behavior_kl / m);
+        if !ctx.train_policy {
+            stats.behavior_weight_mean = None;
+            stats.behavior_kl = None;
+            stats.correction_weight_mean = None;
         }
         stats.clip_fraction = sums.clip / m;
         stats.clip_fraction_lower = sums.clip_lower / m;
@@ -790,30 +869,26 @@ impl Learner {
                 let logp = positions.scatter(&logp_leaf);
                 let entropy = positions.scatter(&ent_leaf);
                 let advantages = rows_cut(ctx.advantages, &idx, cols);
-                let pl = match (self.config.behavior_weight_cap, ctx.prox_logprobs) {
-                    (Some(cap), Some(prox)) => algo::decoupled_ppo_policy_loss(
+                let anchor = rows_cut(ctx.anchor, &idx, cols);
+                let pl = match ctx.weight {
+                    Some(weight) => algo::weighted_ppo_policy_loss(
                         &logp,
-                        &rows_cut(prox, &idx, cols),
-                        &mb.old_logprobs,
+                        &anchor,
+                        &rows_cut(weight, &idx, cols),
                         &advantages,
                         &mask,
                         &self.config.algorithm.clip(),
-                        cap,
                         self.config.algorithm.loss_agg,
                     )?,
-                    _ => algo::ppo_policy_loss(
+                    None => algo::ppo_policy_loss(
                         &logp,
-                        &mb.old_logprobs,
+                        &anchor,
                         &advantages,
                         &mask,
                         &self.config.algorithm.clip(),
                         self.config.algorithm.loss_agg,
                     )?,
                 };
-                if let (Some(weight), Some(kl)) = (&pl.behavior_weight, &pl.behavior_kl) {
-                    step.behavior_weight += w * weight.double_value(&[]);
-                    step.behavior_kl += w * kl.double_value(&[]);
-                }
                 let mut actor = pl.loss.shallow_clone();
                 if self.config.algorithm.entropy_coef != 0.0 {
                     let ent = algo::agg_loss(&entropy, &mask, self.config.algorithm.loss_agg)?;
@@ -970,6 +1045,13 @@ struct Prepass {
     prox_logprobs: Option<Tensor>,
 }
 
+/// The update's loss mask, PPO anchor and token weights after [`Learner::correct`].
+struct Corrected {
+    train_mask: Tensor,
+    anchor: Tensor,
+    weight: Option<Tensor>,
+}
+
 struct Prepared<'a> {
     batch: &'a TrainBatch,
     train_mask: &'a Tensor,
@@ -977,8 +1059,12 @@ struct Prepared<'a> {
     returns: Option<&'a Tensor>,
     old_values: Option<&'a Tensor>,
     ref_logprobs: Option<&'a Tensor>,
-    /// Decoupled PPO: the policy's log-probabilities as the update began.
-    prox_logprobs: Option<&'a Tensor>,
+    /// What the PPO ratio is taken around: the policy's log-probabilities as the update
+    /// began (decoupled PPO, rollout correction) or the engine's.
+    anchor: &'a Tensor,
+    /// Each token's detached loss weight (decoupled PPO's staleness weight times rollout
+    /// correction's), when either is on.
+    weight: Option<&'a Tensor>,
     suspect: &'a [bool],
     train_policy: bool,
 }
