@@ -292,6 +292,22 @@ fn live_run_and_episode_pages_work_in_headless_chromium() {
         .collect();
     assert!(expected.len() >= 2, "{expected:?}");
     assert_eq!(points, expected, "the reward curve's points");
+    // The sampler/trainer gap measured on every update, read from inside each row's object.
+    let gap: Vec<(f64, f64)> = serde_json::from_value(browser.eval(
+        "[...document.querySelectorAll('svg[data-series=\"updates.mismatch.abs_mean\"] circle.pt')]\
+           .map(c => [Number(c.dataset.x), Number(c.dataset.y)])",
+    ))
+    .unwrap();
+    let expected: Vec<(f64, f64)> = jsonl(&run.join("metrics.jsonl"))
+        .iter()
+        .map(|r| {
+            (
+                r["step"].as_f64().unwrap(),
+                r["mismatch"]["abs_mean"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(gap, expected, "the mismatch curve's points");
     let eval_points =
         browser.eval("document.querySelectorAll('svg[data-series=\"evals.em\"] circle.pt').length");
     assert!(eval_points.as_u64().unwrap() >= 2);

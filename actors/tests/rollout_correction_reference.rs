@@ -18,6 +18,11 @@ use tch::{Kind, Tensor};
 
 const TOLERANCE: f64 = 1e-6;
 
+/// Within the tolerance (false for NaN).
+fn agrees(a: f64, b: f64) -> bool {
+    (a - b).abs() <= TOLERANCE
+}
+
 fn venv_python() -> PathBuf {
     let venv = std::env::var_os("AGENT_R1_VENV")
         .map(PathBuf::from)
@@ -133,7 +138,10 @@ fn pairs(ours: &Value, theirs: &Value) -> Vec<(String, f64, f64)> {
         theirs["loss"].as_f64().unwrap(),
     ));
     for key in ["weight", "keep", "grad"] {
-        let (a, b) = (ours[key].as_array().unwrap(), theirs[key].as_array().unwrap());
+        let (a, b) = (
+            ours[key].as_array().unwrap(),
+            theirs[key].as_array().unwrap(),
+        );
         assert_eq!(a.len(), b.len(), "{key}");
         for (i, (x, y)) in a.iter().zip(b).enumerate() {
             out.push((
@@ -203,7 +211,7 @@ fn estimators_and_corrections_equal_the_published_formulas_and_every_term_matter
     for (k, (case, theirs)) in cases.iter().zip(reference).enumerate() {
         for (name, a, b) in pairs(&case["ours"], theirs) {
             assert!(
-                (a - b).abs() <= TOLERANCE,
+                agrees(a, b),
                 "case {k} ({}): {name}: agent-r1 {a} vs reference {b}",
                 case["config"]
             );
@@ -219,7 +227,10 @@ fn estimators_and_corrections_equal_the_published_formulas_and_every_term_matter
             .count();
     }
     // The batches exercise the rules: some tokens rejected, some weights at their cap.
-    assert!(rejected > 0.0 && capped > 0, "rejected {rejected}, capped {capped}");
+    assert!(
+        rejected > 0.0 && capped > 0,
+        "rejected {rejected}, capped {capped}"
+    );
 
     let mutants = result["mutants"].as_object().unwrap();
     assert!(mutants.len() >= 15, "{:?}", mutants.keys());
@@ -228,7 +239,10 @@ fn estimators_and_corrections_equal_the_published_formulas_and_every_term_matter
             .iter()
             .zip(outputs.as_array().unwrap())
             .flat_map(|(case, theirs)| pairs(&case["ours"], theirs))
-            .any(|(_, a, b)| !((a - b).abs() <= TOLERANCE));
-        assert!(caught, "the mutant `{name}` is not told apart on these batches");
+            .any(|(_, a, b)| !agrees(a, b));
+        assert!(
+            caught,
+            "the mutant `{name}` is not told apart on these batches"
+        );
     }
 }

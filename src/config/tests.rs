@@ -152,6 +152,38 @@ fn wrong_type_names_key_given_and_expected() {
 }
 
 #[test]
+fn rollout_correction_reads_its_section_and_refuses_bounds_out_of_range() {
+    let c = parse(
+        "[algorithm.rollout_correction]\nweight = \"sequence\"\nweight_cap = 3.0\n\
+         reject = \"geometric\"\nreject_lower = 0.9\nreject_upper = 1.1\n",
+    )
+    .unwrap();
+    let rc = &c.algorithm.rollout_correction;
+    assert_eq!(rc.weight, agent_r1_actors::algo::WeightLevel::Sequence);
+    assert_eq!(rc.reject, agent_r1_actors::algo::RejectLevel::Geometric);
+    assert_eq!(
+        (rc.weight_cap, rc.reject_lower, rc.reject_upper),
+        (3.0, 0.9, 1.1)
+    );
+    for (line, key, allowed) in [
+        ("weight_cap = 0.5", "weight_cap", ">= 1"),
+        ("reject_lower = 1.5", "reject_lower", "(0, 1]"),
+        ("reject_lower = 0", "reject_lower", "(0, 1]"),
+        ("reject_upper = 0.5", "reject_upper", ">= 1"),
+        ("report_threshold = 0", "report_threshold", "> 0"),
+        ("weight = \"tokens\"", "weight", "`token`"),
+        ("reject = \"seq\"", "reject", "`geometric`"),
+    ] {
+        let e = invalid(&format!("[algorithm.rollout_correction]\n{line}\n"));
+        assert!(
+            e.key == format!("algorithm.rollout_correction.{key}")
+                && e.to_string().contains(allowed),
+            "{line}: {e}"
+        );
+    }
+}
+
+#[test]
 fn syntax_error_has_a_position() {
     let e = TrainConfig::from_toml_str("[model\npreset = 1").unwrap_err();
     assert_eq!(e.position.map(|p| p.0), Some(1), "{e}");

@@ -142,6 +142,17 @@ pub struct UpdateRow {
     pub behavior_weight_mean: Option<f64>,
     /// Decoupled PPO: KL(behavior || prox) of the trained tokens (k1 estimate).
     pub behavior_kl: Option<f64>,
+    /// The gap between the engine's sampling log-probabilities and the learner's for the
+    /// same weights (mean and max |Δ|, k3 KL, fraction over the report threshold, worst
+    /// sequence), over the tokens the update's starting weights sampled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mismatch: Option<agent_r1_actors::learner::Mismatch>,
+    /// Rollout correction: mean importance weight of the corrected tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correction_weight_mean: Option<f64>,
+    /// Rollout correction: action tokens rejected from the loss.
+    #[serde(default)]
+    pub rejected_tokens: u64,
     /// Why the update was skipped, if it was.
     pub skipped: Option<String>,
     /// The episodes of the batch, in batch order (a retried episode carries its retry bit): what the
@@ -193,6 +204,9 @@ impl UpdateRow {
             stale_tokens_dropped: stats.stale_tokens_dropped,
             behavior_weight_mean: stats.behavior_weight_mean,
             behavior_kl: stats.behavior_kl,
+            mismatch: stats.mismatch,
+            correction_weight_mean: stats.correction_weight_mean,
+            rejected_tokens: stats.rejected_tokens,
             skipped: stats.skipped_reason.clone(),
             update_seconds: stats.duration_seconds,
             ..Default::default()

@@ -128,11 +128,15 @@ pub fn decoupled_ppo_policy_loss(
 
 /// Decoupled PPO's per-token weight `π_prox / π_behavior` (detached, in `prox_log_prob`'s
 /// kind), 0 where it exceeds `weight_cap`.
-pub fn decoupled_weight(prox_log_prob: &Tensor, behavior_log_prob: &Tensor, weight_cap: f64) -> Tensor {
+pub fn decoupled_weight(
+    prox_log_prob: &Tensor,
+    behavior_log_prob: &Tensor,
+    weight_cap: f64,
+) -> Tensor {
     tch::no_grad(|| {
         let kind = prox_log_prob.kind();
-        let log_w = (prox_log_prob - behavior_log_prob.to_kind(kind))
-            .clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO);
+        let log_w =
+            (prox_log_prob - behavior_log_prob.to_kind(kind)).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO);
         let w = log_w.exp();
         let kept = w.le(weight_cap).to_kind(kind);
         (w * kept).detach()

@@ -160,7 +160,10 @@ pub fn mismatch_stats(
         let n = on.sum(Kind::Double);
         let mean = |t: &Tensor| t.sum(Kind::Double) / n.clamp_min(1.0);
         let k3 = delta.exp() - 1.0 - &delta;
-        let over = abs.gt(report_threshold).logical_and(&on).to_kind(Kind::Double);
+        let over = abs
+            .gt(report_threshold)
+            .logical_and(&on)
+            .to_kind(Kind::Double);
         let any = on.any().int64_value(&[]) != 0;
         MismatchStats {
             abs_mean: mean(&abs),
@@ -295,7 +298,11 @@ mod tests {
             ..Default::default()
         };
         let c = correction(&trainer, &sampler, &mask, &config).unwrap();
-        assert_close(&c.weight, &[2.0, 0.25, 1.0, 0.05f64.exp(), (-0.05f64).exp(), 2.0], 1e-12);
+        assert_close(
+            &c.weight,
+            &[2.0, 0.25, 1.0, 0.05f64.exp(), (-0.05f64).exp(), 2.0],
+            1e-12,
+        );
         assert_close(&c.keep, &[1.0; 6], 0.0);
         let config = RolloutCorrection {
             weight: WeightLevel::Sequence,

@@ -586,7 +586,8 @@ impl Learner {
         let applies = if decoupled.is_some() { fresh } else { on };
         let c = algo::correction(prox, behavior, &applies, rc)?;
         let kept = applies.logical_and(&c.keep.ne(0));
-        stats.rejected_tokens = (applies.sum(Kind::Int64) - kept.sum(Kind::Int64)).int64_value(&[]) as u64;
+        stats.rejected_tokens =
+            (applies.sum(Kind::Int64) - kept.sum(Kind::Int64)).int64_value(&[]) as u64;
         if rc.weight != algo::WeightLevel::Off {
             stats.correction_weight_mean =
                 Some(algo::masked_mean(&c.weight, &kept)?.double_value(&[]));

@@ -23,6 +23,10 @@ const UPDATE_CURVES: &[(&str, &str)] = &[
     ("tool_calls_per_episode", "tool calls per episode"),
     ("turns_per_episode", "turns per episode"),
     ("seconds", "seconds per update"),
+    ("mismatch.abs_mean", "sampler/trainer mean |Δ log-prob|"),
+    ("mismatch.abs_max", "sampler/trainer max |Δ log-prob|"),
+    ("mismatch.kl_k3", "sampler/trainer KL (k3)"),
+    ("correction_weight_mean", "rollout correction: mean weight"),
 ];
 /// Curves drawn from `eval.jsonl`.
 const EVAL_CURVES: &[(&str, &str)] = &[
@@ -35,7 +39,11 @@ const EVAL_CURVES: &[(&str, &str)] = &[
 fn points(log: &Log, key: &str) -> Vec<(f64, f64)> {
     log.rows
         .iter()
-        .filter_map(|r| Some((r.get("step")?.as_f64()?, r.get(key)?.as_f64()?)))
+        .filter_map(|r| {
+            // A dotted key reads inside an object (`mismatch.abs_mean`).
+            let value = r.pointer(&format!("/{}", key.replace('.', "/")))?;
+            Some((r.get("step")?.as_f64()?, value.as_f64()?))
+        })
         .filter(|(_, y)| y.is_finite())
         .collect()
 }
