@@ -102,3 +102,42 @@ fn the_gpu_benchmark_script_runs_on_the_cpu() {
     assert_eq!(summary["decode"].as_array().unwrap().len(), 2);
     assert!(summary["decode"][1]["speedup"].as_f64().unwrap() > 0.0);
 }
+
+/// `scripts/bench_gpu_mismatch.sh` (the sampler/trainer gap of short training runs in bf16
+/// with and without CUDA graphs and in float32) as far as a CPU allows: the float32 variant
+/// of the tiny preset. The gap in float32 is rounding.
+#[test]
+fn the_gpu_mismatch_script_runs_on_the_cpu() {
+    let out = tempfile::tempdir().unwrap();
+    let run = Command::new("bash")
+        .arg("scripts/bench_gpu_mismatch.sh")
+        .current_dir(ROOT)
+        .env("DEVICE", "cpu")
+        .env("SHAPE", "tiny")
+        .env("VARIANTS", "float32")
+        .env("UPDATES", "2")
+        .env("BATCH", "4")
+        .env("GROUP", "2")
+        .env("RESPONSE", "16")
+        .env("BIN", env!("CARGO_BIN_EXE_agent-r1"))
+        .env("OUT", out.path())
+        .env("OMP_NUM_THREADS", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(stdout.contains("| variant | updates | tokens |"), "{stdout}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("summary.json")).unwrap())
+            .unwrap();
+    let row = &summary["rows"][0];
+    assert_eq!(row["variant"], "float32");
+    assert_eq!(row["updates"], 2);
+    assert!(row["tokens"].as_u64().unwrap() > 0, "{row}");
+    let max = row["abs_max"].as_f64().unwrap();
+    assert!((0.0..1e-4).contains(&max), "float32 gap is rounding: {row}");
+}
