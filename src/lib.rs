@@ -10,6 +10,7 @@ pub mod checkpoint;
 pub mod cli;
 pub mod cluster;
 pub mod config;
+pub mod critic_prefix;
 pub mod demonstrations;
 pub mod file_digest;
 pub mod memory;

@@ -16,6 +16,7 @@ use agent_r1_envs::env::Env;
 use agent_r1_envs::task::{Split, Task};
 
 use crate::config::{ConfigError, TrainConfig};
+use crate::critic_prefix::{check_fields, TemplatePrefix};
 use crate::demonstrations::{run_rules, tokenized_demonstrations};
 use crate::registries::Registries;
 
@@ -35,6 +36,9 @@ pub struct Preflight {
     pub longest_prompt: Option<LongestPrompt>,
     /// `warm_start.data` and its conversations.
     pub demonstrations: Option<(PathBuf, usize)>,
+    /// `critic.prefix`: the longest rendered prefix in tokens (when the model's tokenizer
+    /// is at hand) and its budget.
+    pub critic_prefix: Option<(Option<usize>, usize)>,
     /// Things that will not stop the run but may make it useless.
     pub warnings: Vec<String>,
 }
@@ -97,6 +101,18 @@ impl fmt::Display for Preflight {
                 path.display()
             )?;
         }
+        if let Some((longest, budget)) = &self.critic_prefix {
+            match longest {
+                Some(tokens) => writeln!(
+                    f,
+                    "critic prefix: the longest is {tokens} tokens, budget {budget} (critic.prefix_max_tokens)"
+                )?,
+                None => writeln!(
+                    f,
+                    "critic prefix: every task has its fields (lengths are checked when the preset's tokenizer exists)"
+                )?,
+            }
+        }
         for warning in &self.warnings {
             writeln!(f, "warning: {warning}")?;
         }
@@ -124,6 +140,21 @@ pub fn preflight(cfg: &TrainConfig, registries: &Registries) -> Result<Preflight
     if let Some(tokenizer) = &tokenizer {
         report.longest_prompt = longest_prompt(cfg, registries, tokenizer.clone(), &train, &test)?;
     }
+    if cfg.critic.prefix.is_some() {
+        let tasks = every_task(cfg, registries, &train, &test)?;
+        let longest = match &tokenizer {
+            Some(tokenizer) => {
+                let prefix = TemplatePrefix::new(&cfg.critic, tokenizer.clone())?
+                    .expect("a prefix is configured");
+                Some(prefix.check(&tasks)?)
+            }
+            None => {
+                check_fields(&cfg.critic, &tasks)?;
+                None
+            }
+        };
+        report.critic_prefix = Some((longest, cfg.critic.prefix_max_tokens));
+    }
     if let Some(data) = &cfg.warm_start.data {
         let problem = |e: anyhow::Error| ConfigError::new("warm_start.data", format!("{e:#}"));
         let rules = run_rules(cfg, registries).map_err(problem)?;
@@ -147,6 +178,27 @@ pub fn preflight(cfg: &TrainConfig, registries: &Registries) -> Result<Preflight
         );
     }
     Ok(report)
+}
+
+/// The tasks of the run: the dataset files', and those the env generates.
+fn every_task(
+    cfg: &TrainConfig,
+    registries: &Registries,
+    train: &[Task],
+    test: &[Task],
+) -> Result<Vec<Task>, ConfigError> {
+    let mut tasks: Vec<Task> = train.iter().chain(test).cloned().collect();
+    if registries.envs.generates_tasks(&cfg.env.name)
+        && !registries.workflows.contains(&cfg.env.name)
+    {
+        let env = registries
+            .envs
+            .create_generated(&cfg.env.name, &cfg.run_env_options(registries))
+            .map_err(|e| ConfigError::new("env", e.to_string()))?;
+        tasks.extend(env.tasks(Split::Train));
+        tasks.extend(env.tasks(Split::Test));
+    }
+    Ok(tasks)
 }
 
 /// Every dataset file, read as the run reads it.

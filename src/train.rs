@@ -70,6 +70,8 @@ use agent_r1_actors::learner::LearnerRef;
 use agent_r1_actors::runtime::{LiveBoard, RolloutSetup};
 use agent_r1_actors::stall::StallWatch;
 use agent_r1_actors::tokenizer::HfTokenizer;
+
+use crate::critic_prefix::TemplatePrefix;
 use agent_r1_envs::task::Task;
 use anyhow::Context;
 use sampler::Sampler;
@@ -280,11 +282,19 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
     );
     let engine = start_engines(rt.handle(), &cfg, &start.policy_dir)?;
     stall.engine(engine.stall_probe());
+    // The asymmetric critic's prefix, checked on every task with the policy's tokenizer
+    // before anything trains.
+    let critic_prefix = TemplatePrefix::new(&cfg.critic, tokenizer.clone())?;
+    if let Some(prefix) = &critic_prefix {
+        let longest = prefix.check(scenario.train.iter().chain(&scenario.test))?;
+        eprintln!("critic prefix: up to {longest} tokens");
+    }
     let learner = rt.block_on(start_learner(
         &cfg,
         &start,
         &base.dir,
         placement,
+        critic_prefix,
         &args.faults,
     ))?;
     let republisher = {

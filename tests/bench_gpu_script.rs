@@ -130,7 +130,10 @@ fn the_gpu_mismatch_script_runs_on_the_cpu() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&run.stderr)
     );
-    assert!(stdout.contains("| variant | updates | tokens |"), "{stdout}");
+    assert!(
+        stdout.contains("| variant | updates | tokens |"),
+        "{stdout}"
+    );
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.path().join("summary.json")).unwrap())
             .unwrap();

@@ -213,3 +213,41 @@ fn a_prompt_over_max_prompt_length_is_refused_with_the_length_needed() {
     );
     one_line_error(&own.check(&text));
 }
+
+/// The asymmetric critic's prefix: a field the tasks lack, and a rendering over its token
+/// budget, are each one line naming the key and the task; a good one is reported with its
+/// longest length.
+#[test]
+fn a_critic_prefix_naming_a_missing_field_or_over_its_budget_is_refused() {
+    let own = OwnData::new();
+    let with = |critic: &str| {
+        own.config()
+            .replace("estimator = \"grpo\"", "estimator = \"gae\"")
+            + &format!("\n[critic]\nseparate = true\n{critic}\n")
+    };
+    own.refused(
+        &with("prefix = \"Reference: {extra.reference}\""),
+        &[
+            "`critic.prefix`: task ",
+            "`{extra.reference}`: the task's extra has no `reference`",
+        ],
+    );
+    own.refused(
+        &with("prefix = \"Gold: {answers} {question}\"\nprefix_max_tokens = 3"),
+        &[
+            "`critic.prefix_max_tokens`: task ",
+            "over critic.prefix_max_tokens = 3",
+        ],
+    );
+    own.refused(
+        &with("prefix = \"Gold: {answr}\""),
+        &["`critic.prefix`: unknown field `{answr}`"],
+    );
+    let out = own.check(&with("prefix = \"Gold answer: {answer}\\n\""));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("critic prefix: the longest is ") && stderr.contains("budget 256"),
+        "{stderr}"
+    );
+}

@@ -18,6 +18,7 @@ pub mod actor;
 mod advantages;
 pub(crate) mod batch;
 pub mod config;
+mod critic_prefix;
 mod estimation_layout;
 mod handle;
 mod micro_batches;
@@ -31,6 +32,7 @@ pub use actor::{LearnerActor, LearnerMsg, LearnerRef, LearnerStart, LearnerSuper
 pub use config::{
     AlgorithmConfig, CriticConfig, Estimator, KlConfig, KlPlacement, LearnerConfig, MemoryConfig,
 };
+pub use critic_prefix::CriticPrefix;
 pub use handle::{spawn_learner, spawn_learner_with, BeforeUpdate, LearnerHandle, PolicyWeights};
 pub use stats::{Mismatch, UpdateStats};
 pub use trainer::{check_rewards, Learner, LearnerModels, CRITIC_DIR};

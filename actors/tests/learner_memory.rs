@@ -71,6 +71,7 @@ fn learner(config: LearnerConfig) -> Learner {
             policy,
             critic: Some(critic),
             reference: Some(reference),
+            critic_prefix: None,
         },
         config,
     )

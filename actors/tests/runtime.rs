@@ -1022,6 +1022,7 @@ fn sampling_goes_on_while_a_slowed_learner_updates() {
             policy: PolicyModel::load(&dir, Placement::default(), false)?,
             critic: None,
             reference: None,
+            critic_prefix: None,
         })
     };
     let config = LearnerConfig {

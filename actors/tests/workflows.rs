@@ -202,6 +202,7 @@ fn a_two_call_workflow_records_each_call_as_a_step_with_its_own_context_and_trai
             policy,
             critic: None,
             reference: None,
+            critic_prefix: None,
         },
         LearnerConfig {
             algorithm: AlgorithmConfig {

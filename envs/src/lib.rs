@@ -24,6 +24,7 @@ pub mod schema;
 pub mod shutdown;
 pub mod synthetic;
 pub mod task;
+pub mod task_template;
 pub mod tool;
 pub mod tool_call;
 pub mod tools;

@@ -153,6 +153,7 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
                 policy,
                 critic: None,
                 reference: None,
+                critic_prefix: None,
             },
             config,
         )?;

@@ -9,7 +9,9 @@ use anyhow::Context;
 
 use agent_r1_actors::engine::EngineConfig;
 use agent_r1_actors::engine_set::EngineSet;
-use agent_r1_actors::learner::{BeforeUpdate, LearnerModels, LearnerRef, LearnerStart, CRITIC_DIR};
+use agent_r1_actors::learner::{
+    BeforeUpdate, CriticPrefix, LearnerModels, LearnerRef, LearnerStart, CRITIC_DIR,
+};
 use agent_r1_actors::model::{Placement, PolicyModel};
 use agent_r1_actors::runtime::{LiveBoard, RolloutSetup};
 use agent_r1_actors::stall::{StallWatch, Watchdog};
@@ -20,6 +22,7 @@ use super::faults::{Faults, HangStage};
 use super::scenario::Scenario;
 use super::{faults, OPTIMIZER_STATE, STALL_EXIT_CODE};
 use crate::config::TrainConfig;
+use crate::critic_prefix::TemplatePrefix;
 use crate::setup::RolloutKnobs;
 use crate::view::Site;
 use crate::{checkpoint, memory, metrics_server, setup};
@@ -162,6 +165,7 @@ pub(super) async fn start_learner(
     start: &StartPoint,
     reference_dir: &Path,
     placement: Placement,
+    critic_prefix: Option<TemplatePrefix>,
     faults: &Faults,
 ) -> anyhow::Result<LearnerRef> {
     let seed = cfg.training.seed;
@@ -204,6 +208,7 @@ pub(super) async fn start_learner(
             policy,
             critic,
             reference,
+            critic_prefix: critic_prefix.map(|p| Box::new(p) as Box<dyn CriticPrefix>),
         })
     };
     let delay = faults.learner_delay;

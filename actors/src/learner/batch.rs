@@ -8,6 +8,7 @@
 
 use tch::{Device, Kind, Tensor};
 
+use super::critic_prefix::CriticInput;
 use super::estimation_layout::EstimationLayout;
 use crate::trajectory::rows::TrainRow;
 use crate::trajectory::Trajectory;
@@ -36,6 +37,10 @@ pub(crate) struct TrainBatch {
     pub(crate) group_ids: Vec<i64>,
     /// Per row: its trajectory's episode id (for logs).
     pub(crate) episode_ids: Vec<u64>,
+    /// Per row: its trajectory's index in the batch given to [`build_batch`].
+    pub(crate) row_trajectory: Vec<usize>,
+    /// The asymmetric critic's rows (prefix, then the row), when it has a prefix.
+    pub(crate) critic_input: Option<CriticInput>,
     /// Per row: its real tokens (at most `max_len`).
     pub(crate) lengths: Vec<usize>,
     /// Rows cut at `max_len`.
@@ -78,6 +83,11 @@ impl TrainBatch {
                 .iter()
                 .map(|&i| self.episode_ids[i as usize])
                 .collect(),
+            row_trajectory: index
+                .iter()
+                .map(|&i| self.row_trajectory[i as usize])
+                .collect(),
+            critic_input: self.critic_input.as_ref().map(|c| c.select(index)),
             lengths,
             truncated: 0,
             layout: None,
@@ -224,6 +234,8 @@ pub(crate) fn build_batch(
             .iter()
             .map(|&n| trajectories[n].episode_id)
             .collect(),
+        row_trajectory: row_traj,
+        critic_input: None,
         lengths,
         truncated,
         layout,

@@ -296,7 +296,7 @@ impl MemoryConfig {
 /// is a value head on the policy's own trunk; `separate = true` trains a model of its own, as
 /// Agent-R1 does: a copy of the policy's starting weights (or `model`) with a value head, at
 /// `algorithm.critic_lr` with its own AdamW, checkpointed beside the policy (`policy/critic`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct CriticConfig {
     /// Train a separate critic model instead of a value head on the policy's trunk.
@@ -304,6 +304,25 @@ pub struct CriticConfig {
     /// The separate critic's starting weights (a model directory; default: the policy's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<std::path::PathBuf>,
+    /// The asymmetric critic: text the separate critic reads before every row, rendered from
+    /// the task's fields (`{question}`, `{answer}`, `{answers}`, `{id}`, `{data_source}`,
+    /// `{extra.KEY}`), e.g. "Gold answer: {answer}\n"; the policy never sees it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    /// The longest a rendered prefix may be, in tokens.
+    #[schemars(range(min = 1))]
+    pub prefix_max_tokens: usize,
+}
+
+impl Default for CriticConfig {
+    fn default() -> Self {
+        Self {
+            separate: false,
+            model: None,
+            prefix: None,
+            prefix_max_tokens: 256,
+        }
+    }
 }
 
 impl Section for CriticConfig {
@@ -313,6 +332,16 @@ impl Section for CriticConfig {
                 "model",
                 "is only read with `separate = true`",
             ));
+        }
+        if let Some(prefix) = &self.prefix {
+            if !self.separate {
+                return Err(ConfigError::new(
+                    "prefix",
+                    "is only read by a separate critic: set `separate = true`",
+                ));
+            }
+            agent_r1_envs::task_template::TaskTemplate::parse(prefix)
+                .map_err(|e| ConfigError::new("prefix", e))?;
         }
         Ok(())
     }

@@ -14,6 +14,7 @@ use tch::{Kind, Tensor};
 use super::advantages::estimate;
 use super::batch::{build_batch, TrainBatch};
 use super::config::{KlPlacement, LearnerConfig};
+use super::critic_prefix::{critic_input, CriticPrefix};
 use super::micro_batches::MicroBatching;
 use super::optim::ParamOptimizer;
 use super::staleness::filter_stale;
@@ -35,6 +36,9 @@ pub struct LearnerModels {
     pub critic: Option<PolicyModel>,
     /// The frozen reference policy for the KL term (required when `kl` is configured).
     pub reference: Option<PolicyModel>,
+    /// The asymmetric critic's prefix: what the separate critic reads before each row
+    /// (only with a separate critic).
+    pub critic_prefix: Option<Box<dyn CriticPrefix>>,
 }
 
 /// Where values come from.
@@ -88,6 +92,7 @@ pub struct Learner {
     policy: PolicyModel,
     critic: Critic,
     reference: Option<PolicyModel>,
+    critic_prefix: Option<Box<dyn CriticPrefix>>,
     actor_opt: ParamOptimizer,
     critic_opt: Option<ParamOptimizer>,
     version: u64,
@@ -184,6 +189,7 @@ impl Learner {
             mut policy,
             mut critic,
             mut reference,
+            critic_prefix,
         } = models;
         // Training passes accumulate the residual stream in float32 (a no-op for float32
         // models): bfloat16 sums there would make the gradients noisy at small learning
@@ -224,6 +230,13 @@ impl Learner {
             }
             Critic::None
         };
+        if critic_prefix.is_some() && !matches!(critic, Critic::Separate(_)) {
+            return Err(Error::invalid(
+                "critic prefix",
+                "only a separate critic reads a prefix (critic.separate = true, with `gae` or \
+                 `step_gae`)",
+            ));
+        }
         if config.algorithm.kl.active().is_some() && reference.is_none() {
             return Err(Error::invalid(
                 "kl",
@@ -269,6 +282,7 @@ impl Learner {
             policy,
             critic,
             reference,
+            critic_prefix,
             actor_opt,
             critic_opt,
             updates: 0,
@@ -450,7 +464,18 @@ impl Learner {
                 }
             },
             Critic::Separate(c) => {
-                let (h, checkpoints) = Self::hidden(c, batch, recompute);
+                let (h, checkpoints) = match &batch.critic_input {
+                    Some(input) => {
+                        let (h, checkpoints) = if recompute {
+                            let (h, c) = c.forward_checkpointed(&input.ids, &input.input_mask);
+                            (h, Some(c))
+                        } else {
+                            (c.forward_right_padded(&input.ids, &input.input_mask), None)
+                        };
+                        (input.own_positions(&h, batch.cols()), checkpoints)
+                    }
+                    None => Self::hidden(c, batch, recompute),
+                };
                 (values(c, &h), checkpoints)
             }
         }
@@ -653,7 +678,15 @@ impl Learner {
             return Ok(self.finish(stats, start));
         }
         let device = self.policy.placement().device;
-        let batch = build_batch(&trajectories, self.config.max_len, device)?;
+        let mut batch = build_batch(&trajectories, self.config.max_len, device)?;
+        if let (Some(prefix), Critic::Separate(_)) = (&self.critic_prefix, &self.critic) {
+            batch.critic_input = Some(critic_input(
+                &batch,
+                &trajectories,
+                prefix.as_ref(),
+                device,
+            )?);
+        }
         drop(trajectories);
         stats.truncated = batch.truncated;
         stats.tokens = batch.input_mask.sum(Kind::Int64).int64_value(&[]) as u64;
