@@ -18,6 +18,7 @@ pub mod actor;
 mod advantages;
 pub(crate) mod batch;
 pub mod config;
+mod critic_input;
 mod critic_prefix;
 mod estimation_layout;
 mod handle;

@@ -64,9 +64,16 @@ fn the_prefix_reaches_the_critic_only() {
     assert!(plain.mismatch.is_some());
     assert_eq!(plain.entropy.to_bits(), asymmetric.entropy.to_bits());
     assert_eq!(plain.action_tokens, asymmetric.action_tokens);
-    assert_eq!(plain.tokens, asymmetric.tokens, "the rows are the actor's, unchanged");
+    assert_eq!(
+        plain.tokens, asymmetric.tokens,
+        "the rows are the actor's, unchanged"
+    );
     // The critic read the prefix: its values, so its loss, are not the same.
     let (a, b) = (plain.value_loss.unwrap(), asymmetric.value_loss.unwrap());
     assert!(a.is_finite() && b.is_finite());
-    assert_ne!(a.to_bits(), b.to_bits(), "value loss {a} with and without the prefix");
+    assert_ne!(
+        a.to_bits(),
+        b.to_bits(),
+        "value loss {a} with and without the prefix"
+    );
 }

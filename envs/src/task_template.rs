@@ -74,9 +74,11 @@ impl TaskTemplate {
                         "answers" => Field::Answers,
                         other => match other.strip_prefix("extra.") {
                             Some(key) if !key.is_empty() => Field::Extra(key.to_string()),
-                            _ => return Err(format!(
+                            _ => {
+                                return Err(format!(
                                 "unknown field `{{{name}}}` at character {at} (allowed: {FIELDS})"
-                            )),
+                            ))
+                            }
                         },
                     };
                     if !literal.is_empty() {

@@ -8,7 +8,7 @@
 
 use tch::{Device, Kind, Tensor};
 
-use super::critic_prefix::CriticInput;
+use super::critic_input::CriticInput;
 use super::estimation_layout::EstimationLayout;
 use crate::trajectory::rows::TrainRow;
 use crate::trajectory::Trajectory;

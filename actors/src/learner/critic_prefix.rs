@@ -3,9 +3,10 @@
 //! answer, a reference solution), while the actor's input, log-probabilities and update stay
 //! as they are. Values are still read at each row's own positions, shifted past the prefix.
 
-use tch::{Device, Kind, Tensor};
+use tch::{Device, Tensor};
 
 use super::batch::TrainBatch;
+use super::critic_input::CriticInput;
 use crate::trajectory::Trajectory;
 use crate::{Error, Result};
 use agent_r1_envs::task::Task;
@@ -14,46 +15,6 @@ use agent_r1_envs::task::Task;
 pub trait CriticPrefix: Send + Sync + std::fmt::Debug {
     /// The prefix of `task`; an error names what the task lacks.
     fn ids(&self, task: &Task) -> Result<Vec<u32>>;
-}
-
-/// The separate critic's rows: each batch row with its task's prefix in front.
-#[derive(Debug)]
-pub(crate) struct CriticInput {
-    /// `[B, P + T]` Int64 ids: prefix, then the row's tokens, right-padded with 0.
-    pub(crate) ids: Tensor,
-    /// `[B, P + T]` Bool: real tokens.
-    pub(crate) input_mask: Tensor,
-    /// `[B]` Int64: each row's prefix length, where its own tokens begin.
-    pub(crate) offsets: Tensor,
-    /// Per row: prefix plus row tokens.
-    pub(crate) lengths: Vec<usize>,
-}
-
-impl CriticInput {
-    /// Rows `index`, cut to the longest of them.
-    pub(crate) fn select(&self, index: &[i64]) -> CriticInput {
-        let idx = Tensor::from_slice(index).to_device(self.ids.device());
-        let lengths: Vec<usize> = index.iter().map(|&i| self.lengths[i as usize]).collect();
-        let t = lengths.iter().copied().max().unwrap_or(1).max(1) as i64;
-        let cut = |x: &Tensor| x.index_select(0, &idx).narrow(1, 0, t);
-        CriticInput {
-            ids: cut(&self.ids),
-            input_mask: cut(&self.input_mask),
-            offsets: self.offsets.index_select(0, &idx),
-            lengths,
-        }
-    }
-
-    /// From `[b, P + T, H]` hidden states of these rows, the `[b, cols, H]` states at each
-    /// row's own positions `0..cols` (position `j` of a row is `offset + j` here).
-    pub(crate) fn own_positions(&self, hidden: &Tensor, cols: i64) -> Tensor {
-        let (b, t, h) = hidden.size3().expect("[b, t, h] hidden states");
-        let device = hidden.device();
-        let index = (self.offsets.to_device(device).unsqueeze(1)
-            + Tensor::arange(cols, (Kind::Int64, device)).unsqueeze(0))
-        .clamp_max(t - 1);
-        hidden.gather(1, &index.unsqueeze(2).expand([b, cols, h], false), false)
-    }
 }
 
 /// The critic's rows of `batch`: each row's tokens (as the batch holds them, truncation
@@ -110,6 +71,7 @@ mod tests {
     use crate::learner::batch::build_batch;
     use crate::model::{ModelConfig, Placement, PolicyModel};
     use crate::trajectory::test_support::traj;
+    use tch::Kind;
 
     /// Prefix `[30 + k, .. k + 2 ids]` for the task of episode `k`: lengths differ per task.
     #[derive(Debug)]
