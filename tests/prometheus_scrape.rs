@@ -185,6 +185,11 @@ micro_batch_size = 8
 [algorithm.kl]
 placement = "loss"
 
+# Rollout correction's importance weight on (in float32 it stays within rounding of 1), so
+# that its series exist too.
+[algorithm.rollout_correction]
+weight = "token"
+
 [rollout]
 batch_size = 2
 group_size = 2
