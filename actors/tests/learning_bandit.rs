@@ -374,25 +374,17 @@ fn learning_ppo_step_gae_with_shared_value_head_over_two_turns_reaches_the_optim
 
 #[test]
 fn learning_grpo_reaches_the_optimum() {
-    let config = LearnerConfig {
-        algorithm: AlgorithmConfig {
-            estimator: Estimator::Grpo,
-            actor_lr: 2e-3,
-            entropy_coef: 0.003,
-            ppo_epochs: 1,
-            mini_batch_size: 32,
-            micro_batch_size: 8,
-            kl: KlConfig::OFF,
-            critic_warmup_updates: 0,
-            ..Default::default()
-        },
-        seed: 3,
-        ..Default::default()
-    };
-    let run = train(config, None, 1, 2, MAX_UPDATES);
+    let run = train(
+        grpo_config(3, RolloutCorrection::default()),
+        None,
+        1,
+        2,
+        MAX_UPDATES,
+    );
     check("grpo", &run);
 }
 
+/// GRPO's settings on the bandit, with `correction`.
 fn grpo_config(seed: u64, correction: RolloutCorrection) -> LearnerConfig {
     LearnerConfig {
         algorithm: AlgorithmConfig {
