@@ -323,6 +323,11 @@ impl TrainConfig {
             let tls = self.cluster.tls.as_ref();
             for (key, path) in [
                 ("cluster.cookie_file", self.cluster.cookie_file.as_ref()),
+                (
+                    "cluster.weights_token_file",
+                    self.cluster.weights_token_file.as_ref(),
+                ),
+                ("metrics.token_file", self.metrics.token_file.as_ref()),
                 ("cluster.tls.cert", tls.map(|t| &t.cert)),
                 ("cluster.tls.key", tls.map(|t| &t.key)),
             ] {

@@ -18,9 +18,11 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use http_body_util::Full;
+use agent_r1_envs::access::Access;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
-use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
@@ -187,6 +189,7 @@ fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), MetricsError> {
 fn spawn(
     listener: TcpListener,
     addr: SocketAddr,
+    access: Access,
     routes: Routes,
     limits: Limits,
 ) -> Result<HttpServer, MetricsError> {
@@ -203,13 +206,17 @@ fn spawn(
         .clone()
         .map(|handle| Box::new(move || handle.run_upkeep()) as Box<dyn Fn() + Send>);
     let handler = move |req| respond(req, routes.clone());
-    spawn_http(spec, listener, addr, handler, upkeep)
+    spawn_http(spec, listener, addr, access, handler, upkeep)
         .map_err(|e| MetricsError::Setup(format!("cannot start the server thread: {e}")))
 }
 
-/// Serves the web UI of `site` (and `/healthz`) at `addr`, with the default connection
-/// limits; no `/metrics` (`agent-r1 view`).
-pub fn serve_ui(addr: SocketAddr, site: Arc<Site>) -> Result<HttpServer, MetricsError> {
+/// Serves the web UI of `site` (and `/healthz`) at `addr` to the requests `access` admits,
+/// with the default connection limits; no `/metrics` (`agent-r1 view`).
+pub fn serve_ui(
+    addr: SocketAddr,
+    access: Access,
+    site: Arc<Site>,
+) -> Result<HttpServer, MetricsError> {
     let (listener, addr) = bind(addr)?;
     let defaults = MetricsSection::default();
     let routes = Routes {
@@ -217,7 +224,7 @@ pub fn serve_ui(addr: SocketAddr, site: Arc<Site>) -> Result<HttpServer, Metrics
         ui: Some(site),
         progress: None,
     };
-    spawn(listener, addr, routes, Limits::of(&defaults))
+    spawn(listener, addr, access, routes, Limits::of(&defaults))
 }
 
 /// Installs the global recorder, describes the `agent_r1_*` series, and serves `/metrics`,
@@ -230,6 +237,7 @@ pub fn start(
     progress: Option<Progress>,
 ) -> Result<MetricsServer, MetricsError> {
     section.check()?;
+    let access = section.access()?;
     let (listener, addr) = bind(section.socket_addr()?)?;
 
     let recorder = PrometheusBuilder::new()
@@ -251,7 +259,7 @@ pub fn start(
         ui,
         progress: progress.map(|p| (p, Duration::from_secs_f64(section.healthz_stale_secs))),
     };
-    let http = spawn(listener, addr, routes, Limits::of(section))?;
+    let http = spawn(listener, addr, access, routes, Limits::of(section))?;
     tracing::info!(%addr, "serving /metrics, /healthz and /ui");
     Ok(MetricsServer { http, handle })
 }
@@ -289,27 +297,35 @@ pub(crate) struct ServerSpec {
 }
 
 /// Serves `handler` on `listener` from a thread of its own (a current-thread runtime), with
-/// `upkeep` run every few seconds, until the returned server is dropped. Idle or slow clients
-/// cannot pile up: headers must arrive within `limits.header`, a connection closes after
+/// `upkeep` run every few seconds, until the returned server is dropped. Requests `access`
+/// does not admit are answered 401 before `handler` sees them. Idle or slow clients cannot
+/// pile up: headers must arrive within `limits.header`, a connection closes after
 /// `limits.connection`, and past `limits.connections` new ones are closed at once.
 pub(crate) fn spawn_http<H, F, B>(
     spec: ServerSpec,
     listener: TcpListener,
     addr: SocketAddr,
+    access: Access,
     handler: H,
     upkeep: Option<Box<dyn Fn() + Send>>,
 ) -> std::io::Result<HttpServer>
 where
     H: Fn(Request<Incoming>) -> F + Clone + Send + 'static,
     F: std::future::Future<Output = Response<B>> + Send + 'static,
-    B: hyper::body::Body + Send + 'static,
-    B::Data: Send,
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    if !access.may_listen_on(addr) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("{}: {addr} is reachable from other machines and no bearer token is set", spec.name),
+        ));
+    }
     let (tx, rx) = tokio::sync::oneshot::channel();
+    let access = Arc::new(access);
     let thread = std::thread::Builder::new()
         .name(spec.name.replace(' ', "-"))
-        .spawn(move || serve(spec, listener, handler, upkeep, rx))?;
+        .spawn(move || serve(spec, listener, access, handler, upkeep, rx))?;
     Ok(HttpServer {
         addr,
         shutdown: Some(tx),
@@ -317,17 +333,35 @@ where
     })
 }
 
+type AnyBody = UnsyncBoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
+
+/// The 401 answer to a request `access` refused.
+fn unauthorized(message: String) -> Response<AnyBody> {
+    let body = Full::new(Bytes::from(message + "\n"))
+        .map_err(|e| match e {})
+        .boxed_unsync();
+    let mut r = Response::new(body);
+    *r.status_mut() = StatusCode::UNAUTHORIZED;
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    r.headers_mut().insert(
+        WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"agent-r1\""),
+    );
+    r
+}
+
 fn serve<H, F, B>(
     spec: ServerSpec,
     listener: TcpListener,
+    access: Arc<Access>,
     handler: H,
     upkeep: Option<Box<dyn Fn() + Send>>,
     mut shutdown: tokio::sync::oneshot::Receiver<()>,
 ) where
     H: Fn(Request<Incoming>) -> F + Clone + Send + 'static,
     F: std::future::Future<Output = Response<B>> + Send + 'static,
-    B: hyper::body::Body + Send + 'static,
-    B::Data: Send,
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let (name, limits) = (spec.name, spec.limits);
@@ -373,11 +407,23 @@ fn serve<H, F, B>(
                         continue;
                     };
                     let handler = handler.clone();
+                    let access = access.clone();
                     tokio::spawn(async move {
                         let _slot = slot;
-                        let service = hyper::service::service_fn(move |req| {
-                            let reply = handler(req);
-                            async move { Ok::<_, std::convert::Infallible>(reply.await) }
+                        let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                            let authorization = req.headers().get(AUTHORIZATION).map(|v| v.as_bytes());
+                            let reply = match access.admit(req.uri().path(), authorization) {
+                                Ok(()) => Ok(handler(req)),
+                                Err(refused) => Err(unauthorized(refused.message)),
+                            };
+                            async move {
+                                Ok::<_, std::convert::Infallible>(match reply {
+                                    Ok(reply) => reply
+                                        .await
+                                        .map(|body| body.map_err(Into::into).boxed_unsync()),
+                                    Err(refused) => refused,
+                                })
+                            }
                         });
                         let connection = hyper::server::conn::http1::Builder::new()
                             .timer(TokioTimer::new())

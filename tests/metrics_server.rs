@@ -1,5 +1,6 @@
-//! The metrics endpoint over real TCP: `/metrics` shows what was recorded, `/healthz` is 200.
-//! Its own test binary, because the recorder is global to the process.
+//! The metrics endpoint over real TCP: `/metrics` shows what was recorded, `/healthz` is 200;
+//! off loopback it wants its bearer token except on the paths configured open. Its own test
+//! binary, because the recorder is global to the process.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -8,13 +9,23 @@ use std::time::Duration;
 use agent_r1::config::MetricsSection;
 use agent_r1::metrics_server::{start, MetricsError, Progress};
 
-/// GET `path`, returning the status code and body.
+const TOKEN: &str = "a1b2c3d4e5f6a7b8c9d0e1f2";
+
+/// GET `path` with the test's bearer token, returning the status code and body.
 fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    get_as(addr, path, Some(TOKEN))
+}
+
+/// GET `path` presenting `token` (none: no `Authorization` header).
+fn get_as(addr: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
     )
     .unwrap();
     let mut response = String::new();
@@ -32,13 +43,41 @@ fn get(addr: SocketAddr, path: &str) -> (u16, String) {
 }
 
 #[test]
+fn off_loopback_without_a_token_it_is_refused_before_it_starts() {
+    for address in ["0.0.0.0:0", "[::]:0"] {
+        let e = start(
+            &MetricsSection {
+                address: address.into(),
+                ..Default::default()
+            },
+            None,
+            None,
+        )
+        .unwrap_err();
+        let line = e.to_string();
+        assert!(matches!(e, MetricsError::Address(_)), "{line}");
+        assert!(
+            line.contains("`metrics.address`")
+                && line.contains("metrics.token_file")
+                && !line.contains('\n'),
+            "one line naming both keys: {line}"
+        );
+    }
+}
+
+#[test]
 fn serves_metrics_and_healthz_on_a_free_port() {
     let board = agent_r1_actors::runtime::LiveBoard::default();
     board.touch("update 7");
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
     let server = start(
         &MetricsSection {
             enabled: true,
-            address: "127.0.0.1:0".into(),
+            address: "0.0.0.0:0".into(),
+            token_file: Some(token_file),
+            open_paths: vec!["/healthz".into()],
             header_timeout_secs: 1.0,
             connection_timeout_secs: 3.0,
             max_connections: 4,
@@ -52,8 +91,16 @@ fn serves_metrics_and_healthz_on_a_free_port() {
         }),
     )
     .unwrap();
-    let addr = server.local_addr();
-    assert_ne!(addr.port(), 0, "the real port is reported");
+    assert_ne!(server.local_addr().port(), 0, "the real port is reported");
+    let addr = SocketAddr::from(([127, 0, 0, 1], server.local_addr().port()));
+
+    // Bound to every interface: the token is wanted, except on the path configured open.
+    let (status, body) = get_as(addr, "/metrics", None);
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("metrics.token_file"), "{body}");
+    assert_eq!(get_as(addr, "/metrics", Some("a1b2c3d4e5f6a7b8c9d0e1f3")).0, 401);
+    assert_eq!(get_as(addr, "/nope", None).0, 401, "no route is told apart");
+    assert_eq!(get_as(addr, "/healthz", None).0, 200, "configured open");
 
     metrics::counter!("agent_r1_test_total").increment(3);
     metrics::gauge!("agent_r1_episodes_in_flight").set(5.0);

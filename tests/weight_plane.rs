@@ -8,6 +8,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use agent_r1_envs::access::Access;
 use agent_r1::weight_plane::{
     load_tensors, publish, Fetcher, FetcherConfig, WeightPlaneError, WeightServer,
 };
@@ -185,7 +186,7 @@ fn a_version_is_served_fetched_verified_and_loads_the_same_tensors() {
     let root = tmp.path().join("published");
     let original = tensors(1);
     let published = publish(&root, 1, &original, 2).unwrap();
-    let server = WeightServer::start("127.0.0.1:0".parse().unwrap(), &root).unwrap();
+    let server = WeightServer::start("127.0.0.1:0".parse().unwrap(), Access::unauthenticated(), &root).unwrap();
 
     let fetched = fetcher(&server.url(), &tmp.path().join("worker"))
         .fetch(None)
@@ -246,7 +247,7 @@ fn a_corrupted_transfer_is_refused_by_its_digest_and_fetched_again() {
     let root = tmp.path().join("published");
     let original = tensors(3);
     let published = publish(&root, 5, &original, 2).unwrap();
-    let server = WeightServer::start("127.0.0.1:0".parse().unwrap(), &root).unwrap();
+    let server = WeightServer::start("127.0.0.1:0".parse().unwrap(), Access::unauthenticated(), &root).unwrap();
     let proxy = Proxy::start(server.local_addr(), Fault::Flip(20_000));
 
     let fetched = fetcher(&proxy.url(), &tmp.path().join("worker"))
@@ -269,7 +270,7 @@ fn a_broken_transfer_resumes_with_a_range_request() {
     let root = tmp.path().join("published");
     let original = tensors(4);
     let published = publish(&root, 3, &original, 2).unwrap();
-    let server = WeightServer::start("127.0.0.1:0".parse().unwrap(), &root).unwrap();
+    let server = WeightServer::start("127.0.0.1:0".parse().unwrap(), Access::unauthenticated(), &root).unwrap();
     let proxy = Proxy::start(server.local_addr(), Fault::Cut(30_000));
 
     let fetched = fetcher(&proxy.url(), &tmp.path().join("worker"))
@@ -297,7 +298,7 @@ fn a_file_corrupted_at_the_source_fails_every_attempt_and_leaves_no_version() {
     let last = bytes.len() - 1;
     bytes[last] ^= 0x01;
     std::fs::write(&path, bytes).unwrap();
-    let server = WeightServer::start("127.0.0.1:0".parse().unwrap(), &root).unwrap();
+    let server = WeightServer::start("127.0.0.1:0".parse().unwrap(), Access::unauthenticated(), &root).unwrap();
 
     let dest = tmp.path().join("worker");
     let e = fetcher(&server.url(), &dest).fetch(Some(9)).unwrap_err();
@@ -328,7 +329,7 @@ fn a_pinned_fetch_refuses_a_manifest_other_than_the_one_announced() {
     let root = tmp.path().join("published");
     let original = tensors(7);
     let published = publish(&root, 4, &original, 2).unwrap();
-    let server = WeightServer::start("127.0.0.1:0".parse().unwrap(), &root).unwrap();
+    let server = WeightServer::start("127.0.0.1:0".parse().unwrap(), Access::unauthenticated(), &root).unwrap();
     let (_, announced) =
         agent_r1::file_digest::sha256_file(&published.dir.join("manifest.json")).unwrap();
 
@@ -345,6 +346,54 @@ fn a_pinned_fetch_refuses_a_manifest_other_than_the_one_announced() {
 
     let fetched = fetcher(&server.url(), &tmp.path().join("w2"))
         .fetch_pinned(4, &announced)
+        .unwrap();
+    assert_same(&original, &load_tensors(&fetched.dir).unwrap());
+}
+
+#[test]
+fn off_loopback_the_weight_server_wants_its_token_and_fetchers_present_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("published");
+    let original = tensors(3);
+    publish(&root, 1, &original, 2).unwrap();
+    let any: SocketAddr = "0.0.0.0:0".parse().unwrap();
+
+    // No token on every interface: refused before it listens, the config's rule says why.
+    let e = WeightServer::start(any, Access::unauthenticated(), &root).unwrap_err();
+    assert!(e.to_string().contains("no bearer token"), "{e}");
+    let section = agent_r1::config::ClusterSection {
+        listen: "127.0.0.1:0".into(),
+        cookie_file: Some(tmp.path().join("cookie")),
+        weights_listen: "0.0.0.0:0".into(),
+        ..Default::default()
+    };
+    let e = agent_r1_envs::config::Section::validate(&section).unwrap_err();
+    assert_eq!(e.key, "weights_listen", "{e}");
+    assert!(e.message.contains("weights_token_file"), "{e}");
+
+    let token = "0f1e2d3c4b5a69788796a5b4";
+    let token_file = tmp.path().join("weights-token");
+    std::fs::write(&token_file, token).unwrap();
+    let section = agent_r1::config::ClusterSection {
+        weights_token_file: Some(token_file),
+        ..section
+    };
+    agent_r1_envs::config::Section::validate(&section).unwrap();
+    let server = WeightServer::start(any, section.weights_access().unwrap(), &root).unwrap();
+    let url = format!("http://127.0.0.1:{}", server.local_addr().port());
+
+    let e = fetcher(&url, &tmp.path().join("stranger"))
+        .fetch(None)
+        .unwrap_err();
+    assert!(e.to_string().contains("status 401"), "{e}");
+    let e = fetcher(&url, &tmp.path().join("wrong"))
+        .with_token(Some("0f1e2d3c4b5a69788796a5b5"))
+        .fetch(None)
+        .unwrap_err();
+    assert!(e.to_string().contains("status 401"), "{e}");
+    let fetched = fetcher(&url, &tmp.path().join("worker"))
+        .with_token(Some(token))
+        .fetch(None)
         .unwrap();
     assert_same(&original, &load_tensors(&fetched.dir).unwrap());
 }

@@ -75,9 +75,21 @@ fn run_scenario_with(
     max_requests_per_episode: usize,
     more: Value,
 ) -> (Trajectory, Value) {
+    let workflow = external_agent(max_requests_per_episode);
+    run_workflow(f, workflow, scenario, temperature, max_new_tokens, more)
+}
+
+/// One episode of `scenario` run by `workflow`.
+fn run_workflow(
+    f: &TinyAgent,
+    workflow: Arc<ExternalAgent>,
+    scenario: &str,
+    temperature: f64,
+    max_new_tokens: usize,
+    more: Value,
+) -> (Trajectory, Value) {
     let dir = tempfile::tempdir().unwrap();
     let transcript = dir.path().join("transcript.json");
-    let workflow = external_agent(max_requests_per_episode);
     let setup = f.workflow_setup(workflow, temperature, max_new_tokens, 1);
     let mut extra = json!({"scenario": scenario, "transcript": transcript});
     for (k, v) in more.as_object().unwrap() {
@@ -451,4 +463,68 @@ fn more_requests_at_once_than_allowed_are_refused_with_429() {
         assert!(message.contains("max_requests_per_episode = 2"), "{e}");
     }
     assert_eq!(t.steps.len(), 2 * limit);
+}
+
+/// GET `path` from `addr` with `token` as the bearer (none: no header); the status.
+fn status_of(addr: std::net::SocketAddr, path: &str, token: Option<&str>) -> u16 {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out.split(' ').nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn off_loopback_the_openai_client_presents_the_runs_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let refused = ExternalAgent::new(ExternalAgentOptions {
+        command: vec!["true".into()],
+        listen: "0.0.0.0:0".into(),
+        ..Default::default()
+    })
+    .err()
+    .expect("every interface without a token is refused")
+    .to_string();
+    assert!(
+        refused.contains("env.options.listen") && refused.contains("env.options.token_file"),
+        "{refused}"
+    );
+
+    let token = "9c8b7a6f5e4d3c2b1a0f9e8d";
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    let workflow = Arc::new(
+        ExternalAgent::new(ExternalAgentOptions {
+            command: vec![python().display().to_string(), agent_script()],
+            listen: "0.0.0.0:0".into(),
+            token_file: Some(token_file),
+            timeout_secs: 600.0,
+            ..Default::default()
+        })
+        .unwrap(),
+    );
+    // The official client, given the token as its key and its episode's base URL, drives
+    // the episode to its end.
+    let f = tiny_agent(4, 1024);
+    let (t, transcript) = run_workflow(
+        &f,
+        workflow.clone(),
+        "conversation",
+        1.0,
+        16,
+        json!({}),
+    );
+    assert_eq!(t.steps.len(), 3, "one step per chat request");
+    assert_eq!(transcript.as_array().unwrap().len(), 3);
+
+    let port = workflow.endpoint().unwrap().local_addr().port();
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    assert_eq!(status_of(addr, "/v1/models", None), 401);
+    assert_eq!(status_of(addr, "/v1/models", Some("9c8b7a6f5e4d3c2b1a0f9e8e")), 401);
+    assert_eq!(status_of(addr, "/v1/models", Some(token)), 200);
+    assert_eq!(status_of(addr, "/episodes/ar1-x/v1/models", None), 401);
 }

@@ -5,6 +5,7 @@
 //! types from its episode, tool and env actors.
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod access;
 pub mod call_guard;
 pub mod config;
 pub mod control_groups;

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::metrics_server;
+use agent_r1_envs::access::{Access, AccessKeys};
 use crate::view::Site;
 use anyhow::Context;
 
@@ -14,10 +15,24 @@ use anyhow::Context;
 pub(crate) struct ViewArgs {
     /// The run directory (`train --out`), finished or still running.
     run_dir: PathBuf,
-    /// Where to listen. Loopback unless told otherwise; port 0 picks a free port.
+    /// Where to listen. Loopback unless told otherwise (then `--token-file` is required);
+    /// port 0 picks a free port.
     #[arg(long, default_value = "127.0.0.1:8765")]
     address: String,
+    /// File whose first line is the bearer token every request must carry.
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// A path served without the token (repeatable), e.g. `/healthz`; `/ui/*` opens a prefix.
+    #[arg(long = "open-path")]
+    open_paths: Vec<String>,
 }
+
+const KEYS: AccessKeys = AccessKeys {
+    section: "",
+    address: "--address",
+    token_file: "--token-file",
+    open_paths: "--open-path",
+};
 
 pub(crate) fn run(args: ViewArgs) -> anyhow::Result<()> {
     let addr: SocketAddr = args.address.parse().map_err(|_| {
@@ -26,15 +41,10 @@ pub(crate) fn run(args: ViewArgs) -> anyhow::Result<()> {
             args.address
         )
     })?;
+    let access = Access::load(KEYS, addr, args.token_file.as_deref(), &args.open_paths)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let site = Site::open(&args.run_dir, None).context("agent-r1 view")?;
-    let server = metrics_server::serve_ui(addr, Arc::new(site))?;
-    if !server.local_addr().ip().is_loopback() {
-        eprintln!(
-            "warning: serving {} on {} — reachable from other machines",
-            args.run_dir.display(),
-            server.local_addr()
-        );
-    }
+    let server = metrics_server::serve_ui(addr, access, Arc::new(site))?;
     // The address line is the contract scripts and tests read.
     println!(
         "serving {} at http://{}/ui",

@@ -44,6 +44,8 @@ pub struct CoordinatorArgs {
     pub config: String,
     /// The weight server's URL.
     pub weights_url: String,
+    /// The weight server's bearer token, when it wants one.
+    pub weights_token: Option<String>,
     /// The current policy version.
     pub version: u64,
     /// The SHA-256 of its manifest.
@@ -225,6 +227,7 @@ impl State {
             Wire::Welcome {
                 config: self.args.config.clone(),
                 weights_url: self.args.weights_url.clone(),
+                weights_token: self.args.weights_token.clone(),
                 version: self.version,
                 manifest_sha256: self.args.manifest_sha256.clone(),
                 heartbeat_ms: self.args.heartbeat.as_millis() as u64,
@@ -482,6 +485,7 @@ mod tests {
         let args = CoordinatorArgs {
             config: String::new(),
             weights_url: String::new(),
+            weights_token: None,
             version: 0,
             manifest_sha256: String::new(),
             staleness: 0,

@@ -53,7 +53,11 @@ impl TrainerCluster {
         let section = cfg.cluster.clone();
         let root = run_dir.join("weights");
         let weights_listen: SocketAddr = section.weights_listen.parse()?;
-        let server = WeightServer::start(weights_listen, &root)
+        let access = section
+            .weights_access()
+            .map_err(|e| anyhow::anyhow!("{}", e.under("cluster")))?;
+        let weights_token = access.token().map(|t| t.expose().to_string());
+        let server = WeightServer::start(weights_listen, access, &root)
             .with_context(|| format!("cluster.weights_listen = {weights_listen}"))?;
         let weights_url = section.weights_url.clone().unwrap_or_else(|| server.url());
         let cookie_file = section.cookie_file.clone().context("cluster.cookie_file")?;
@@ -74,6 +78,7 @@ impl TrainerCluster {
         let args = CoordinatorArgs {
             config: cfg.to_toml_string(),
             weights_url: weights_url.clone(),
+            weights_token,
             // Set by the first publication, before any worker can join.
             version,
             manifest_sha256: String::new(),

@@ -35,6 +35,9 @@ pub enum Wire {
         config: String,
         /// The weight server, `http://HOST:PORT`.
         weights_url: String,
+        /// The bearer token the weight server wants, if it wants one (sent here, over the
+        /// authenticated channel, so workers need no file of their own).
+        weights_token: Option<String>,
         /// The current policy version.
         version: u64,
         /// The SHA-256 of that version's manifest on the weight server (which pins every

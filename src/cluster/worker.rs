@@ -115,6 +115,7 @@ impl Drop for AbortOnDrop {
 struct Welcome {
     config: String,
     weights_url: String,
+    weights_token: Option<String>,
     version: u64,
     manifest_sha256: String,
     heartbeat: Duration,
@@ -189,7 +190,8 @@ pub async fn run(
         &welcome.weights_url,
         &args.dir.join("weights"),
         FetcherConfig::default(),
-    ));
+    )
+    .with_token(welcome.weights_token.as_deref()));
     // Setting up takes longer than a lease on a busy machine: say it is alive meanwhile.
     let setting_up = keepalive(
         heartbeat(&args.name, None, slots, &HashMap::new()),
@@ -474,8 +476,8 @@ async fn wait_welcome(
                 tell_coordinator(Wire::Hello { worker: args.name.clone(), slots: args.concurrency.unwrap_or(0) as u32, version: None });
             }
             wire = inbox.recv() => match wire {
-                Some(Wire::Welcome { config, weights_url, version, manifest_sha256, heartbeat_ms }) => {
-                    return Ok(Welcome { config, weights_url, version, manifest_sha256, heartbeat: Duration::from_millis(heartbeat_ms.max(10)) });
+                Some(Wire::Welcome { config, weights_url, weights_token, version, manifest_sha256, heartbeat_ms }) => {
+                    return Ok(Welcome { config, weights_url, weights_token, version, manifest_sha256, heartbeat: Duration::from_millis(heartbeat_ms.max(10)) });
                 }
                 Some(Wire::Stop) => anyhow::bail!("the trainer finished the run before this worker joined"),
                 Some(_) => {}

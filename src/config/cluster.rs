@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use agent_r1_envs::access::{check_exposure, Access, AccessKeys};
 use agent_r1_envs::config::{ConfigError, Section};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -21,7 +22,11 @@ pub struct ClusterSection {
     /// with `listen`.
     pub cookie_file: Option<PathBuf>,
     /// `IP:PORT` of the weight server workers fetch versions from (port 0: any free port).
+    /// Anything but loopback needs `weights_token_file`.
     pub weights_listen: String,
+    /// File whose first line is the bearer token the weight server wants; required when
+    /// `weights_listen` is not loopback. Workers are sent it when they join.
+    pub weights_token_file: Option<PathBuf>,
     /// The URL workers use for the weight server, when it differs from the bound address
     /// (NAT, a DNS name). Default: `http://` + the bound address.
     pub weights_url: Option<String>,
@@ -63,6 +68,7 @@ impl Default for ClusterSection {
             listen: String::new(),
             cookie_file: None,
             weights_listen: "127.0.0.1:0".into(),
+            weights_token_file: None,
             weights_url: None,
             lease_secs: 30.0,
             heartbeat_secs: 2.0,
@@ -82,7 +88,7 @@ impl Section for ClusterSection {
                 ConfigError::range(key, format!("{text:?}"), "IP:PORT, e.g. \"127.0.0.1:7700\"")
             })
         };
-        addr("weights_listen", &self.weights_listen)?;
+        let weights = addr("weights_listen", &self.weights_listen)?;
         if self.listen.is_empty() {
             if !self.local_rollout {
                 return Err(ConfigError::range(
@@ -94,6 +100,7 @@ impl Section for ClusterSection {
             return Ok(());
         }
         addr("listen", &self.listen)?;
+        check_exposure(WEIGHT_KEYS, weights, self.weights_token_file.as_deref(), &[])?;
         if self.cookie_file.is_none() {
             return Err(ConfigError::new(
                 "cookie_file",
@@ -118,7 +125,24 @@ impl Section for ClusterSection {
     }
 }
 
+/// The weight server's keys, relative to `[cluster]`.
+const WEIGHT_KEYS: AccessKeys = AccessKeys {
+    section: "cluster",
+    address: "weights_listen",
+    token_file: "weights_token_file",
+    open_paths: "",
+};
+
 impl ClusterSection {
+    /// Who the weight server admits (reads `weights_token_file`); errors name keys
+    /// relative to `[cluster]`.
+    pub fn weights_access(&self) -> Result<Access, ConfigError> {
+        let addr = self.weights_listen.parse::<SocketAddr>().map_err(|_| {
+            ConfigError::range("weights_listen", format!("{:?}", self.weights_listen), "IP:PORT")
+        })?;
+        Access::load(WEIGHT_KEYS, addr, self.weights_token_file.as_deref(), &[])
+    }
+
     /// Whether workers may join.
     pub fn enabled(&self) -> bool {
         !self.listen.is_empty()

@@ -1,6 +1,9 @@
 //! `[metrics]`: the Prometheus endpoint and the web UI.
 
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+
+use agent_r1_envs::access::{check_exposure, Access, AccessKeys};
 
 use agent_r1_envs::config::Section;
 use schemars::JsonSchema;
@@ -14,8 +17,14 @@ use super::ConfigError;
 pub struct MetricsSection {
     /// Serve `/metrics` and `/healthz`.
     pub enabled: bool,
-    /// `HOST:PORT` to listen on.
+    /// `HOST:PORT` to listen on. Anything but loopback needs `token_file`.
     pub address: String,
+    /// File whose first line is the bearer token every request must carry
+    /// (`Authorization: Bearer TOKEN`); required when `address` is not loopback.
+    pub token_file: Option<PathBuf>,
+    /// Paths served without the token, e.g. `["/metrics", "/healthz"]` for a Prometheus or
+    /// a probe that cannot send one; `"/ui/*"` opens everything under `/ui/`.
+    pub open_paths: Vec<String>,
     /// Longest a client may take to send its request headers, seconds.
     #[schemars(extend("exclusiveMinimum" = 0), range(max = 86400.0))]
     pub header_timeout_secs: f64,
@@ -39,6 +48,8 @@ impl Default for MetricsSection {
         Self {
             enabled: true,
             address: "127.0.0.1:9464".into(),
+            token_file: None,
+            open_paths: vec![],
             header_timeout_secs: 10.0,
             connection_timeout_secs: 60.0,
             max_connections: 32,
@@ -48,9 +59,21 @@ impl Default for MetricsSection {
     }
 }
 
+/// The keys errors name, relative to `[metrics]`.
+const KEYS: AccessKeys = AccessKeys {
+    section: "metrics",
+    address: "address",
+    token_file: "token_file",
+    open_paths: "open_paths",
+};
+
 impl Section for MetricsSection {
     fn rules(&self) -> Result<(), agent_r1_envs::config::ConfigError> {
-        self.resolve().map(|_| ())
+        let addr = self.resolve()?;
+        if self.enabled {
+            check_exposure(KEYS, addr, self.token_file.as_deref(), &self.open_paths)?;
+        }
+        Ok(())
     }
 }
 
@@ -58,6 +81,13 @@ impl MetricsSection {
     /// Checks the section; errors name `metrics.KEY`.
     pub fn check(&self) -> Result<(), ConfigError> {
         Section::validate(self).map_err(|e| e.under("metrics").into())
+    }
+
+    /// Who the endpoint admits: reads `token_file`; errors name `metrics.KEY`.
+    pub fn access(&self) -> Result<Access, ConfigError> {
+        let addr = self.socket_addr()?;
+        Access::load(KEYS, addr, self.token_file.as_deref(), &self.open_paths)
+            .map_err(|e| e.under("metrics").into())
     }
 
     /// The address to bind, resolved (`localhost:9464` works); errors name `metrics.address`.

@@ -43,6 +43,8 @@ pub struct Fetcher {
     dest: PathBuf,
     config: FetcherConfig,
     agent: ureq::Agent,
+    /// `Authorization` header value, when the server wants a bearer token.
+    authorization: Option<String>,
 }
 
 /// A version fetched and verified.
@@ -77,6 +79,21 @@ impl Fetcher {
             dest: dest.to_path_buf(),
             config,
             agent,
+            authorization: None,
+        }
+    }
+
+    /// Presents `token` to the server (`Authorization: Bearer TOKEN`).
+    pub fn with_token(mut self, token: Option<&str>) -> Self {
+        self.authorization = token.map(|t| format!("Bearer {t}"));
+        self
+    }
+
+    fn get(&self, url: &str) -> ureq::RequestBuilder<ureq::typestate::WithoutBody> {
+        let request = self.agent.get(url);
+        match &self.authorization {
+            Some(value) => request.header("Authorization", value),
+            None => request,
         }
     }
 
@@ -106,7 +123,6 @@ impl Fetcher {
             message,
         };
         let response = self
-            .agent
             .get(&url)
             .call()
             .map_err(|e| http(e.to_string()))?;
@@ -282,7 +298,7 @@ impl Fetcher {
             url: url.to_string(),
             message,
         };
-        let mut request = self.agent.get(url);
+        let mut request = self.get(url);
         if from > 0 {
             request = request.header("Range", format!("bytes={from}-"));
         }

@@ -17,6 +17,8 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
 use super::manifest::{plain_name, version_dir, versions, MANIFEST_FILE};
 use super::WeightPlaneError;
+use agent_r1_envs::access::Access;
+
 use crate::metrics_server::{spawn_http, HttpServer, Limits, ServerSpec};
 
 type Body = BoxBody<Bytes, std::io::Error>;
@@ -43,8 +45,9 @@ pub struct WeightServer {
 }
 
 impl WeightServer {
-    /// Serves the versions under `root` at `addr` (port 0 picks one) on its own thread.
-    pub fn start(addr: SocketAddr, root: &Path) -> Result<Self, WeightPlaneError> {
+    /// Serves the versions under `root` at `addr` (port 0 picks one) on its own thread, to
+    /// the requests `access` admits.
+    pub fn start(addr: SocketAddr, access: Access, root: &Path) -> Result<Self, WeightPlaneError> {
         let fail = |message: String| WeightPlaneError::Serve { addr, message };
         let listener = std::net::TcpListener::bind(addr).map_err(|e| fail(e.to_string()))?;
         let local = listener.local_addr().map_err(|e| fail(e.to_string()))?;
@@ -57,7 +60,7 @@ impl WeightServer {
             async move { respond(req, &root).await }
         };
         let http =
-            spawn_http(SPEC, listener, local, handler, None).map_err(|e| fail(e.to_string()))?;
+            spawn_http(SPEC, listener, local, access, handler, None).map_err(|e| fail(e.to_string()))?;
         tracing::info!(addr = %local, "serving weights");
         Ok(Self { http })
     }

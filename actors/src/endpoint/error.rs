@@ -31,6 +31,11 @@ impl ApiError {
 
     /// 401: no episode in flight has this API key.
     pub fn unknown_episode(message: impl Into<String>) -> Self {
+        Self::unauthorized(message)
+    }
+
+    /// 401: the request lacks the credential the endpoint wants.
+    pub fn unauthorized(message: impl Into<String>) -> Self {
         Self {
             status: 401,
             message: message.into(),

@@ -7,7 +7,8 @@
 //! `agent_service.rs`): the URL is then the first line the service prints. A command is run like this: the task as JSON on its stdin, the
 //! endpoint in `OPENAI_BASE_URL` and the episode's key in `OPENAI_API_KEY` (also
 //! `AGENT_R1_EPISODE_BASE_URL`, a base URL naming the episode, for clients whose key is
-//! fixed). Every completion it asks for is a step of the episode. When it exits with status
+//! fixed). With `token_file` (required off loopback) the API key is the run's token and
+//! both base URLs name the episode. Every completion it asks for is a step of the episode. When it exits with status
 //! 0, the last line of its stdout is the reward: `{"reward": 1.0}`, optionally with
 //! `"metrics": {"name": number}` and `"step_rewards": {"<completion id>": number}`. A program
 //! that exits non-zero, prints no reward or runs past its timeout fails its episode with the
@@ -25,6 +26,7 @@ use rand::RngCore;
 use serde::Deserialize;
 use serde_json::Value;
 
+use agent_r1_envs::access::{check_exposure, Access, AccessKeys};
 use agent_r1_envs::config::KeyDoc;
 use agent_r1_envs::kinds::KindOptions;
 use agent_r1_envs::task::Task;
@@ -64,8 +66,13 @@ pub struct ExternalAgentOptions {
     pub service_restarts: usize,
     /// The program's working directory (the trainer's when unset).
     pub working_dir: Option<PathBuf>,
-    /// Where the OpenAI-compatible endpoint listens (port 0 picks a free port).
+    /// Where the OpenAI-compatible endpoint listens (port 0 picks a free port). Anything
+    /// but loopback needs `token_file`.
     pub listen: String,
+    /// File whose first line is the bearer token the endpoint wants; required when `listen`
+    /// is not loopback. Agents are then given the token as their API key and their
+    /// episode's own base URL (`/episodes/KEY/v1`).
+    pub token_file: Option<PathBuf>,
     /// The model name /v1/models lists (requests may name any).
     pub model_name: String,
     /// Longest one episode's program may run; past it its process group is killed and the
@@ -100,6 +107,7 @@ impl Default for ExternalAgentOptions {
             service_restarts: 3,
             working_dir: None,
             listen: "127.0.0.1:0".into(),
+            token_file: None,
             model_name: "agent-r1".into(),
             timeout_secs: 600.0,
             idle_timeout_secs: 300.0,
@@ -161,7 +169,7 @@ impl KindOptions for ExternalAgentOptions {
         if !self.service_command.is_empty() && self.service_command[0].is_empty() {
             return bad("service_command", "its program is empty".into());
         }
-        if self.listen.parse::<SocketAddr>().is_err() {
+        let Ok(listen) = self.listen.parse::<SocketAddr>() else {
             return bad(
                 "listen",
                 format!(
@@ -169,6 +177,9 @@ impl KindOptions for ExternalAgentOptions {
                     self.listen
                 ),
             );
+        };
+        if let Err(e) = check_exposure(ACCESS_KEYS, listen, self.token_file.as_deref(), &[]) {
+            return bad(&e.key, e.message);
         }
         for (key, v) in [
             ("timeout_secs", self.timeout_secs),
@@ -196,6 +207,14 @@ impl KindOptions for ExternalAgentOptions {
         agent_r1_envs::config::key_docs::<Self>()
     }
 }
+
+/// The endpoint's keys, relative to `env.options`.
+const ACCESS_KEYS: AccessKeys = AccessKeys {
+    section: "env.options",
+    address: "listen",
+    token_file: "token_file",
+    open_paths: "",
+};
 
 /// The workflow (see the module documentation).
 pub struct ExternalAgent {
@@ -231,11 +250,15 @@ impl ExternalAgent {
         self.endpoint
             .get_or_init(|| {
                 let addr: SocketAddr = self.options.listen.parse().map_err(|e| format!("{e}"))?;
+                let access =
+                    Access::load(ACCESS_KEYS, addr, self.options.token_file.as_deref(), &[])
+                        .map_err(|e| e.under("env.options").to_string())?;
                 let limits = EndpointLimits {
                     request_timeout: Duration::from_secs_f64(self.options.request_timeout_secs),
                     ..Default::default()
                 };
-                let endpoint = Endpoint::start(addr, self.options.model_name.clone(), limits)
+                let endpoint =
+                    Endpoint::start(addr, access, self.options.model_name.clone(), limits)
                     .map_err(|e| format!("the OpenAI endpoint cannot listen on {addr}: {e}"))?;
                 tracing::info!("openai endpoint at {}", endpoint.base_url());
                 Ok(Arc::new(endpoint))
@@ -359,11 +382,12 @@ impl ExternalAgent {
         input: Vec<u8>,
         program: &str,
     ) -> Result<Driver> {
+        let (base_url, api_key) = endpoint.credentials(key);
         if self.options.service_url.is_some() || self.service.is_some() {
             let body = serde_json::json!({
                 "task": task,
-                "base_url": endpoint.base_url(),
-                "api_key": key,
+                "base_url": base_url,
+                "api_key": api_key,
                 "episode_base_url": endpoint.episode_base_url(key),
             });
             let (fixed, service) = (self.options.service_url.clone(), self.service.clone());
@@ -380,8 +404,8 @@ impl ExternalAgent {
             }));
         }
         let env = [
-            ("OPENAI_BASE_URL", endpoint.base_url()),
-            ("OPENAI_API_KEY", key.to_string()),
+            ("OPENAI_BASE_URL", base_url),
+            ("OPENAI_API_KEY", api_key),
             ("AGENT_R1_EPISODE_BASE_URL", endpoint.episode_base_url(key)),
         ];
         let mut process = AgentProcess::spawn(

@@ -2,7 +2,10 @@
 //!
 //! A request names its episode by its API key (`Authorization: Bearer KEY`, what
 //! `OPENAI_API_KEY` sets) or by a per-episode base URL (`/episodes/KEY/v1/...`, for clients
-//! whose key is fixed). The server parses and checks the body, then hands it to the episode
+//! whose key is fixed). Bound anywhere but loopback, the endpoint wants a bearer token
+//! ([`Access`]): every request then carries the run's token as its API key and names its
+//! episode by the per-episode base URL ([`Endpoint::credentials`] hands out both). The
+//! server parses and checks the body, then hands it to the episode
 //! that registered the key (a bounded channel: past its bound the request is refused with
 //! 429) and waits for the answer up to the request timeout. The server runs on a thread of
 //! its own, so a busy actor runtime does not hold up accepting or parsing.
@@ -18,6 +21,8 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
+
+use agent_r1_envs::access::Access;
 
 use super::error::ApiError;
 use super::protocol;
@@ -60,6 +65,7 @@ type Directory = Mutex<HashMap<String, mpsc::Sender<EpisodeRequest>>>;
 /// A running endpoint. Dropping it stops the server.
 pub struct Endpoint {
     addr: SocketAddr,
+    access: Arc<Access>,
     directory: Arc<Directory>,
     shutdown: Option<oneshot::Sender<()>>,
 }
@@ -81,19 +87,39 @@ fn lock(d: &Directory) -> std::sync::MutexGuard<'_, HashMap<String, mpsc::Sender
 }
 
 impl Endpoint {
-    /// Binds `addr` (port 0 picks one) and serves from a thread of its own.
-    pub fn start(addr: SocketAddr, model: String, limits: EndpointLimits) -> std::io::Result<Self> {
+    /// Binds `addr` (port 0 picks one) and serves the requests `access` admits from a thread
+    /// of its own. Refused on an address other than loopback when `access` has no token.
+    pub fn start(
+        addr: SocketAddr,
+        access: Access,
+        model: String,
+        limits: EndpointLimits,
+    ) -> std::io::Result<Self> {
+        if !access.may_listen_on(addr) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!("{addr} is reachable from other machines and no bearer token is set"),
+            ));
+        }
         let listener = std::net::TcpListener::bind(addr)?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let directory: Arc<Directory> = Arc::default();
         let (tx, rx) = oneshot::channel();
         let dir = directory.clone();
+        let access = Arc::new(access);
+        let shared = Shared {
+            directory: dir,
+            model,
+            limits,
+            access: access.clone(),
+        };
         std::thread::Builder::new()
             .name("openai-endpoint".into())
-            .spawn(move || serve(listener, dir, model, limits, rx))?;
+            .spawn(move || serve(listener, shared, rx))?;
         Ok(Self {
             addr,
+            access,
             directory,
             shutdown: Some(tx),
         })
@@ -112,6 +138,16 @@ impl Endpoint {
     /// The base URL that names `key`'s episode in its path.
     pub fn episode_base_url(&self, key: &str) -> String {
         format!("http://{}/episodes/{key}/v1", self.addr)
+    }
+
+    /// What a client of `key`'s episode is given: its base URL and its API key. Without a
+    /// token, the shared base URL and the episode's key; with one, the episode's own base
+    /// URL and the token.
+    pub fn credentials(&self, key: &str) -> (String, String) {
+        match self.access.token() {
+            None => (self.base_url(), key.to_string()),
+            Some(token) => (self.episode_base_url(key), token.expose().to_string()),
+        }
     }
 
     /// Routes requests with `key` to the returned receiver, at most `capacity` waiting.
@@ -149,15 +185,10 @@ struct Shared {
     directory: Arc<Directory>,
     model: String,
     limits: EndpointLimits,
+    access: Arc<Access>,
 }
 
-fn serve(
-    listener: std::net::TcpListener,
-    directory: Arc<Directory>,
-    model: String,
-    limits: EndpointLimits,
-    mut shutdown: oneshot::Receiver<()>,
-) {
+fn serve(listener: std::net::TcpListener, shared: Shared, mut shutdown: oneshot::Receiver<()>) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -168,11 +199,7 @@ fn serve(
             return;
         }
     };
-    let shared = Arc::new(Shared {
-        directory,
-        model,
-        limits,
-    });
+    let shared = Arc::new(shared);
     runtime.block_on(async move {
         let listener = match tokio::net::TcpListener::from_std(listener) {
             Ok(l) => l,
@@ -255,7 +282,17 @@ async fn respond(req: Request<Incoming>, shared: &Shared) -> Response<Full<Bytes
         "v1/models" => "models",
         _ => "other",
     };
-    let result = route_request(req, shared, &method, path_key.map(str::to_string), route).await;
+    let authorization = req
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .map(|v| v.as_bytes());
+    let result = match shared.access.admit(&path, authorization) {
+        Ok(()) => {
+            let path_key = path_key.map(str::to_string);
+            route_request(req, shared, &method, path_key, route).await
+        }
+        Err(refused) => Err(ApiError::unauthorized(refused.message)),
+    };
     let (status, response) = match result {
         Ok(r) => (r.status().as_u16(), r),
         Err(e) => (e.status, error_response(&e)),
@@ -298,14 +335,14 @@ async fn route_request(
         }
         "v1/chat/completions" => {
             post("chat completions")?;
-            let key = episode_key(&req, path_key)?;
+            let key = episode_key(&req, path_key, &shared.access)?;
             let body = read_body(req, shared.limits.max_body_bytes).await?;
             let call = Call::Chat(Box::new(protocol::parse(&body)?));
             hand_over(shared, &key, call).await
         }
         "v1/completions" => {
             post("completions")?;
-            let key = episode_key(&req, path_key)?;
+            let key = episode_key(&req, path_key, &shared.access)?;
             let body = read_body(req, shared.limits.max_body_bytes).await?;
             let call = Call::Completion(Box::new(protocol::parse(&body)?));
             hand_over(shared, &key, call).await
@@ -317,9 +354,19 @@ async fn route_request(
     }
 }
 
-fn episode_key(req: &Request<Incoming>, path_key: Option<String>) -> Result<String, ApiError> {
+fn episode_key(
+    req: &Request<Incoming>,
+    path_key: Option<String>,
+    access: &Access,
+) -> Result<String, ApiError> {
     if let Some(key) = path_key {
         return Ok(key);
+    }
+    if access.requires_token() {
+        return Err(ApiError::unknown_episode(
+            "no episode named: with a token the API key is the token, so name the episode \
+             by its base URL /episodes/KEY/v1 (what the run hands each agent)",
+        ));
     }
     let header = req
         .headers()
