@@ -32,6 +32,7 @@ use std::path::{Path, PathBuf};
 use agent_r1_actors::learner::{AlgorithmConfig, CriticConfig, LearnerConfig, MemoryConfig};
 use agent_r1_actors::model::Placement;
 use agent_r1_actors::stall::StallConfig;
+use agent_r1_envs::access::BearerToken;
 use agent_r1_envs::config::{check_declared, key_docs, KeyDoc, Section};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -323,11 +324,6 @@ impl TrainConfig {
             let tls = self.cluster.tls.as_ref();
             for (key, path) in [
                 ("cluster.cookie_file", self.cluster.cookie_file.as_ref()),
-                (
-                    "cluster.weights_token_file",
-                    self.cluster.weights_token_file.as_ref(),
-                ),
-                ("metrics.token_file", self.metrics.token_file.as_ref()),
                 ("cluster.tls.cert", tls.map(|t| &t.cert)),
                 ("cluster.tls.key", tls.map(|t| &t.key)),
             ] {
@@ -336,6 +332,18 @@ impl TrainConfig {
                         key,
                         format!("{}: no such file", path.display()),
                     ));
+                }
+            }
+        }
+        if let FileCheck::Require = files {
+            // Read now, so a token too short or not fit for a header is refused before any
+            // work, like a missing file.
+            for (key, path) in [
+                ("cluster.weights_token_file", &self.cluster.weights_token_file),
+                ("metrics.token_file", &self.metrics.token_file),
+            ] {
+                if let Some(path) = path {
+                    BearerToken::read(key, path)?;
                 }
             }
         }

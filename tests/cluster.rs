@@ -64,6 +64,9 @@ fn config_with(
     extra: &str,
 ) -> PathBuf {
     std::fs::write(dir.join("cookie"), "the-cluster-secret\n").unwrap();
+    // The weight server wants a token (on any address once one is set): workers are sent it
+    // as they join, so every fetch below presents it.
+    std::fs::write(dir.join("weights-token"), "the-weight-server-token\n").unwrap();
     let text = format!(
         r#"{base}
 [checkpoint]
@@ -80,6 +83,7 @@ enabled = false
 listen = "{ip}:{port}"
 weights_listen = "{ip}:0"
 cookie_file = "{cookie}"
+weights_token_file = "{weights_token}"
 lease_secs = 10.0
 heartbeat_secs = 1.0
 min_workers = {min_workers}
@@ -88,6 +92,7 @@ local_rollout = false
 "#,
         base = tiny_config(dir, updates, 2, 4),
         cookie = dir.join("cookie").display(),
+        weights_token = dir.join("weights-token").display(),
     );
     let path = dir.join("train.toml");
     std::fs::write(&path, text).unwrap();

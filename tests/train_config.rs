@@ -290,3 +290,81 @@ fn a_cluster_section_is_checked_key_by_key() {
         "{e}"
     );
 }
+
+/// Every listening surface a run serves is refused by `check-config` in one line when it is
+/// bound off loopback without a bearer token, and accepted with one; a token file that is
+/// too short is named the same way.
+#[test]
+fn a_surface_off_loopback_without_a_token_is_refused_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "0123456789abcdef0123456789abcdef\n").unwrap();
+    let short = dir.path().join("short");
+    std::fs::write(&short, "abc\n").unwrap();
+    std::fs::write(dir.path().join("cookie"), "secret\n").unwrap();
+    let base = "[model]\npreset = \"tiny\"\n[env]\nname = \"synthetic_multihop\"\n";
+    let cluster = format!(
+        "[cluster]\nlisten = \"127.0.0.1:0\"\ncookie_file = \"{}\"\nweights_listen = \"0.0.0.0:0\"\n",
+        dir.path().join("cookie").display()
+    );
+    let agent = std::fs::read_to_string(Path::new(ROOT).join("examples/external_agent.toml"))
+        .unwrap()
+        .replace("[env.options]\n", "[env.options]\nlisten = \"0.0.0.0:0\"\n");
+    assert!(agent.contains("listen = \"0.0.0.0:0\""), "{agent}");
+    let check = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_agent-r1"))
+            .args(["check-config", path.to_str().unwrap()])
+            .current_dir(ROOT)
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).to_string())
+    };
+    // `key = "file"` placed at the top of `section`.
+    let with = |text: &str, section: &str, key: &str, file: &Path| {
+        text.replace(section, &format!("{section}{key} = \"{}\"\n", file.display()))
+    };
+    for (name, text, section, address, token_key) in [
+        (
+            "metrics",
+            format!("{base}[metrics]\naddress = \"0.0.0.0:9464\"\n"),
+            "[metrics]\n",
+            "metrics.address",
+            "token_file",
+        ),
+        (
+            "cluster",
+            format!("{base}{cluster}"),
+            "[cluster]\n",
+            "cluster.weights_listen",
+            "weights_token_file",
+        ),
+        (
+            "agent",
+            agent.clone(),
+            "[env.options]\n",
+            "env.options.listen",
+            "token_file",
+        ),
+    ] {
+        let (code, stderr) = check(&format!("{name}.toml"), &text);
+        assert_eq!(code, Some(2), "{name}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{name}: {stderr}");
+        assert!(
+            stderr.contains(&format!("`{address}`")) && stderr.contains(token_key),
+            "{name}: {stderr}"
+        );
+        let (code, stderr) = check(&format!("{name}-ok.toml"), &with(&text, section, token_key, &token));
+        assert_eq!(code, Some(0), "{name} with a token: {stderr}");
+        // The endpoint's token is read where the workflow is made, at the run's start (a
+        // remote worker makes its own); the actors' endpoint test refuses a short one there.
+        if name != "agent" {
+            let (code, stderr) =
+                check(&format!("{name}-short.toml"), &with(&text, section, token_key, &short));
+            assert_eq!(code, Some(2), "{name}: {stderr}");
+            assert_eq!(stderr.trim().lines().count(), 1, "{name}: {stderr}");
+            assert!(stderr.contains("at least 16"), "{name}: {stderr}");
+        }
+    }
+}

@@ -497,6 +497,21 @@ fn off_loopback_the_openai_client_presents_the_runs_token() {
     let token = "9c8b7a6f5e4d3c2b1a0f9e8d";
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    let short = dir.path().join("short");
+    std::fs::write(&short, "9c8b7a\n").unwrap();
+    let refused = ExternalAgent::new(ExternalAgentOptions {
+        command: vec!["true".into()],
+        listen: "0.0.0.0:0".into(),
+        token_file: Some(short),
+        ..Default::default()
+    })
+    .err()
+    .expect("a short token is refused when the workflow is made")
+    .to_string();
+    assert!(
+        refused.contains("env.options.token_file") && refused.contains("at least 16"),
+        "{refused}"
+    );
     let workflow = Arc::new(
         ExternalAgent::new(ExternalAgentOptions {
             command: vec![python().display().to_string(), agent_script()],

@@ -219,6 +219,8 @@ const ACCESS_KEYS: AccessKeys = AccessKeys {
 /// The workflow (see the module documentation).
 pub struct ExternalAgent {
     options: ExternalAgentOptions,
+    /// Who the endpoint admits (its token read when the workflow is made).
+    access: Access,
     endpoint: OnceLock<std::result::Result<Arc<Endpoint>, String>>,
     slots: Arc<tokio::sync::Semaphore>,
     /// The service `service_command` starts, when set.
@@ -229,6 +231,12 @@ impl ExternalAgent {
     /// The workflow for `options` (validated); the endpoint starts with the first episode.
     pub fn new(options: ExternalAgentOptions) -> agent_r1_envs::Result<Self> {
         options.validate()?;
+        let listen: SocketAddr = options.listen.parse().map_err(|e| agent_r1_envs::Error::Config {
+            key: "env.options.listen".into(),
+            message: format!("{e}"),
+        })?;
+        let access = Access::load(ACCESS_KEYS, listen, options.token_file.as_deref(), &[])
+            .map_err(|e| e.under("env.options"))?;
         let service = (!options.service_command.is_empty()).then(|| {
             Arc::new(AgentService::new(
                 options.service_command.clone(),
@@ -241,6 +249,7 @@ impl ExternalAgent {
             service,
             slots: Arc::new(tokio::sync::Semaphore::new(options.max_processes)),
             options,
+            access,
             endpoint: OnceLock::new(),
         })
     }
@@ -250,9 +259,7 @@ impl ExternalAgent {
         self.endpoint
             .get_or_init(|| {
                 let addr: SocketAddr = self.options.listen.parse().map_err(|e| format!("{e}"))?;
-                let access =
-                    Access::load(ACCESS_KEYS, addr, self.options.token_file.as_deref(), &[])
-                        .map_err(|e| e.under("env.options").to_string())?;
+                let access = self.access.clone();
                 let limits = EndpointLimits {
                     request_timeout: Duration::from_secs_f64(self.options.request_timeout_secs),
                     ..Default::default()
