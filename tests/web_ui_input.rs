@@ -29,11 +29,15 @@ impl Drop for Viewer {
 }
 
 fn view(dir: &Path) -> Viewer {
+    view_with(dir, &["--address", "127.0.0.1:0"])
+}
+
+/// `agent-r1 view DIR ARGS...`, once it has said where it listens.
+fn view_with(dir: &Path, args: &[&str]) -> Viewer {
     let mut child = Command::new(BIN)
         .arg("view")
         .arg(dir)
-        .arg("--address")
-        .arg("127.0.0.1:0")
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -49,11 +53,19 @@ fn view(dir: &Path) -> Viewer {
 
 /// A raw GET of `target` exactly as given (no normalisation); (status, body).
 fn get(addr: SocketAddr, target: &str) -> (u16, String) {
+    get_as(addr, target, None)
+}
+
+/// [`get`] presenting `token` as the bearer.
+fn get_as(addr: SocketAddr, target: &str, token: Option<&str>) -> (u16, String) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
     write!(
         s,
-        "GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        "GET {target} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n"
     )
     .unwrap();
     let mut raw = Vec::new();
@@ -369,4 +381,50 @@ fn the_episode_page_marks_a_rebuilt_context_with_what_it_kept_and_dropped() {
         )),
         "{body}"
     );
+}
+
+/// Off loopback the viewer wants a bearer token: refused at start in one line without one;
+/// with one, every page wants it except the paths opened on the command line.
+#[test]
+fn off_loopback_the_viewer_wants_its_token() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    std::fs::create_dir_all(run.join("rollouts")).unwrap();
+    std::fs::write(run.join("metrics.jsonl"), "{\"step\":1,\"reward_mean\":0.5}\n").unwrap();
+
+    let out = Command::new(BIN)
+        .arg("view")
+        .arg(&run)
+        .args(["--address", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("--address") && err.contains("--token-file"), "{err}");
+
+    let token = "c0ffee00c0ffee00c0ffee00";
+    let token_file = tmp.path().join("token");
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    let v = view_with(
+        &run,
+        &[
+            "--address",
+            "0.0.0.0:0",
+            "--token-file",
+            token_file.to_str().unwrap(),
+            "--open-path",
+            "/healthz",
+        ],
+    );
+    let addr = SocketAddr::from(([127, 0, 0, 1], v.addr.port()));
+    let (status, body) = get(addr, "/ui");
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("--token-file") && !body.contains(token), "{body}");
+    assert_eq!(get_as(addr, "/ui", Some("c0ffee00c0ffee00c0ffee01")).0, 401);
+    let (status, body) = get_as(addr, "/ui", Some(token));
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("metrics.jsonl") || body.contains("reward"), "{body}");
+    assert_eq!(get(addr, "/healthz").0, 200, "opened on the command line");
+    assert_eq!(get(addr, "/ui/../healthz").0, 401, "not the open path once resolved");
 }
