@@ -339,7 +339,10 @@ impl TrainConfig {
             // Read now, so a token too short or not fit for a header is refused before any
             // work, like a missing file.
             for (key, path) in [
-                ("cluster.weights_token_file", &self.cluster.weights_token_file),
+                (
+                    "cluster.weights_token_file",
+                    &self.cluster.weights_token_file,
+                ),
                 ("metrics.token_file", &self.metrics.token_file),
             ] {
                 if let Some(path) = path {

@@ -318,7 +318,10 @@ where
     if !access.may_listen_on(addr) {
         return Err(std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
-            format!("{}: {addr} is reachable from other machines and no bearer token is set", spec.name),
+            format!(
+                "{}: {addr} is reachable from other machines and no bearer token is set",
+                spec.name
+            ),
         ));
     }
     let (tx, rx) = tokio::sync::oneshot::channel();

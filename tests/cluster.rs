@@ -543,3 +543,71 @@ fn with_cluster_tls_a_worker_joins_past_silent_peers_and_a_plain_one_is_refused(
     assert_eq!(code, Some(0), "{log}");
     assert_eq!(last_json(&out)["stopped"], "the trainer finished the run");
 }
+
+/// A worker's metrics endpoint off loopback: refused at start in one line without a token
+/// (naming the flags); with one, `/metrics` wants it and `/healthz`, opened, does not. The
+/// trainer it joins is a socket that never answers, so the worker stays up, waiting.
+#[test]
+fn a_workers_metrics_off_loopback_want_the_token_given_on_its_command_line() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("cookie"), "the-cluster-secret\n").unwrap();
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let metrics = ["--metrics-address", "0.0.0.0:0"];
+    let refused = worker(dir.path(), port, "m", "cookie", &metrics);
+    let (code, _, log) = refused.finish();
+    assert_eq!(code, Some(2), "{log}");
+    assert_eq!(log.trim().lines().count(), 1, "{log}");
+    assert!(
+        log.contains("--metrics-address") && log.contains("--metrics-token-file"),
+        "{log}"
+    );
+
+    let token = "5eb63bbbe01eeed093cb22bb";
+    std::fs::write(dir.path().join("metrics-token"), format!("{token}\n")).unwrap();
+    let token_file = dir.path().join("metrics-token").display().to_string();
+    let mut w = worker(
+        dir.path(),
+        port,
+        "m",
+        "cookie",
+        &[
+            "--metrics-address",
+            "0.0.0.0:0",
+            "--metrics-token-file",
+            &token_file,
+            "--metrics-open-path",
+            "/healthz",
+            "--join-timeout-secs",
+            "600",
+        ],
+    );
+    let line = w.wait_line(|l| l.contains("metrics at http://"));
+    let addr = line
+        .rsplit("http://")
+        .next()
+        .unwrap()
+        .trim_end_matches("/metrics");
+    let port = addr.parse::<std::net::SocketAddr>().expect(&line).port();
+    let status = |path: &str, token: Option<&str>| -> u16 {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let auth = token
+            .map(|t| format!("Authorization: Bearer {t}\r\n"))
+            .unwrap_or_default();
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out.split(' ').nth(1).unwrap().parse().unwrap()
+    };
+    assert_eq!(status("/metrics", None), 401);
+    assert_eq!(status("/metrics", Some(token)), 200);
+    assert_eq!(status("/healthz", None), 200);
+    w.signal("KILL");
+    let _ = w.finish();
+    drop(silent);
+}

@@ -98,7 +98,10 @@ fn serves_metrics_and_healthz_on_a_free_port() {
     let (status, body) = get_as(addr, "/metrics", None);
     assert_eq!(status, 401, "{body}");
     assert!(body.contains("metrics.token_file"), "{body}");
-    assert_eq!(get_as(addr, "/metrics", Some("a1b2c3d4e5f6a7b8c9d0e1f3")).0, 401);
+    assert_eq!(
+        get_as(addr, "/metrics", Some("a1b2c3d4e5f6a7b8c9d0e1f3")).0,
+        401
+    );
     assert_eq!(get_as(addr, "/nope", None).0, 401, "no route is told apart");
     assert_eq!(get_as(addr, "/healthz", None).0, 200, "configured open");
 

@@ -319,11 +319,17 @@ fn a_surface_off_loopback_without_a_token_is_refused_in_one_line() {
             .current_dir(ROOT)
             .output()
             .unwrap();
-        (out.status.code(), String::from_utf8_lossy(&out.stderr).to_string())
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
     };
     // `key = "file"` placed at the top of `section`.
     let with = |text: &str, section: &str, key: &str, file: &Path| {
-        text.replace(section, &format!("{section}{key} = \"{}\"\n", file.display()))
+        text.replace(
+            section,
+            &format!("{section}{key} = \"{}\"\n", file.display()),
+        )
     };
     for (name, text, section, address, token_key) in [
         (
@@ -355,13 +361,18 @@ fn a_surface_off_loopback_without_a_token_is_refused_in_one_line() {
             stderr.contains(&format!("`{address}`")) && stderr.contains(token_key),
             "{name}: {stderr}"
         );
-        let (code, stderr) = check(&format!("{name}-ok.toml"), &with(&text, section, token_key, &token));
+        let (code, stderr) = check(
+            &format!("{name}-ok.toml"),
+            &with(&text, section, token_key, &token),
+        );
         assert_eq!(code, Some(0), "{name} with a token: {stderr}");
         // The endpoint's token is read where the workflow is made, at the run's start (a
         // remote worker makes its own); the actors' endpoint test refuses a short one there.
         if name != "agent" {
-            let (code, stderr) =
-                check(&format!("{name}-short.toml"), &with(&text, section, token_key, &short));
+            let (code, stderr) = check(
+                &format!("{name}-short.toml"),
+                &with(&text, section, token_key, &short),
+            );
             assert_eq!(code, Some(2), "{name}: {stderr}");
             assert_eq!(stderr.trim().lines().count(), 1, "{name}: {stderr}");
             assert!(stderr.contains("at least 16"), "{name}: {stderr}");

@@ -390,7 +390,11 @@ fn off_loopback_the_viewer_wants_its_token() {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
     std::fs::create_dir_all(run.join("rollouts")).unwrap();
-    std::fs::write(run.join("metrics.jsonl"), "{\"step\":1,\"reward_mean\":0.5}\n").unwrap();
+    std::fs::write(
+        run.join("metrics.jsonl"),
+        "{\"step\":1,\"reward_mean\":0.5}\n",
+    )
+    .unwrap();
 
     let out = Command::new(BIN)
         .arg("view")
@@ -401,7 +405,10 @@ fn off_loopback_the_viewer_wants_its_token() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
-    assert!(err.contains("--address") && err.contains("--token-file"), "{err}");
+    assert!(
+        err.contains("--address") && err.contains("--token-file"),
+        "{err}"
+    );
 
     let token = "c0ffee00c0ffee00c0ffee00";
     let token_file = tmp.path().join("token");
@@ -420,11 +427,21 @@ fn off_loopback_the_viewer_wants_its_token() {
     let addr = SocketAddr::from(([127, 0, 0, 1], v.addr.port()));
     let (status, body) = get(addr, "/ui");
     assert_eq!(status, 401, "{body}");
-    assert!(body.contains("--token-file") && !body.contains(token), "{body}");
+    assert!(
+        body.contains("--token-file") && !body.contains(token),
+        "{body}"
+    );
     assert_eq!(get_as(addr, "/ui", Some("c0ffee00c0ffee00c0ffee01")).0, 401);
     let (status, body) = get_as(addr, "/ui", Some(token));
     assert_eq!(status, 200, "{body}");
-    assert!(body.contains("metrics.jsonl") || body.contains("reward"), "{body}");
+    assert!(
+        body.contains("metrics.jsonl") || body.contains("reward"),
+        "{body}"
+    );
     assert_eq!(get(addr, "/healthz").0, 200, "opened on the command line");
-    assert_eq!(get(addr, "/ui/../healthz").0, 401, "not the open path once resolved");
+    assert_eq!(
+        get(addr, "/ui/../healthz").0,
+        401,
+        "not the open path once resolved"
+    );
 }

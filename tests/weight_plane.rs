@@ -8,10 +8,10 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use agent_r1_envs::access::Access;
 use agent_r1::weight_plane::{
     load_tensors, publish, Fetcher, FetcherConfig, WeightPlaneError, WeightServer,
 };
+use agent_r1_envs::access::Access;
 use tch::{Kind, Tensor};
 
 /// The same tensors for the same seed: libtorch's generator is global, and the tests of this
@@ -186,7 +186,12 @@ fn a_version_is_served_fetched_verified_and_loads_the_same_tensors() {
     let root = tmp.path().join("published");
     let original = tensors(1);
     let published = publish(&root, 1, &original, 2).unwrap();
-    let server = WeightServer::start("127.0.0.1:0".parse().unwrap(), Access::unauthenticated(), &root).unwrap();
+    let server = WeightServer::start(
+        "127.0.0.1:0".parse().unwrap(),
+        Access::unauthenticated(),
+        &root,
+    )
+    .unwrap();
 
     let fetched = fetcher(&server.url(), &tmp.path().join("worker"))
         .fetch(None)
@@ -247,7 +252,12 @@ fn a_corrupted_transfer_is_refused_by_its_digest_and_fetched_again() {
     let root = tmp.path().join("published");
     let original = tensors(3);
     let published = publish(&root, 5, &original, 2).unwrap();
-    let server = WeightServer::start("127.0.0.1:0".parse().unwrap(), Access::unauthenticated(), &root).unwrap();
+    let server = WeightServer::start(
+        "127.0.0.1:0".parse().unwrap(),
+        Access::unauthenticated(),
+        &root,
+    )
+    .unwrap();
     let proxy = Proxy::start(server.local_addr(), Fault::Flip(20_000));
 
     let fetched = fetcher(&proxy.url(), &tmp.path().join("worker"))
@@ -270,7 +280,12 @@ fn a_broken_transfer_resumes_with_a_range_request() {
     let root = tmp.path().join("published");
     let original = tensors(4);
     let published = publish(&root, 3, &original, 2).unwrap();
-    let server = WeightServer::start("127.0.0.1:0".parse().unwrap(), Access::unauthenticated(), &root).unwrap();
+    let server = WeightServer::start(
+        "127.0.0.1:0".parse().unwrap(),
+        Access::unauthenticated(),
+        &root,
+    )
+    .unwrap();
     let proxy = Proxy::start(server.local_addr(), Fault::Cut(30_000));
 
     let fetched = fetcher(&proxy.url(), &tmp.path().join("worker"))
@@ -298,7 +313,12 @@ fn a_file_corrupted_at_the_source_fails_every_attempt_and_leaves_no_version() {
     let last = bytes.len() - 1;
     bytes[last] ^= 0x01;
     std::fs::write(&path, bytes).unwrap();
-    let server = WeightServer::start("127.0.0.1:0".parse().unwrap(), Access::unauthenticated(), &root).unwrap();
+    let server = WeightServer::start(
+        "127.0.0.1:0".parse().unwrap(),
+        Access::unauthenticated(),
+        &root,
+    )
+    .unwrap();
 
     let dest = tmp.path().join("worker");
     let e = fetcher(&server.url(), &dest).fetch(Some(9)).unwrap_err();
@@ -329,7 +349,12 @@ fn a_pinned_fetch_refuses_a_manifest_other_than_the_one_announced() {
     let root = tmp.path().join("published");
     let original = tensors(7);
     let published = publish(&root, 4, &original, 2).unwrap();
-    let server = WeightServer::start("127.0.0.1:0".parse().unwrap(), Access::unauthenticated(), &root).unwrap();
+    let server = WeightServer::start(
+        "127.0.0.1:0".parse().unwrap(),
+        Access::unauthenticated(),
+        &root,
+    )
+    .unwrap();
     let (_, announced) =
         agent_r1::file_digest::sha256_file(&published.dir.join("manifest.json")).unwrap();
 

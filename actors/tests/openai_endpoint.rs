@@ -472,7 +472,11 @@ fn status_of(addr: std::net::SocketAddr, path: &str, token: Option<&str>) -> u16
     let auth = token
         .map(|t| format!("Authorization: Bearer {t}\r\n"))
         .unwrap_or_default();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     out.split(' ').nth(1).unwrap().parse().unwrap()
@@ -525,21 +529,17 @@ fn off_loopback_the_openai_client_presents_the_runs_token() {
     // The official client, given the token as its key and its episode's base URL, drives
     // the episode to its end.
     let f = tiny_agent(4, 1024);
-    let (t, transcript) = run_workflow(
-        &f,
-        workflow.clone(),
-        "conversation",
-        1.0,
-        16,
-        json!({}),
-    );
+    let (t, transcript) = run_workflow(&f, workflow.clone(), "conversation", 1.0, 16, json!({}));
     assert_eq!(t.steps.len(), 3, "one step per chat request");
     assert_eq!(transcript.as_array().unwrap().len(), 3);
 
     let port = workflow.endpoint().unwrap().local_addr().port();
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     assert_eq!(status_of(addr, "/v1/models", None), 401);
-    assert_eq!(status_of(addr, "/v1/models", Some("9c8b7a6f5e4d3c2b1a0f9e8e")), 401);
+    assert_eq!(
+        status_of(addr, "/v1/models", Some("9c8b7a6f5e4d3c2b1a0f9e8e")),
+        401
+    );
     assert_eq!(status_of(addr, "/v1/models", Some(token)), 200);
     assert_eq!(status_of(addr, "/episodes/ar1-x/v1/models", None), 401);
 }

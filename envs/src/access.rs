@@ -95,7 +95,10 @@ impl BearerToken {
     /// Reads `path`'s first line. `key` names the setting in errors.
     pub fn read(key: &str, path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| {
-            ConfigError::new(key, format!("{}: cannot read the token: {e}", path.display()))
+            ConfigError::new(
+                key,
+                format!("{}: cannot read the token: {e}", path.display()),
+            )
         })?;
         let line = text.lines().next().unwrap_or("").trim();
         let bad = |why: String| ConfigError::new(key, format!("{}: {why}", path.display()));
@@ -309,10 +312,15 @@ mod tests {
         assert!(a.requires_token());
         let good = b"Bearer 0123456789abcdef0123".as_slice();
         assert!(a.admit("/ui", Some(good)).is_ok());
-        assert!(a.admit("/ui", Some(b"Bearer  0123456789abcdef0123 ")).is_ok());
+        assert!(a
+            .admit("/ui", Some(b"Bearer  0123456789abcdef0123 "))
+            .is_ok());
         let e = a.admit("/ui", None).unwrap_err();
         assert!(e.message.contains("s.token_file"));
-        assert!(!e.message.contains("0123456789abcdef"), "never shows the token");
+        assert!(
+            !e.message.contains("0123456789abcdef"),
+            "never shows the token"
+        );
         for wrong in [
             b"Bearer 0123456789abcdef012".as_slice(),
             b"Bearer 0123456789abcdef01234",
@@ -323,17 +331,32 @@ mod tests {
             assert!(a.admit("/ui", Some(wrong)).is_err());
         }
         assert!(a.admit("/metrics", None).is_ok());
-        assert!(a.admit("/metrics/x", None).is_err(), "exact paths are exact");
+        assert!(
+            a.admit("/metrics/x", None).is_err(),
+            "exact paths are exact"
+        );
         assert!(a.admit("/ui/static/app.js", None).is_ok());
-        assert!(a.admit("/ui/static/../run", None).is_err(), "dot segments need it");
-        assert!(a.admit("/ui/static/%2e%2e/run", None).is_err(), "escapes need it");
+        assert!(
+            a.admit("/ui/static/../run", None).is_err(),
+            "dot segments need it"
+        );
+        assert!(
+            a.admit("/ui/static/%2e%2e/run", None).is_err(),
+            "escapes need it"
+        );
         assert!(a.admit("/ui/staticx", None).is_err());
     }
 
     #[test]
     fn bad_tokens_and_open_paths_are_refused_in_one_line() {
         let addr: SocketAddr = "0.0.0.0:0".parse().unwrap();
-        for text in ["", "\n", "short", "has a space in it ok", "tab\tinside0123456789"] {
+        for text in [
+            "",
+            "\n",
+            "short",
+            "has a space in it ok",
+            "tab\tinside0123456789",
+        ] {
             let f = token_file(text);
             let e = Access::load(KEYS, addr, Some(f.path()), &[]).unwrap_err();
             assert_eq!(e.key, "token_file", "{text:?}: {e}");
@@ -347,8 +370,8 @@ mod tests {
             let e = Access::load(KEYS, addr, Some(f.path()), &[bad.into()]).unwrap_err();
             assert_eq!(e.key, "open_paths", "{bad}: {e}");
         }
-        let e = check_exposure(KEYS, "127.0.0.1:0".parse().unwrap(), None, &["/m".into()])
-            .unwrap_err();
+        let e =
+            check_exposure(KEYS, "127.0.0.1:0".parse().unwrap(), None, &["/m".into()]).unwrap_err();
         assert_eq!(e.key, "open_paths");
     }
 

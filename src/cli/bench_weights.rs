@@ -7,10 +7,10 @@ use std::time::Instant;
 use anyhow::Context;
 use serde_json::json;
 
-use agent_r1_envs::access::Access;
 use crate::cli::bench_support::ModelFlags;
 use crate::weight_plane::{load_tensors, publish, Fetcher, FetcherConfig, WeightServer};
 use agent_r1_actors::device::parse_placement;
+use agent_r1_envs::access::Access;
 
 /// Flags of `agent-r1 bench weights`.
 #[derive(Debug, clap::Args)]
@@ -52,7 +52,11 @@ pub(crate) fn run(args: WeightsBench) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| tmp.path().to_path_buf());
     let root = scratch.join("published");
-    let server = WeightServer::start("127.0.0.1:0".parse().expect("an address"), Access::unauthenticated(), &root)?;
+    let server = WeightServer::start(
+        "127.0.0.1:0".parse().expect("an address"),
+        Access::unauthenticated(),
+        &root,
+    )?;
     let fetcher = Fetcher::new(
         &server.url(),
         &scratch.join("fetched"),

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::metrics_server;
-use agent_r1_envs::access::{Access, AccessKeys};
 use crate::view::Site;
+use agent_r1_envs::access::{Access, AccessKeys};
 use anyhow::Context;
 
 /// Flags of `agent-r1 view`.

@@ -41,6 +41,13 @@ pub(crate) struct WorkerCmdArgs {
     /// Serve this worker's Prometheus metrics (`/metrics`, `/healthz`) on HOST:PORT.
     #[arg(long)]
     metrics_address: Option<String>,
+    /// File whose first line is the bearer token `/metrics` and `/healthz` want (required
+    /// when --metrics-address is not loopback).
+    #[arg(long, requires = "metrics_address")]
+    metrics_token_file: Option<PathBuf>,
+    /// A metrics path served without the token (repeatable), e.g. `/metrics`.
+    #[arg(long = "metrics-open-path", requires = "metrics_token_file")]
+    metrics_open_paths: Vec<String>,
     /// Seconds to wait for the trainer to accept and welcome this worker.
     #[arg(long, default_value_t = 60.0)]
     join_timeout_secs: f64,
@@ -100,6 +107,8 @@ pub(crate) fn run(args: WorkerCmdArgs, registries: Registries) -> anyhow::Result
             registries,
             freeze_at_lease: args.freeze_at_lease,
             metrics_address: args.metrics_address,
+            metrics_token_file: args.metrics_token_file,
+            metrics_open_paths: args.metrics_open_paths,
             hold_from_lease: args.hold_from_lease,
             slow_swap: args
                 .slow_swap_secs

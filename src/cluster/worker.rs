@@ -22,6 +22,7 @@ use agent_r1_actors::stall::StallWatch;
 use agent_r1_actors::tokenizer::HfTokenizer;
 use agent_r1_actors::trajectory::Trajectory;
 use agent_r1_actors::weight_digest::WeightDigest;
+use agent_r1_envs::access::{check_exposure, AccessKeys};
 
 use super::wire::{worker_group, ClusterMsg, Wire};
 use super::{read_cookie, tell_coordinator, Node, SessionEvent};
@@ -54,6 +55,10 @@ pub struct WorkerArgs {
     pub freeze_at_lease: Option<u64>,
     /// Serve `/metrics` and `/healthz` here.
     pub metrics_address: Option<String>,
+    /// The bearer token they want (required off loopback).
+    pub metrics_token_file: Option<PathBuf>,
+    /// Paths served without it.
+    pub metrics_open_paths: Vec<String>,
     /// Join over TLS, trusting the certificates in this PEM file.
     pub tls_ca: Option<PathBuf>,
     /// The name the trainer's certificate must carry (default: the host of `join`).
@@ -121,6 +126,14 @@ struct Welcome {
     heartbeat: Duration,
 }
 
+/// The flags that set the worker's metrics endpoint, as its errors name them.
+const METRICS_FLAGS: AccessKeys = AccessKeys {
+    section: "",
+    address: "--metrics-address",
+    token_file: "--metrics-token-file",
+    open_paths: "--metrics-open-path",
+};
+
 /// Runs a worker until the trainer says stop, a signal, or an error; returns its summary.
 pub async fn run(
     args: WorkerArgs,
@@ -134,9 +147,22 @@ pub async fn run(
         Some(address) => {
             let section = MetricsSection {
                 address: address.clone(),
+                token_file: args.metrics_token_file.clone(),
+                open_paths: args.metrics_open_paths.clone(),
                 ui: false,
                 ..MetricsSection::default()
             };
+            let addr = section
+                .socket_addr()
+                .map_err(|e| anyhow::anyhow!("--metrics-address: {e}"))?;
+            // Named by the flags that set them, before the section's own check.
+            check_exposure(
+                METRICS_FLAGS,
+                addr,
+                section.token_file.as_deref(),
+                &section.open_paths,
+            )
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
             section
                 .check()
                 .map_err(|e| anyhow::anyhow!("--metrics-address: {e}"))?;
@@ -186,12 +212,14 @@ pub async fn run(
         .map_err(|e| anyhow::anyhow!("the trainer's config on this worker: {e}"))?;
     let slots = cfg.rollout.concurrency.max(1) as u32;
 
-    let fetcher = Arc::new(Fetcher::new(
-        &welcome.weights_url,
-        &args.dir.join("weights"),
-        FetcherConfig::default(),
-    )
-    .with_token(welcome.weights_token.as_deref()));
+    let fetcher = Arc::new(
+        Fetcher::new(
+            &welcome.weights_url,
+            &args.dir.join("weights"),
+            FetcherConfig::default(),
+        )
+        .with_token(welcome.weights_token.as_deref()),
+    );
     // Setting up takes longer than a lease on a busy machine: say it is alive meanwhile.
     let setting_up = keepalive(
         heartbeat(&args.name, None, slots, &HashMap::new()),

@@ -100,7 +100,12 @@ impl Section for ClusterSection {
             return Ok(());
         }
         addr("listen", &self.listen)?;
-        check_exposure(WEIGHT_KEYS, weights, self.weights_token_file.as_deref(), &[])?;
+        check_exposure(
+            WEIGHT_KEYS,
+            weights,
+            self.weights_token_file.as_deref(),
+            &[],
+        )?;
         if self.cookie_file.is_none() {
             return Err(ConfigError::new(
                 "cookie_file",
@@ -138,7 +143,11 @@ impl ClusterSection {
     /// relative to `[cluster]`.
     pub fn weights_access(&self) -> Result<Access, ConfigError> {
         let addr = self.weights_listen.parse::<SocketAddr>().map_err(|_| {
-            ConfigError::range("weights_listen", format!("{:?}", self.weights_listen), "IP:PORT")
+            ConfigError::range(
+                "weights_listen",
+                format!("{:?}", self.weights_listen),
+                "IP:PORT",
+            )
         })?;
         Access::load(WEIGHT_KEYS, addr, self.weights_token_file.as_deref(), &[])
     }

@@ -122,10 +122,7 @@ impl Fetcher {
             url: url.clone(),
             message,
         };
-        let response = self
-            .get(&url)
-            .call()
-            .map_err(|e| http(e.to_string()))?;
+        let response = self.get(&url).call().map_err(|e| http(e.to_string()))?;
         let status = response.status().as_u16();
         let body = response
             .into_body()

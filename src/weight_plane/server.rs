@@ -59,8 +59,8 @@ impl WeightServer {
             let root = root.clone();
             async move { respond(req, &root).await }
         };
-        let http =
-            spawn_http(SPEC, listener, local, access, handler, None).map_err(|e| fail(e.to_string()))?;
+        let http = spawn_http(SPEC, listener, local, access, handler, None)
+            .map_err(|e| fail(e.to_string()))?;
         tracing::info!(addr = %local, "serving weights");
         Ok(Self { http })
     }

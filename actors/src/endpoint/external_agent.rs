@@ -231,10 +231,14 @@ impl ExternalAgent {
     /// The workflow for `options` (validated); the endpoint starts with the first episode.
     pub fn new(options: ExternalAgentOptions) -> agent_r1_envs::Result<Self> {
         options.validate()?;
-        let listen: SocketAddr = options.listen.parse().map_err(|e| agent_r1_envs::Error::Config {
-            key: "env.options.listen".into(),
-            message: format!("{e}"),
-        })?;
+        let listen: SocketAddr =
+            options
+                .listen
+                .parse()
+                .map_err(|e| agent_r1_envs::Error::Config {
+                    key: "env.options.listen".into(),
+                    message: format!("{e}"),
+                })?;
         let access = Access::load(ACCESS_KEYS, listen, options.token_file.as_deref(), &[])
             .map_err(|e| e.under("env.options"))?;
         let service = (!options.service_command.is_empty()).then(|| {
@@ -266,7 +270,7 @@ impl ExternalAgent {
                 };
                 let endpoint =
                     Endpoint::start(addr, access, self.options.model_name.clone(), limits)
-                    .map_err(|e| format!("the OpenAI endpoint cannot listen on {addr}: {e}"))?;
+                        .map_err(|e| format!("the OpenAI endpoint cannot listen on {addr}: {e}"))?;
                 tracing::info!("openai endpoint at {}", endpoint.base_url());
                 Ok(Arc::new(endpoint))
             })
