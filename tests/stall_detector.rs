@@ -188,3 +188,134 @@ fn a_stall_that_does_not_fail_the_run_turns_healthz_unhealthy_and_is_counted() {
     trainer.signal("KILL");
     let _ = trainer.finish();
 }
+
+/// The shipped systemd unit's restart rules and command line, read from
+/// `deploy/agent-r1.service` so that the test below plays exactly its part.
+struct Unit {
+    /// `ExecStart`'s arguments after the program.
+    args: Vec<String>,
+    /// `Restart=on-failure`.
+    restarts_on_failure: bool,
+    /// `RestartPreventExitStatus=`.
+    prevented: Vec<i32>,
+}
+
+impl Unit {
+    fn shipped() -> Self {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/agent-r1.service");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let value = |key: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("{key}=")))
+                .unwrap_or_else(|| panic!("{}: no {key}=", path.display()))
+                .to_string()
+        };
+        let exec = value("ExecStart");
+        let mut words = exec.split_whitespace().map(str::to_string);
+        let program = words.next().unwrap();
+        assert!(program.ends_with("/agent-r1"), "{exec}");
+        Self {
+            args: words.collect(),
+            restarts_on_failure: value("Restart") == "on-failure",
+            prevented: value("RestartPreventExitStatus")
+                .split_whitespace()
+                .map(|c| c.parse().unwrap())
+                .collect(),
+        }
+    }
+
+    /// Its arguments with the test's config and run directory for its paths.
+    fn args_for(&self, config: &Path, out: &Path) -> Vec<String> {
+        let mut args = self.args.clone();
+        for (flag, value) in [("--config", config), ("--out", out)] {
+            let at = args.iter().position(|a| a == flag).unwrap() + 1;
+            args[at] = value.display().to_string();
+        }
+        args
+    }
+
+    /// Whether systemd starts the service again after it exited with `code` (`None`:
+    /// killed by a signal, which `on-failure` restarts).
+    fn restarts_after(&self, code: Option<i32>) -> bool {
+        match code {
+            Some(0) => false,
+            Some(c) if self.prevented.contains(&c) => false,
+            _ => self.restarts_on_failure,
+        }
+    }
+}
+
+/// Crash-only operation: a hung engine thread (injected after two updates and their
+/// checkpoints) ends the run with the stage named and exit code 3; the test, playing the
+/// shipped unit, starts its command again, and the run resumes from its newest checkpoint
+/// and completes every update exactly once. A config mistake (exit 2) is not restarted.
+#[test]
+fn the_shipped_unit_restarts_a_stalled_run_which_resumes_and_completes() {
+    let unit = Unit::shipped();
+    assert!(unit.restarts_after(Some(3)) && unit.restarts_after(None));
+    let dir = tempfile::tempdir().unwrap();
+    // A deadline far above a decode step on a loaded machine, so only the injected hang
+    // stalls the engine.
+    let cfg = config(dir.path(), "engine_secs", true);
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let text = text.replace(
+        &format!("engine_secs = {DEADLINE_SECS}\n"),
+        "engine_secs = 20\n",
+    );
+    assert!(text.contains("engine_secs = 20\n"), "{text}");
+    std::fs::write(&cfg, text).unwrap();
+    let out = dir.path().join("run");
+
+    let missing = dir.path().join("absent.toml");
+    let (code, _, log) = Trainer::command(&unit.args_for(&missing, &out)).finish();
+    assert_eq!(code, Some(2), "{log}");
+    assert!(
+        !unit.restarts_after(code),
+        "a config mistake is not restarted"
+    );
+
+    let mut starts = 0;
+    let mut logs = Vec::new();
+    loop {
+        starts += 1;
+        assert!(
+            starts <= 3,
+            "still not done after {} starts:\n{}",
+            starts - 1,
+            logs.join("\n---\n")
+        );
+        let mut args = unit.args_for(&cfg, &out);
+        if starts == 1 {
+            args.extend(["--inject-engine-hang-after-updates".into(), "2".into()]);
+        }
+        let (code, _, log) = Trainer::command(&args).finish();
+        logs.push(log.clone());
+        if starts == 1 {
+            assert_eq!(code, Some(3), "{log}");
+            let failed = log
+                .lines()
+                .find(|l| l.starts_with("the run fails: "))
+                .unwrap_or("");
+            assert!(
+                failed.contains("stuck stage: engine: the decode loop ("),
+                "{log}"
+            );
+        }
+        if !unit.restarts_after(code) {
+            assert_eq!(code, Some(0), "{log}");
+            break;
+        }
+    }
+    assert_eq!(starts, 2, "one restart");
+    assert!(logs[1].contains("resumed from step 2"), "{}", logs[1]);
+    let steps: Vec<u64> = std::fs::read_to_string(out.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["step"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(steps, vec![1, 2, 3], "every update once, none lost");
+}

@@ -37,6 +37,10 @@ pub(crate) struct TrainCmdArgs {
     /// engine, learner, publication, checkpoint).
     #[arg(long, hide = true)]
     inject_hang: Option<HangStage>,
+    /// Fault injection for the crash-only test: the engine thread hangs for good once this
+    /// many updates are done.
+    #[arg(long, hide = true)]
+    inject_engine_hang_after_updates: Option<u64>,
     /// Fault injection for the soak (`scripts/soak.sh`): this fraction of every tool's calls
     /// panics, overruns its timeout or fails (a third each).
     #[arg(long, hide = true)]
@@ -66,6 +70,7 @@ pub(crate) fn run(args: TrainCmdArgs, registries: Registries) -> anyhow::Result<
             learner_delay: args.learner_delay_ms.map(Duration::from_millis),
             checkpoint_delay: args.checkpoint_delay_ms.map(Duration::from_millis),
             hang: args.inject_hang,
+            engine_hang_after_updates: args.inject_engine_hang_after_updates,
             tool_fault_rate: args.inject_tool_faults,
             engine_panic_after_steps: args.inject_engine_panic_after,
             engine_stop_after_first_update: args.inject_engine_stop_after_update,

@@ -69,6 +69,9 @@ pub struct Faults {
     pub checkpoint_delay: Option<Duration>,
     /// One stage hangs for good.
     pub hang: Option<HangStage>,
+    /// The engine thread stops stepping for good as sampling for the update after this many
+    /// starts (so checkpoints exist before it stalls).
+    pub engine_hang_after_updates: Option<u64>,
     /// This fraction of every tool's calls panics, overruns its timeout or fails.
     pub tool_fault_rate: Option<f64>,
     /// Once the first update's weights are published, every engine thread panics after this

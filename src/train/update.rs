@@ -27,7 +27,11 @@ impl Run {
             TrainMode::Async if self.fed_ahead => 0,
             TrainMode::Async => self.cfg.training.updates.saturating_sub(self.step),
         };
-        if self.faults.hangs(HangStage::Engine) {
+        let hang_now = self
+            .faults
+            .engine_hang_after_updates
+            .is_some_and(|n| self.step >= n);
+        if self.faults.hangs(HangStage::Engine) || hang_now {
             self.engine.inject_hang()?;
         }
         if updates_fed > 0 {
