@@ -23,11 +23,9 @@ impl TemplatePrefix {
         critic: &CriticConfig,
         tokenizer: Arc<HfTokenizer>,
     ) -> Result<Option<Self>, ConfigError> {
-        let Some(text) = &critic.prefix else {
+        let Some(template) = template(critic)? else {
             return Ok(None);
         };
-        let template =
-            TaskTemplate::parse(text).map_err(|e| ConfigError::new("critic.prefix", e))?;
         Ok(Some(Self {
             template,
             tokenizer,
@@ -92,14 +90,22 @@ pub fn check_fields<'a>(
     critic: &CriticConfig,
     tasks: impl IntoIterator<Item = &'a Task>,
 ) -> Result<(), ConfigError> {
-    let Some(text) = &critic.prefix else {
+    let Some(template) = template(critic)? else {
         return Ok(());
     };
-    let template = TaskTemplate::parse(text).map_err(|e| ConfigError::new("critic.prefix", e))?;
     for task in tasks {
         template
             .render(task)
             .map_err(|e| ConfigError::new("critic.prefix", format!("task {}: {e}", task.id)))?;
     }
     Ok(())
+}
+
+/// `critic.prefix` parsed, `None` without one.
+fn template(critic: &CriticConfig) -> Result<Option<TaskTemplate>, ConfigError> {
+    critic
+        .prefix
+        .as_deref()
+        .map(|text| TaskTemplate::parse(text).map_err(|e| ConfigError::new("critic.prefix", e)))
+        .transpose()
 }
