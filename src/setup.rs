@@ -273,6 +273,7 @@ pub fn rollout_setup(
         validate,
         live: Default::default(),
         stall: None,
+        calls: Default::default(),
     })
 }
 

@@ -41,6 +41,7 @@ mod build;
 mod checkpointing;
 mod evaluate;
 pub mod faults;
+mod journal;
 pub mod plot;
 pub mod records;
 mod sampler;
@@ -67,11 +68,12 @@ use std::time::Instant;
 
 use agent_r1_actors::engine_set::EngineSet;
 use agent_r1_actors::learner::LearnerRef;
-use agent_r1_actors::runtime::{LiveBoard, RolloutSetup};
+use agent_r1_actors::runtime::{CallLedger, LiveBoard, RolloutSetup};
 use agent_r1_actors::stall::StallWatch;
 use agent_r1_actors::tokenizer::HfTokenizer;
 
 use crate::critic_prefix::TemplatePrefix;
+use agent_r1_envs::call_journal::CallJournal;
 use agent_r1_envs::task::Task;
 use anyhow::Context;
 use sampler::Sampler;
@@ -202,6 +204,8 @@ struct Run {
     started: Instant,
     stall: StallWatch,
     faults: Faults,
+    /// Finished tool calls, kept for the episodes a resume would sample again.
+    journal: Arc<CallJournal>,
     /// Remote workers, when `[cluster] listen` is set.
     cluster: Option<TrainerCluster>,
     /// Batches in a row in which every episode failed (`training.max_failed_batches`).
@@ -234,6 +238,7 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
     let _watchdog = start_watchdog(&stall)?;
     let _metrics = serve_metrics(&cfg, &run_dir, &live, &stall)?;
     let resumed = resume_point(&cfg, &run_dir, args.resume)?;
+    let journal = journal::open(&run_dir)?;
     // The resolved config, for the web UI and for people reading the directory.
     let config_path = run_dir.join("config.toml");
     std::fs::write(&config_path, cfg.to_toml_string())
@@ -301,8 +306,9 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
         let _in_runtime = rt.enter();
         republish_after_restarts(&engine, learner.clone(), &stall)
     };
-    let (train_setup, eval_setup) =
+    let (mut train_setup, eval_setup) =
         rollout_setups(&cfg, &engine, &tokenizer, &scenario, &live, &stall)?;
+    train_setup.calls = CallLedger::journaled(journal.clone());
     let mut sampler = rt.block_on(Sampler::start(
         train_setup,
         TaskStream::new(scenario.train, cfg.training.seed),
@@ -351,6 +357,7 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
         started,
         stall,
         faults: args.faults.clone(),
+        journal,
         failed_batches: 0,
     };
     let outcome = rt.block_on(train_loop(&mut run, start.resumed_step.is_some()));

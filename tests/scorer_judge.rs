@@ -8,6 +8,7 @@
 //!   the held call would wait out its fallback and the test fails).
 //! - A judge that fails (HTTP 500 for some questions, every try) gives failed episodes with
 //!   the reason logged and counted, never a made-up reward, and the run goes on to its end.
+//!   Every call carries an `Idempotency-Key`, the same for each try of one judgement.
 
 #[path = "support/trainer.rs"]
 mod trainer;
@@ -39,6 +40,8 @@ struct Record {
     /// Whether the held call was let go by its fallback instead of by the order of events.
     held_until_fallback: bool,
     failed_questions: Vec<String>,
+    /// Each call's `Idempotency-Key` header and body.
+    keys: Vec<(Option<String>, String)>,
 }
 
 struct Judge {
@@ -46,10 +49,12 @@ struct Judge {
     state: Arc<(Mutex<Record>, Condvar)>,
 }
 
-/// Reads one HTTP/1.1 request's body (Content-Length framing, as ureq sends JSON).
-fn read_body(stream: &mut TcpStream) -> Value {
+/// Reads one HTTP/1.1 request's body (Content-Length framing, as ureq sends JSON) and its
+/// `Idempotency-Key` header.
+fn read_body(stream: &mut TcpStream) -> (Value, Option<String>) {
     let mut reader = BufReader::new(stream);
     let mut length = 0;
+    let mut key = None;
     loop {
         let mut line = String::new();
         reader.read_line(&mut line).unwrap();
@@ -61,11 +66,14 @@ fn read_body(stream: &mut TcpStream) -> Value {
             if name.eq_ignore_ascii_case("content-length") {
                 length = value.trim().parse().unwrap();
             }
+            if name.eq_ignore_ascii_case("idempotency-key") {
+                key = Some(value.trim().to_string());
+            }
         }
     }
     let mut body = vec![0; length];
     reader.read_exact(&mut body).unwrap();
-    serde_json::from_slice(&body).unwrap()
+    (serde_json::from_slice(&body).unwrap(), key)
 }
 
 fn respond(stream: &mut TcpStream, status: &str, body: &Value) {
@@ -102,10 +110,11 @@ impl Judge {
                 let Ok(mut stream) = stream else { continue };
                 let state = shared.clone();
                 std::thread::spawn(move || {
-                    let request = read_body(&mut stream);
+                    let (request, key) = read_body(&mut stream);
                     let (lock, changed) = &*state;
                     let index = {
                         let mut r = lock.lock().unwrap();
+                        r.keys.push((key, request.to_string()));
                         r.calls += 1;
                         r.calls - 1
                     };
@@ -307,6 +316,24 @@ fn a_failing_judge_gives_recorded_score_errors_and_the_run_goes_on() {
     assert!(
         per_question.values().all(|n| n % 3 == 0),
         "{per_question:?}"
+    );
+    // Every call carries an idempotency key; the tries of one judgement carry the same one,
+    // and other judgements other ones.
+    let mut by_key = std::collections::BTreeMap::<&str, std::collections::BTreeSet<&str>>::new();
+    for (key, body) in &r.keys {
+        let key = key
+            .as_deref()
+            .expect("every judge call has an Idempotency-Key");
+        assert!(key.starts_with("judge/") && key.len() == 38, "{key}");
+        by_key.entry(key).or_default().insert(body);
+    }
+    assert!(
+        by_key.values().all(|bodies| bodies.len() == 1),
+        "{by_key:?}"
+    );
+    assert!(
+        by_key.len() > 1 && by_key.len() < r.keys.len(),
+        "{by_key:?}"
     );
 
     let rows = rows(&run.join("metrics.jsonl"));

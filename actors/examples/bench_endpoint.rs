@@ -167,6 +167,7 @@ fn main() {
             validate: Arc::new(|_, _| Ok(())),
             live: Default::default(),
             stall: None,
+            calls: Default::default(),
         }
     };
     let report = |name: &str, (out, secs): (Vec<Trajectory>, f64)| {

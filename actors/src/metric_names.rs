@@ -48,6 +48,10 @@ agent_r1_envs::declare_metrics! {
     /// Queued tool calls dropped unrun because their episode had stopped waiting, by tool.
     TOOL_CALLS_ABANDONED_TOTAL: Counter("agent_r1_tool_calls_abandoned_total") labels ["tool"];
 
+    /// Tool calls answered from the run's call journal instead of being made again (an
+    /// episode sampled again after a resume), by tool.
+    TOOL_CALLS_REPLAYED_TOTAL: Counter("agent_r1_tool_calls_replayed_total") labels ["tool"];
+
     /// Tool workers restarted, by tool.
     TOOL_RESTARTS_TOTAL: Counter("agent_r1_tool_restarts_total") labels ["tool"];
 

@@ -16,6 +16,7 @@
 //! parked-KV budget, not by the number of tasks.
 
 mod batcher;
+mod call_ledger;
 pub mod context_policy;
 mod env_actor;
 mod env_source;
@@ -41,6 +42,7 @@ use agent_r1_envs::task::Task;
 use agent_r1_envs::tool::{CallError, Tool};
 
 pub use batcher::GroupBatcher;
+pub use call_ledger::CallLedger;
 pub use context_policy::{ContextPolicies, ContextPolicy};
 pub use env_source::{EnvBuilder, EnvSource};
 pub use episode_error::{EnvStage, EpisodeError};
@@ -141,6 +143,9 @@ pub struct RolloutSetup {
     pub live: LiveBoard,
     /// Where env and tool calls are recorded for the stall detector (`None`: not watched).
     pub stall: Option<StallWatch>,
+    /// The run id in tool calls' idempotency keys, and the call journal where the run
+    /// keeps one.
+    pub calls: CallLedger,
 }
 
 /// Counters of a finished rollout.

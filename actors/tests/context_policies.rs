@@ -127,6 +127,7 @@ fn rollout(f: &TinyAgent, policy: Arc<dyn ContextPolicy>, episodes: usize) -> Ve
         validate: Arc::new(|_, _| Ok(())),
         live: Default::default(),
         stall: None,
+        calls: Default::default(),
     };
     let tasks = (0..episodes)
         .map(|i| (task(format!("item {i}")), i as u64))

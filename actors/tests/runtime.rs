@@ -263,6 +263,7 @@ fn setup(
         validate: Arc::new(|_, _| Ok(())),
         live: Default::default(),
         stall: None,
+        calls: Default::default(),
     }
 }
 

@@ -240,6 +240,7 @@ fn run_family(style: TokenizerStyle, family: &str, format: ToolCallFormat, calls
         validate: Arc::new(|_, _| Ok(())),
         live: Default::default(),
         stall: None,
+        calls: Default::default(),
     };
     let trajectory = rollout(setup);
 

@@ -126,6 +126,7 @@ fn rollout(
         validate: Arc::new(|_, _| Ok(())),
         live: Default::default(),
         stall: None,
+        calls: Default::default(),
     };
     let tasks = ids
         .into_iter()

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::call_key::CallKey;
 use crate::schema::validate_arguments;
 use crate::tool::{CallError, CallOutcome, Tool, ToolCall, ToolOutput};
 
@@ -34,7 +35,7 @@ pub fn check_call<'a>(
 /// is aborted and becomes [`CallError::Timeout`]. Does not validate arguments (see
 /// [`execute`]).
 pub async fn run_guarded(tool: Arc<dyn Tool>, arguments: Value) -> Result<ToolOutput, CallError> {
-    run_guarded_holding(tool, arguments, ()).await
+    run_guarded_holding(tool, None, arguments, ()).await
 }
 
 /// [`run_guarded`], with `held` kept by the call's own task until that task ends: past the
@@ -45,8 +46,11 @@ pub async fn run_guarded(tool: Arc<dyn Tool>, arguments: Value) -> Result<ToolOu
 /// that blocks its thread pins a tool-runtime thread, the caller's timeout still fires, and
 /// the caller's runtime goes on. Such a call is counted in `agent_r1_tool_calls_overdue`
 /// until its code returns.
+///
+/// With a `key`, the tool runs [`Tool::call_keyed`] with it.
 pub async fn run_guarded_holding<H: Send + 'static>(
     tool: Arc<dyn Tool>,
+    key: Option<CallKey>,
     arguments: Value,
     held: H,
 ) -> Result<ToolOutput, CallError> {
@@ -56,7 +60,10 @@ pub async fn run_guarded_holding<H: Send + 'static>(
     let mut task = tool_runtime().spawn(async move {
         let _held = held;
         let _ended = ended;
-        tool.call(arguments).await
+        match key {
+            Some(key) => tool.call_keyed(&key, arguments).await,
+            None => tool.call(arguments).await,
+        }
     });
     match tokio::time::timeout(limit, &mut task).await {
         Err(_) => {

@@ -7,6 +7,8 @@
 
 pub mod access;
 pub mod call_guard;
+pub mod call_journal;
+pub mod call_key;
 pub mod config;
 pub mod control_groups;
 pub mod dataset;

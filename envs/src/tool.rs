@@ -57,6 +57,19 @@ pub trait Tool: Send + Sync + 'static {
     /// Runs the call. An `Err` becomes an error observation for the model, never a crash.
     async fn call(&self, arguments: Value) -> crate::Result<ToolOutput>;
 
+    /// Runs the call made under `key`, its idempotency key (the same each time this call of
+    /// this episode is made, after a crash too). A tool whose calls have side effects passes
+    /// the key on to whatever can tell a repeated call from a new one; the default ignores it
+    /// and runs [`Tool::call`].
+    async fn call_keyed(
+        &self,
+        key: &crate::call_key::CallKey,
+        arguments: Value,
+    ) -> crate::Result<ToolOutput> {
+        let _ = key;
+        self.call(arguments).await
+    }
+
     /// The OpenAI function spec that chat templates receive in `tools`.
     fn spec(&self) -> Value {
         serde_json::json!({

@@ -4,6 +4,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
+
+use agent_r1_actors::runtime::RETRY_BIT;
 use serde_json::json;
 
 use super::faults::HangStage;
@@ -63,6 +65,19 @@ impl Run {
         }
         pending.write_file("config.toml", self.cfg.to_toml_string().as_bytes())?;
         let done = pending.commit(self.state(&snapshot))?;
+        // Only episodes of the groups in flight at the checkpoint, or fed since, can be
+        // sampled again after a resume from here; the journal keeps their calls only.
+        let group = self.cfg.rollout.group_size.max(1) as u64;
+        let open: std::collections::BTreeSet<u64> = snapshot.open.iter().copied().collect();
+        let needed = |episode: u64| {
+            let position = (episode & !RETRY_BIT) / group;
+            position >= snapshot.position || open.contains(&position)
+        };
+        match self.journal.retain(needed) {
+            Ok(0) => {}
+            Ok(dropped) => tracing::debug!("tool-call journal: {dropped} calls no longer needed"),
+            Err(e) => eprintln!("warning: compacting the tool-call journal: {e}"),
+        }
         // The checkpoint is committed; failing to delete older ones is not worth a retry.
         if let Err(e) = checkpoint::prune(&self.run_dir, self.cfg.checkpoint.keep_last) {
             eprintln!("warning: pruning old checkpoints: {e}");

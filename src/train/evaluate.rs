@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 
-use agent_r1_actors::runtime::{run_rollout, RolloutSetup};
+use agent_r1_actors::runtime::{run_rollout, CallLedger, RolloutSetup};
 use agent_r1_actors::tokenizer::HfTokenizer;
 use agent_r1_actors::trajectory::{Trajectory, TrajectoryWriter};
 use agent_r1_envs::task::Task;
@@ -21,8 +21,13 @@ impl Run {
             return Ok(None);
         }
         let t0 = Instant::now();
-        let (trajectories, s) =
-            evaluate_tasks(&self.eval_setup, &self.test, self.cfg.eval.questions).await?;
+        // Evaluation episodes are numbered from 0 at every evaluation: their calls are keyed
+        // apart from training's and from other evaluations', and not journaled.
+        let setup = RolloutSetup {
+            calls: CallLedger::unjournaled(format!("{}-eval{}", self.journal.run(), self.step)),
+            ..self.eval_setup.clone()
+        };
+        let (trajectories, s) = evaluate_tasks(&setup, &self.test, self.cfg.eval.questions).await?;
         let dir = self.run_dir.join("rollouts");
         write_trajectories(
             &dir.join(format!("eval-step-{:06}.jsonl", self.step)),

@@ -20,6 +20,7 @@ use agent_r1_envs::message::Message;
 use agent_r1_envs::task::Task;
 use agent_r1_envs::tool::{CallError, CallOutcome, ToolCall};
 
+use super::call_ledger::{CallLedger, EpisodeCalls, Settled};
 use super::context_policy::{ContextPolicy, History, NextContext, TurnRecord};
 use super::env_actor::{EnvActor, EnvMsg, EnvReply, EnvState};
 use super::env_source::EnvSource;
@@ -48,6 +49,7 @@ pub(crate) struct Shared {
     pub(crate) live: LiveBoard,
     pub(crate) sink: mpsc::Sender<Trajectory>,
     pub(crate) stall: Option<StallWatch>,
+    pub(crate) calls: CallLedger,
 }
 
 #[async_trait::async_trait]
@@ -69,8 +71,12 @@ impl AgentRun for Shared {
         sample_with(self, key, context, options).await
     }
 
-    async fn run_calls(&self, calls: Vec<Result<ToolCall, CallError>>) -> Vec<CallOutcome> {
-        run_calls(self, calls).await
+    async fn run_calls(
+        &self,
+        place: (&EpisodeCalls, usize),
+        calls: Vec<Result<ToolCall, CallError>>,
+    ) -> Vec<CallOutcome> {
+        run_calls(self, place, calls).await
     }
 
     fn release(&self, key: u64) {
@@ -117,6 +123,8 @@ pub(crate) struct EpisodeState {
     steps: Vec<Step>,
     started: Instant,
     live: LiveEntry,
+    /// Its tool calls' keys.
+    calls: EpisodeCalls,
 }
 
 impl EpisodeState {
@@ -159,6 +167,7 @@ impl Actor for Episode {
             .enter(args.episode_id, &args.task.id, &args.task.question);
         Ok(EpisodeState {
             live,
+            calls: EpisodeCalls::new(args.episode_id),
             args,
             env: None,
             prompt_ids: vec![],
@@ -410,7 +419,7 @@ async fn turn(state: &mut EpisodeState) -> Result<Option<String>, EpisodeError> 
             .map(|c| c.as_ref().map_or("(unparsed)".into(), |c| c.name.clone()))
             .collect(),
     ));
-    let outcomes = run_calls(&shared, calls).await;
+    let outcomes = run_calls(&shared, (&state.calls, state.steps.len()), calls).await;
     step.tool_seconds = tools_began.elapsed().as_secs_f64();
     state.live.set(Stage::Observing);
     let sent = outcomes.clone();
@@ -536,11 +545,39 @@ fn within_limit(
         .collect()
 }
 
+/// Runs a step's calls (`place`: the episode's keys and the step they follow) concurrently;
+/// outcomes in the calls' order. A call the run's journal holds is answered from it; a
+/// call made is recorded in it.
 pub(crate) async fn run_calls(
     shared: &Shared,
+    (episode, step): (&EpisodeCalls, usize),
     calls: Vec<Result<ToolCall, CallError>>,
 ) -> Vec<CallOutcome> {
-    let futures = calls.into_iter().map(|call| async move {
+    // Keys first, in order: a key the journal holds for another call moves the later ones to
+    // the next branch.
+    let calls: Vec<_> = calls
+        .into_iter()
+        .enumerate()
+        .map(|(index, call)| {
+            let settled = call
+                .as_ref()
+                .ok()
+                .filter(|c| shared.tools.contains_key(&c.name))
+                .map(|c| episode.settle(&shared.calls, step, index, c));
+            (call, settled)
+        })
+        .collect();
+    let futures = calls.into_iter().map(|(call, settled)| async move {
+        let key = match settled {
+            Some(Settled::Replayed(outcome)) => {
+                let tool = outcome.name.clone().unwrap_or_default();
+                metrics::counter!(crate::metric_names::TOOL_CALLS_REPLAYED_TOTAL.name, "tool" => tool)
+                    .increment(1);
+                return outcome;
+            }
+            Some(Settled::Make(key)) => Some(key),
+            None => None,
+        };
         let call = match call {
             Ok(call) => call,
             Err(e) => {
@@ -571,7 +608,11 @@ pub(crate) async fn run_calls(
         // The worker enforces the tool's own timeout; this deadline also covers queueing.
         let deadline = *timeout + shared.config.tool_queue_timeout;
         let began = Instant::now();
-        match pool.call(|r| ToolPoolMsg::Call(call, r), Some(deadline)).await {
+        let sent = (call.clone(), key.clone());
+        let outcome = match pool
+            .call(|r| ToolPoolMsg::Call(call, key, r), Some(deadline))
+            .await
+        {
             Ok(CallResult::Success(outcome)) => outcome,
             Ok(CallResult::Timeout) => {
                 count_tool_error(&name, "timeout");
@@ -593,7 +634,11 @@ pub(crate) async fn run_calls(
                     latency: began.elapsed(),
                 }
             }
+        };
+        if let (call, Some(key)) = sent {
+            shared.calls.record(&key, &call, &outcome).await;
         }
+        outcome
     });
     futures::future::join_all(futures).await
 }

@@ -113,6 +113,7 @@ impl RolloutService {
             live: setup.live,
             sink,
             stall: setup.stall,
+            calls: setup.calls,
         });
         let concurrency = setup.concurrency.max(1);
         // One task waits in the channel: the feeder takes tasks as slots free up, and a

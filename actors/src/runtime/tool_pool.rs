@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 
 use agent_r1_envs::call_guard::run_guarded_holding;
+use agent_r1_envs::call_key::CallKey;
 use agent_r1_envs::tool::{CallError, CallOutcome, Tool, ToolCall};
 use serde_json::Value;
 
@@ -42,9 +43,9 @@ impl Default for RestartPolicy {
 /// Messages of a tool pool.
 #[derive(Debug)]
 pub enum ToolPoolMsg {
-    /// Run a call; the reply is its outcome (never an error at the messaging level unless the
-    /// pool itself is gone).
-    Call(ToolCall, RpcReplyPort<CallOutcome>),
+    /// Run a call (under its idempotency key, where it has one); the reply is its outcome
+    /// (never an error at the messaging level unless the pool itself is gone).
+    Call(ToolCall, Option<CallKey>, RpcReplyPort<CallOutcome>),
     /// A worker finished its call.
     WorkerIdle(ActorId),
     /// Start a replacement worker (after a back-off).
@@ -103,7 +104,7 @@ pub struct ToolPoolState {
     args_validate: super::ArgValidator,
     idle: Vec<ActorRef<WorkerMsg>>,
     busy: HashMap<ActorId, ActorRef<WorkerMsg>>,
-    queue: VecDeque<(ToolCall, RpcReplyPort<CallOutcome>, Instant)>,
+    queue: VecDeque<Queued>,
     queue_capacity: usize,
     restart: RestartPolicy,
     failures: VecDeque<Instant>,
@@ -158,7 +159,7 @@ impl Actor for ToolPool {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            ToolPoolMsg::Call(call, reply) => {
+            ToolPoolMsg::Call(call, key, reply) => {
                 let name = state.tool.name().to_string();
                 metrics::counter!(crate::metric_names::TOOL_CALLS_TOTAL.name, "tool" => name.clone()).increment(1);
                 if let Err(e) = (state.args_validate)(state.tool.as_ref(), &call.arguments) {
@@ -180,7 +181,12 @@ impl Actor for ToolPool {
                     });
                     return Ok(());
                 }
-                state.queue.push_back((call, reply, Instant::now()));
+                state.queue.push_back(Queued {
+                    call,
+                    key,
+                    reply,
+                    at: Instant::now(),
+                });
                 dispatch(state);
             }
             ToolPoolMsg::WorkerIdle(id) => {
@@ -261,7 +267,7 @@ impl Actor for ToolPool {
         {
             w.stop(None);
         }
-        for (call, reply, _) in state.queue.drain(..) {
+        for Queued { call, reply, .. } in state.queue.drain(..) {
             let _ = reply.send(CallOutcome {
                 name: Some(call.name),
                 result: Err(CallError::Failed("the tool pool stopped".into())),
@@ -277,15 +283,15 @@ fn dispatch(state: &mut ToolPoolState) {
         let Some(worker) = state.idle.pop() else {
             return;
         };
-        let (call, reply, queued) = state.queue.pop_front().expect("not empty");
-        if reply.is_closed() {
+        let queued = state.queue.pop_front().expect("not empty");
+        if queued.reply.is_closed() {
             metrics::counter!(crate::metric_names::TOOL_CALLS_ABANDONED_TOTAL.name, "tool" => state.tool.name().to_string())
                 .increment(1);
             state.idle.push(worker);
             continue;
         }
         let id = worker.get_id();
-        match worker.cast(WorkerMsg::Run(call, reply, queued)) {
+        match worker.cast(WorkerMsg::Run(queued)) {
             Ok(()) => {
                 state.busy.insert(id, worker);
             }
@@ -293,8 +299,8 @@ fn dispatch(state: &mut ToolPoolState) {
                 // The worker died between going idle and now; its supervision event restarts
                 // it. The call was inside the failed message and is answered from there.
                 tracing::warn!("tool worker unreachable: {e}");
-                if let ractor::MessagingErr::SendErr(WorkerMsg::Run(call, reply, queued)) = e {
-                    state.queue.push_front((call, reply, queued));
+                if let ractor::MessagingErr::SendErr(WorkerMsg::Run(queued)) = e {
+                    state.queue.push_front(queued);
                 }
             }
         }
@@ -331,11 +337,21 @@ fn describe_call(name: &str, arguments: &Value) -> String {
     }
 }
 
+/// A call waiting for a worker.
+#[derive(Debug)]
+pub(crate) struct Queued {
+    call: ToolCall,
+    key: Option<CallKey>,
+    reply: RpcReplyPort<CallOutcome>,
+    /// When it was queued.
+    at: Instant,
+}
+
 /// A worker's message: run one call.
 #[derive(Debug)]
 pub(crate) enum WorkerMsg {
-    /// The call, where to answer, and when it was queued.
-    Run(ToolCall, RpcReplyPort<CallOutcome>, Instant),
+    /// The call.
+    Run(Queued),
 }
 
 // Local only: never sent to another node.
@@ -363,7 +379,12 @@ impl Actor for ToolWorker {
         message: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let WorkerMsg::Run(call, reply, queued) = message;
+        let WorkerMsg::Run(Queued {
+            call,
+            key,
+            reply,
+            at: queued,
+        }) = message;
         let (tool, pool, stall) = state;
         let name = tool.name().to_string();
         let started = Instant::now();
@@ -372,7 +393,7 @@ impl Actor for ToolWorker {
         let running = stall
             .as_ref()
             .map(|ops| ops.start(format!("call {}", describe_call(&name, &call.arguments))));
-        let result = run_guarded_holding(tool.clone(), call.arguments, running).await;
+        let result = run_guarded_holding(tool.clone(), key, call.arguments, running).await;
         let latency = started.elapsed();
         metrics::histogram!(crate::metric_names::TOOL_CALL_DURATION_SECONDS.name, "tool" => name.clone())
             .record(latency.as_secs_f64());
@@ -461,9 +482,10 @@ mod tests {
         // An episode that gave up (its deadline passed) before its call was run.
         let (port, gave_up) = tokio::sync::oneshot::channel();
         drop(gave_up);
-        pool.cast(ToolPoolMsg::Call(call(), port.into())).unwrap();
+        pool.cast(ToolPoolMsg::Call(call(), None, port.into()))
+            .unwrap();
         let answered = pool
-            .call(|r| ToolPoolMsg::Call(call(), r), None)
+            .call(|r| ToolPoolMsg::Call(call(), None, r), None)
             .await
             .unwrap()
             .unwrap();

@@ -18,6 +18,7 @@ use async_trait::async_trait;
 use agent_r1_envs::task::Task;
 use agent_r1_envs::tool::{CallError, CallOutcome, ToolCall};
 
+use super::call_ledger::EpisodeCalls;
 use super::render::TurnRenderer;
 use super::EpisodeConfig;
 use crate::engine::TurnOutput;
@@ -90,9 +91,11 @@ pub(crate) trait AgentRun: Send + Sync {
         context: Vec<u32>,
         options: &GenerateOptions,
     ) -> crate::Result<(TurnOutput, f64)>;
-    /// Runs tool calls through the run's tool pools; outcomes in the calls' order.
+    /// Runs tool calls through the run's tool pools, keyed by `place` (the episode's keys and
+    /// the step they follow); outcomes in the calls' order.
     async fn run_calls(
         &self,
+        place: (&EpisodeCalls, usize),
         calls: Vec<std::result::Result<ToolCall, CallError>>,
     ) -> Vec<CallOutcome>;
     /// Frees the engine's state for `key`.
@@ -134,6 +137,8 @@ pub struct Agent {
     /// Engine keys in use by calls in flight (a key per concurrent call, so that concurrent
     /// calls draw their own random numbers), and every key used (released at the end).
     lanes: Mutex<(Vec<bool>, usize)>,
+    /// Its tool calls' keys.
+    calls: EpisodeCalls,
 }
 
 impl Agent {
@@ -141,6 +146,7 @@ impl Agent {
         Self {
             run,
             episode_id,
+            calls: EpisodeCalls::new(episode_id),
             steps: Mutex::new(vec![]),
             lanes: Mutex::new((vec![], 0)),
         }
@@ -219,13 +225,18 @@ impl Agent {
     /// Runs tool calls (in parallel, through the run's tool pools, with their timeouts);
     /// outcomes come back in the calls' order, failures as outcomes. When `step` is given,
     /// the outcomes are recorded on that step.
+    ///
+    /// Each call's idempotency key names the episode, the step (`step`, or when none is given
+    /// the number of steps generated so far) and the call's position; a workflow that
+    /// replays the same way after a resume gets the journaled results of calls already made.
     pub async fn call_tools(
         &self,
         step: Option<usize>,
         calls: Vec<std::result::Result<ToolCall, CallError>>,
     ) -> Vec<CallOutcome> {
         let began = Instant::now();
-        let outcomes = self.run.run_calls(calls).await;
+        let place = step.unwrap_or_else(|| self.lock_steps().len());
+        let outcomes = self.run.run_calls((&self.calls, place), calls).await;
         if let Some(k) = step {
             if let Some(Some(r)) = self.lock_steps().get_mut(k) {
                 r.step.tool_calls.extend(outcomes.iter().cloned());

@@ -125,6 +125,7 @@ impl TinyAgent {
             validate: Arc::new(|_, _| Ok(())),
             live: Default::default(),
             stall: None,
+            calls: Default::default(),
         }
     }
 }

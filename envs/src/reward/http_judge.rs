@@ -151,8 +151,11 @@ impl HttpJudge {
     }
 
     /// One request: the number in the reply, or why there is none (and whether to retry).
-    fn ask(&self, body: &Value) -> std::result::Result<f64, (bool, String)> {
-        let mut request = self.agent.post(&self.options.url);
+    fn ask(&self, body: &Value, key: &str) -> std::result::Result<f64, (bool, String)> {
+        let mut request = self
+            .agent
+            .post(&self.options.url)
+            .header(crate::call_key::HTTP_HEADER, key);
         if let Some(key) = &self.api_key {
             request = request.header("Authorization", &format!("Bearer {key}"));
         }
@@ -184,6 +187,16 @@ impl HttpJudge {
     }
 }
 
+/// The idempotency key of a judgement: `judge/` and the first 32 hex digits of the
+/// request's SHA-256. Every try of a judgement, and the same episode judged again after a
+/// resume, carries the same key; another transcript gets another.
+fn judgement_key(body: &Value) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(body.to_string().as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("judge/{}", &hex[..32])
+}
+
 /// The first decimal number in `text` (`"Score: 0.5"` gives 0.5).
 pub(crate) fn first_number(text: &str) -> Option<f64> {
     let start = text.find(|c: char| c.is_ascii_digit() || c == '-')?;
@@ -209,8 +222,9 @@ impl Scorer for HttpJudge {
         });
         let o = &self.options;
         let what = format!("judge at {}", o.url);
+        let key = judgement_key(&body);
         let x = with_retries(&self.limit, o.timeout_secs, o.retries, &what, || {
-            self.ask(&body)
+            self.ask(&body, &key)
         })?;
         Ok(x.clamp(o.min_reward, o.max_reward))
     }

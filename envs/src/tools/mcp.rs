@@ -17,6 +17,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
+use crate::call_key::{CallKey, MCP_META_FIELD};
 use crate::error::{Error, Result};
 use crate::kinds::KindOptions;
 use crate::tool::{Tool, ToolOutput};
@@ -191,15 +192,27 @@ impl Tool for McpTool {
         self.client.config().max_concurrency
     }
     async fn call(&self, arguments: Value) -> Result<ToolOutput> {
+        self.call_with(json!({"name": self.info.name, "arguments": arguments}))
+            .await
+    }
+
+    /// The key goes in the request's `_meta` (as `agent-r1/idempotency-key`), where an MCP
+    /// server may read it to tell a repeated call from a new one.
+    async fn call_keyed(&self, key: &CallKey, arguments: Value) -> Result<ToolOutput> {
+        self.call_with(json!({
+            "name": self.info.name,
+            "arguments": arguments,
+            "_meta": {MCP_META_FIELD: key.to_string()},
+        }))
+        .await
+    }
+}
+
+impl McpTool {
+    /// Sends one `tools/call` with `params` and reads its result.
+    async fn call_with(&self, params: Value) -> Result<ToolOutput> {
         let limit = Duration::from_secs_f64(self.client.config().timeout_secs.max(0.1));
-        let result = self
-            .client
-            .request(
-                "tools/call",
-                json!({"name": self.info.name, "arguments": arguments}),
-                limit,
-            )
-            .await?;
+        let result = self.client.request("tools/call", params, limit).await?;
         let (text, is_error) = format_call_result(&result);
         if is_error {
             return Err(Error::Tool {

@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+use crate::call_key::{CallKey, PYTHON_ENV_VAR};
 use crate::config::Section;
 use crate::error::{Error, Result};
 use crate::kinds::KindOptions;
@@ -242,6 +243,11 @@ impl PythonTool {
 
     /// Runs `code` once under the limits.
     pub async fn run(&self, code: &str) -> Result<RunResult> {
+        self.run_with(code, &[]).await
+    }
+
+    /// [`Self::run`] with the environment variables `env` set for the snippet.
+    pub async fn run_with(&self, code: &str, env: &[(&str, &str)]) -> Result<RunResult> {
         let cfg = &self.config;
         let scratch = tempfile::Builder::new()
             .prefix("agent-r1-python-")
@@ -255,7 +261,8 @@ impl PythonTool {
         };
         let group = self.call_group()?;
         let joins = group.as_ref().map(|g| g.join_fds()).unwrap_or_default();
-        let mut cmd = tokio::process::Command::from(command(cfg, scratch.path(), sandbox, joins)?);
+        let mut cmd =
+            tokio::process::Command::from(command(cfg, scratch.path(), sandbox, joins, env)?);
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -380,6 +387,7 @@ fn command(
     scratch: &Path,
     sandbox: Option<&Path>,
     cgroup_joins: Vec<RawFd>,
+    env: &[(&str, &str)],
 ) -> Result<std::process::Command> {
     let limits = [
         (libc::RLIMIT_AS, cfg.memory_mib.saturating_mul(1 << 20)),
@@ -405,6 +413,7 @@ fn command(
                 cfg.tmp_mib.saturating_mul(1 << 20),
                 &extra_ro.into_iter().collect::<Vec<_>>(),
                 &program,
+                env,
             );
             for bytes in bubblewrap::seccomp_programs().map_err(Error::Other)? {
                 let mut f = tempfile::tempfile().map_err(|e| Error::io(std::env::temp_dir(), e))?;
@@ -437,7 +446,8 @@ fn command(
                 .env("TMPDIR", scratch)
                 .env("LANG", "C.UTF-8")
                 .env("PYTHONDONTWRITEBYTECODE", "1")
-                .env("PYTHONIOENCODING", "utf-8");
+                .env("PYTHONIOENCODING", "utf-8")
+                .envs(env.iter().copied());
             c
         }
     };
@@ -504,7 +514,7 @@ pub(crate) fn probe_bubblewrap(bwrap: &Path) -> std::result::Result<(), String> 
         .map_err(|e| e.to_string())?;
     std::fs::write(scratch.path().join("main.py"), "print(6 * 7)").map_err(|e| e.to_string())?;
     let cfg = PythonConfig::default();
-    let out = command(&cfg, scratch.path(), Some(bwrap), vec![])
+    let out = command(&cfg, scratch.path(), Some(bwrap), vec![], &[])
         .map_err(|e| e.to_string())?
         .stdin(Stdio::null())
         .output()
@@ -654,11 +664,23 @@ impl Tool for PythonTool {
         self.config.max_concurrency
     }
     async fn call(&self, arguments: Value) -> Result<ToolOutput> {
+        self.call_with(arguments, &[]).await
+    }
+
+    /// The snippet finds the key in its environment, as `AGENT_R1_IDEMPOTENCY_KEY`.
+    async fn call_keyed(&self, key: &CallKey, arguments: Value) -> Result<ToolOutput> {
+        let key = key.to_string();
+        self.call_with(arguments, &[(PYTHON_ENV_VAR, &key)]).await
+    }
+}
+
+impl PythonTool {
+    async fn call_with(&self, arguments: Value, env: &[(&str, &str)]) -> Result<ToolOutput> {
         let code = arguments
             .get("code")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        let run = self.run(code).await?;
+        let run = self.run_with(code, env).await?;
         let mut out = ToolOutput::text(format_run(&run, self.config.timeout_secs));
         let meta = &mut out.metadata;
         meta.insert("exit_code".into(), json!(run.exit_code));

@@ -45,12 +45,13 @@ pub fn running_as_root() -> bool {
 
 /// The arguments of `bwrap` for one call: `scratch` is shown at [`WORKDIR`], `/tmp` is a
 /// tmpfs of `tmp_bytes`, the seccomp programs are read from fds 3 and 4, and `program`
-/// runs last.
+/// runs last with the environment variables `env` besides the sandbox's own.
 pub fn arguments(
     scratch: &Path,
     tmp_bytes: u64,
     extra_ro: &[PathBuf],
     program: &[OsString],
+    env: &[(&str, &str)],
 ) -> Vec<OsString> {
     let mut a: Vec<OsString> = [
         "--unshare-user",
@@ -118,7 +119,10 @@ pub fn arguments(
         ("LANG", "C.UTF-8"),
         ("PYTHONDONTWRITEBYTECODE", "1"),
         ("PYTHONIOENCODING", "utf-8"),
-    ] {
+    ]
+    .into_iter()
+    .chain(env.iter().copied())
+    {
         push(&["--setenv".as_ref(), k.as_ref(), v.as_ref()]);
     }
     push(&[
