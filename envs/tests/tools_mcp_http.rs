@@ -16,7 +16,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_r1_envs::call_guard::execute_call;
+use agent_r1_envs::call_guard::{execute_call, run_guarded_holding};
+use agent_r1_envs::call_key::CallKey;
 use agent_r1_envs::tool::{Tool, ToolCall};
 use agent_r1_envs::tools::mcp::{connect_tools, McpClient, McpServerConfig};
 use serde_json::json;
@@ -43,8 +44,14 @@ impl HttpServer {
     /// Starts it on `port` (0: one of the system's choice, so that nothing can take it between
     /// a choice and its use) and returns once uvicorn says where it listens (on its stderr).
     fn start(py: &PathBuf, port: u16) -> Self {
+        Self::start_with(py, port, &[])
+    }
+
+    /// [`Self::start`] with environment variables for the server.
+    fn start_with(py: &PathBuf, port: u16, env: &[(&str, &std::path::Path)]) -> Self {
         let mut child = Command::new(py)
             .args([script(), "http".into(), port.to_string()])
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -121,7 +128,7 @@ async fn the_same_calls_over_stdio_and_streamable_http() {
     let http = connect(McpServerConfig::http(&server.url)).await;
     let mut names: Vec<&String> = http.keys().collect();
     names.sort();
-    assert_eq!(names, ["add", "die", "echo", "flood", "slow"]);
+    assert_eq!(names, ["add", "die", "echo", "effect", "flood", "slow"]);
     assert_eq!(
         stdio["echo"].spec(),
         http["echo"].spec(),
@@ -215,4 +222,66 @@ async fn over_http_a_hung_a_flooding_and_a_dead_server_end_in_errors_and_the_nex
     let _server = HttpServer::start(&py, port);
     assert_eq!(ask("echo", json!({"text": "back"})).await.unwrap(), "back");
     assert!(client.starts() >= 4, "{}", client.starts());
+}
+
+/// A keyed call reaches the server with its key in the request's `_meta`, over both
+/// transports; the SDK server's `effect` tool records an effect once per key, as a service
+/// that honours idempotency keys does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyed_calls_reach_the_server_with_their_key_in_meta_over_stdio_and_http() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let effects = dir.path().join("effects.jsonl");
+    let server = HttpServer::start_with(&py, 0, &[("AGENT_R1_TEST_EFFECTS", &effects)]);
+    let mut stdio_config = McpServerConfig::new(&py, &[&script(), "stdio"]);
+    stdio_config.env.insert(
+        "AGENT_R1_TEST_EFFECTS".into(),
+        effects.display().to_string(),
+    );
+    let stdio = connect(stdio_config).await;
+    let http = connect(McpServerConfig::http(&server.url)).await;
+    let key = |episode, step| CallKey {
+        run: "r7".into(),
+        episode,
+        step,
+        index: 0,
+        branch: 0,
+    };
+    let mut answers = vec![];
+    for (tools, key) in [
+        (&stdio, key(3, 1)),
+        (&http, key(4, 0)),
+        // The same call again under a key already used: the server sees the same key.
+        (&http, key(3, 1)),
+    ] {
+        let tool = tools["effect"].clone();
+        let out = tokio::time::timeout(
+            Duration::from_secs(60),
+            run_guarded_holding(tool, Some(key), json!({"note": "n"}), ()),
+        )
+        .await
+        .expect("the client froze")
+        .unwrap();
+        answers.push(out.text);
+    }
+    assert_eq!(
+        answers,
+        [
+            "done n under r7/e3/s1/c0",
+            "done n under r7/e4/s0/c0",
+            "done n under r7/e3/s1/c0"
+        ]
+    );
+    let keys = |path: &std::path::Path| -> Vec<String> {
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["key"].to_string())
+            .collect()
+    };
+    assert_eq!(keys(&effects), [r#""r7/e3/s1/c0""#, r#""r7/e4/s0/c0""#]);
+    assert_eq!(keys(&dir.path().join("effects.jsonl.attempts")).len(), 3);
+    // An unkeyed call carries no key.
+    let plain = call(&stdio, "effect", json!({"note": "p"})).await;
+    assert_eq!(plain, "done p under None");
 }

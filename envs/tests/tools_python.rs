@@ -114,3 +114,20 @@ async fn network_is_isolated_where_possible() {
         eprintln!("*** no network namespace on this machine: isolation not tested ***");
     }
 }
+
+#[tokio::test]
+async fn a_keyed_call_finds_its_key_in_the_environment() {
+    let t = tool(|_| {});
+    let key = agent_r1_envs::call_key::CallKey {
+        run: "r9".into(),
+        episode: 5,
+        step: 2,
+        index: 1,
+        branch: 1,
+    };
+    let code = "import os\nprint(os.environ.get('AGENT_R1_IDEMPOTENCY_KEY'))";
+    let out = t.call_keyed(&key, json!({ "code": code })).await.unwrap();
+    assert_eq!(out.text, "r9/e5/s2/c1/b1\n");
+    let (plain, _) = run(&t, code).await;
+    assert_eq!(plain, "None\n", "an unkeyed call has no key");
+}

@@ -178,3 +178,22 @@ async fn a_hostile_snippet_is_refused_at_every_probe() {
     );
     drop(listener);
 }
+
+/// Inside the sandbox the snippet finds its call's idempotency key in its environment (and
+/// nothing else of ours); an unkeyed call has none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_call_finds_its_key_in_the_sandbox_environment() {
+    let Some(t) = sandboxed() else { return };
+    let key = agent_r1_envs::call_key::CallKey {
+        run: "r9".into(),
+        episode: 5,
+        step: 2,
+        index: 1,
+        branch: 0,
+    };
+    let code = "import os\nprint(os.environ.get('AGENT_R1_IDEMPOTENCY_KEY'))";
+    let out = t.call_keyed(&key, json!({ "code": code })).await.unwrap();
+    assert_eq!(out.metadata["isolation"], json!("bubblewrap"));
+    assert_eq!(out.text, "r9/e5/s2/c1\n");
+    assert_eq!(run(&t, code).await, "None\n");
+}
