@@ -257,13 +257,12 @@ impl CallJournal {
     }
 }
 
-/// The entries of `file`, the length of its good part, and the number of a last line cut
-/// short (no newline, not an entry), if any.
-fn read_entries(
-    path: &Path,
-    file: &File,
-    run: &str,
-) -> Result<(HashMap<CallKey, Entry>, u64, Option<usize>), JournalError> {
+/// What a journal file holds: its entries, the length of its good part, and the number of
+/// a last line cut short (no newline, not an entry), if any.
+type Read = (HashMap<CallKey, Entry>, u64, Option<usize>);
+
+/// Reads the entries of `file`.
+fn read_entries(path: &Path, file: &File, run: &str) -> Result<Read, JournalError> {
     let io = |source| JournalError::Io {
         path: path.to_path_buf(),
         source,
