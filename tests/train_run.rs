@@ -556,3 +556,47 @@ fn a_rollout_that_stops_for_good_ends_the_run_with_its_reason() {
     assert!(err.contains("the rollout stopped"), "{err}");
     assert!(err.contains("inference engine stopped"), "{err}");
 }
+
+/// The run directory's id and tool-call journal: a journal line that is not an entry refuses
+/// the start in one line naming the file and the line, before anything is built; a last line
+/// cut short by a crash is dropped and the run goes on, under the id it already had.
+#[test]
+fn a_corrupt_call_journal_refuses_the_start_and_a_cut_last_line_is_dropped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), 1, 2, 2, 1);
+    let run = tmp.path().join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::write(run.join("run-id"), "run-abc\n").unwrap();
+    let journal = run.join("tool-calls.jsonl");
+    std::fs::write(
+        &journal,
+        "{\"key\": 1}\n{\"key\":{\"run\":\"run-abc\",\"epi",
+    )
+    .unwrap();
+    let (code, _, err) = Trainer::start(&cfg, &run, false).finish();
+    assert_ne!(code, Some(0), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.contains("tool-calls.jsonl"))
+        .unwrap_or_else(|| panic!("no line names the journal: {err}"));
+    assert!(line.contains(&journal.display().to_string()), "{line}");
+    assert!(
+        line.contains("line 1") && line.contains("not a journal entry"),
+        "{line}"
+    );
+    assert!(
+        !run.join("checkpoints").exists(),
+        "nothing was built: {err}"
+    );
+
+    std::fs::write(&journal, "{\"key\":{\"run\":\"run-abc\",\"epi").unwrap();
+    let (code, _, err) = Trainer::start(&cfg, &run, false).finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("cut short by a crash"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(run.join("run-id")).unwrap(),
+        "run-abc\n"
+    );
+    // What remains reads as a journal of this run (the cut line is gone).
+    agent_r1_envs::call_journal::CallJournal::open(&journal, "run-abc").unwrap();
+}
