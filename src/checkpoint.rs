@@ -30,6 +30,9 @@ use serde::{Deserialize, Serialize};
 pub const MANIFEST: &str = "manifest.json";
 /// Trajectories collected but not trained on, one JSON object per line.
 pub const PENDING_TRAJECTORIES: &str = "pending_trajectories.jsonl";
+/// The episodes in flight at the checkpoint, with their finished steps (a resume continues
+/// them from there).
+pub const IN_FLIGHT_EPISODES: &str = "in_flight_episodes.jsonl";
 /// Manifest layout version; bumped on incompatible changes.
 pub const FORMAT_VERSION: u32 = 1;
 
@@ -154,6 +157,15 @@ impl Checkpoint {
             .iter()
             .any(|f| f.path == PENDING_TRAJECTORIES)
             .then(|| self.dir.join(PENDING_TRAJECTORIES))
+    }
+
+    /// The in-flight episodes file, when the checkpoint has one.
+    pub fn in_flight_episodes(&self) -> Option<PathBuf> {
+        self.manifest
+            .files
+            .iter()
+            .any(|f| f.path == IN_FLIGHT_EPISODES)
+            .then(|| self.dir.join(IN_FLIGHT_EPISODES))
     }
 
     /// Opens and fully verifies the checkpoint in `dir` (sizes and hashes of every file).

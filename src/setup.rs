@@ -274,6 +274,7 @@ pub fn rollout_setup(
         live: Default::default(),
         stall: None,
         calls: Default::default(),
+        in_flight: Default::default(),
     })
 }
 

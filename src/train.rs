@@ -318,6 +318,7 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
         stop,
     ))?;
     sampler.restore(start.pending);
+    sampler.restore_in_flight(start.in_flight);
     sampler.set_step(start.state.step);
     let cluster = match cfg.cluster.enabled() {
         false => None,

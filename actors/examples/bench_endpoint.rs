@@ -168,6 +168,7 @@ fn main() {
             live: Default::default(),
             stall: None,
             calls: Default::default(),
+            in_flight: Default::default(),
         }
     };
     let report = |name: &str, (out, secs): (Vec<Trajectory>, f64)| {

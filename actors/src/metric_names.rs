@@ -52,6 +52,11 @@ agent_r1_envs::declare_metrics! {
     /// episode sampled again after a resume), by tool.
     TOOL_CALLS_REPLAYED_TOTAL: Counter("agent_r1_tool_calls_replayed_total") labels ["tool"];
 
+    /// Episodes a resume gave back from a checkpoint's in-flight records, by outcome:
+    /// `continued` from their last finished step, or `restarted` from their first turn
+    /// (an env built per episode, or a workflow: neither can be captured between turns).
+    EPISODES_RESUMED_TOTAL: Counter("agent_r1_episodes_resumed_total") labels ["outcome"];
+
     /// Tool workers restarted, by tool.
     TOOL_RESTARTS_TOTAL: Counter("agent_r1_tool_restarts_total") labels ["tool"];
 

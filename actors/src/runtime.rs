@@ -23,6 +23,7 @@ mod env_source;
 mod episode;
 mod episode_error;
 pub mod fault;
+pub mod in_flight;
 pub mod live;
 mod render;
 mod service;
@@ -46,6 +47,7 @@ pub use call_ledger::CallLedger;
 pub use context_policy::{ContextPolicies, ContextPolicy};
 pub use env_source::{EnvBuilder, EnvSource};
 pub use episode_error::{EnvStage, EpisodeError};
+pub use in_flight::{InFlightBoard, InFlightEpisode};
 pub use live::{LiveBoard, LiveSnapshot};
 pub use render::TurnRenderer;
 pub use service::{RolloutService, TaskSender};
@@ -146,6 +148,8 @@ pub struct RolloutSetup {
     /// The run id in tool calls' idempotency keys, and the call journal where the run
     /// keeps one.
     pub calls: CallLedger,
+    /// Where episodes of the built-in loop keep their finished steps for a checkpoint.
+    pub in_flight: InFlightBoard,
 }
 
 /// Counters of a finished rollout.
@@ -177,6 +181,7 @@ pub async fn run_rollout(
                 task,
                 group_id,
                 episode_id: i as u64,
+                resume: None,
             };
             if sender.submit(request).await.is_err() {
                 return;

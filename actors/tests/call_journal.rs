@@ -119,6 +119,7 @@ fn tasks() -> Vec<EpisodeRequest> {
             }),
             group_id: i,
             episode_id: i,
+            resume: None,
         })
         .collect()
 }

@@ -128,6 +128,7 @@ fn rollout(f: &TinyAgent, policy: Arc<dyn ContextPolicy>, episodes: usize) -> Ve
         live: Default::default(),
         stall: None,
         calls: Default::default(),
+        in_flight: Default::default(),
     };
     let tasks = (0..episodes)
         .map(|i| (task(format!("item {i}")), i as u64))

@@ -264,6 +264,7 @@ fn setup(
         live: Default::default(),
         stall: None,
         calls: Default::default(),
+        in_flight: Default::default(),
     }
 }
 
@@ -627,6 +628,7 @@ async fn stream(
                 task,
                 group_id,
                 episode_id,
+                resume: None,
             };
             sender.submit(request).await.unwrap();
         }
@@ -672,6 +674,7 @@ fn one_service_streams_2000_episodes_and_the_engine_batch_stays_full_across_batc
                     task,
                     group_id,
                     episode_id: i as u64,
+                    resume: None,
                 };
                 sender.submit(request).await.unwrap();
             }
@@ -1054,6 +1057,7 @@ fn sampling_goes_on_while_a_slowed_learner_updates() {
                     task,
                     group_id,
                     episode_id: i as u64,
+                    resume: None,
                 };
                 sender.submit(request).await.unwrap();
             }

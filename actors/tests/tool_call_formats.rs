@@ -241,6 +241,7 @@ fn run_family(style: TokenizerStyle, family: &str, format: ToolCallFormat, calls
         live: Default::default(),
         stall: None,
         calls: Default::default(),
+        in_flight: Default::default(),
     };
     let trajectory = rollout(setup);
 

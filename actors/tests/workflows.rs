@@ -127,6 +127,7 @@ fn rollout(
         live: Default::default(),
         stall: None,
         calls: Default::default(),
+        in_flight: Default::default(),
     };
     let tasks = ids
         .into_iter()

@@ -386,6 +386,7 @@ mod tests {
             },
             group_id: episode_id / 2,
             episode_id,
+            resume: None,
         }
     }
 

@@ -318,7 +318,7 @@ pub async fn run(
                             tracing::info!(episode_id, old, lease, "an episode leased again; not run twice");
                             continue;
                         }
-                        let request = EpisodeRequest { task, group_id, episode_id };
+                        let request = EpisodeRequest { task, group_id, episode_id, resume: None };
                         if !rejoined && args.hold_from_lease.is_some_and(|k| leases_received >= k) {
                             eprintln!(
                                 "worker {}: fault injection: lease {lease} (episode {episode_id}) held until it rejoins",

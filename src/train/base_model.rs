@@ -10,7 +10,7 @@ use anyhow::Context;
 use serde_json::{json, Value};
 
 use agent_r1_actors::model::{Placement, PolicyModel};
-use agent_r1_actors::runtime::{EnvSource, LiveBoard};
+use agent_r1_actors::runtime::{EnvSource, InFlightEpisode, LiveBoard};
 use agent_r1_actors::sft::{train_sft, SftConfig};
 use agent_r1_actors::tokenizer::HfTokenizer;
 use agent_r1_actors::trajectory::Trajectory;
@@ -240,6 +240,8 @@ pub(super) struct StartPoint {
     pub(super) policy_dir: PathBuf,
     pub(super) state: TrainingState,
     pub(super) pending: Vec<Trajectory>,
+    /// Episodes in flight at the checkpoint, with their finished steps.
+    pub(super) in_flight: Vec<InFlightEpisode>,
     /// The checkpoint's step, when resuming.
     pub(super) resumed_step: Option<u64>,
     /// The checkpoint's optimizer state, when it has one.
@@ -257,6 +259,7 @@ impl StartPoint {
                 policy_dir: base_dir.to_path_buf(),
                 state: TrainingState::default(),
                 pending: vec![],
+                in_flight: vec![],
                 resumed_step: None,
                 optimizer_state: None,
             });
@@ -267,6 +270,10 @@ impl StartPoint {
                 .map(serde_json::from_value)
                 .collect::<Result<_, _>>()
                 .with_context(|| format!("{}: not trajectories", path.display()))?,
+            None => vec![],
+        };
+        let in_flight = match c.in_flight_episodes() {
+            Some(path) => read_in_flight(&path)?,
             None => vec![],
         };
         for log in ["metrics.jsonl", "eval.jsonl"] {
@@ -280,12 +287,13 @@ impl StartPoint {
         }
         let state = c.manifest.state.clone();
         eprintln!(
-            "resumed from step {} ({}): policy version {}, data position {}, {} pending trajectories",
+            "resumed from step {} ({}): policy version {}, data position {}, {} pending trajectories, {} episodes in flight",
             c.step(),
             c.dir.display(),
             state.policy_version,
             state.data_position,
-            pending.len()
+            pending.len(),
+            in_flight.len()
         );
         let optimizer_state = if c.manifest.files.iter().any(|f| f.path == OPTIMIZER_STATE) {
             Some(c.path(OPTIMIZER_STATE))
@@ -301,8 +309,42 @@ impl StartPoint {
             policy_dir: c.path("policy"),
             state,
             pending,
+            in_flight,
             resumed_step: Some(c.step()),
             optimizer_state,
         })
     }
+}
+
+/// The in-flight episodes a checkpoint holds; a line that is not a record that can be
+/// continued refuses the resume in one line naming the file and the line.
+fn read_in_flight(path: &Path) -> anyhow::Result<Vec<InFlightEpisode>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("{}: cannot read", path.display()))?;
+    let mut out: Vec<InFlightEpisode> = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let refuse = |why: String| {
+            anyhow::anyhow!(
+                "{}, line {}: {why}; the checkpoint's episodes in flight are refused",
+                path.display(),
+                i + 1
+            )
+        };
+        let record: InFlightEpisode = serde_json::from_str(line)
+            .map_err(|e| refuse(format!("not an in-flight episode ({e})")))?;
+        record.check().map_err(|why| {
+            refuse(format!(
+                "episode {} cannot be continued: {why}",
+                record.episode_id
+            ))
+        })?;
+        if out.iter().any(|r| r.episode_id == record.episode_id) {
+            return Err(refuse(format!(
+                "episode {} is there twice",
+                record.episode_id
+            )));
+        }
+        out.push(record);
+    }
+    Ok(out)
 }

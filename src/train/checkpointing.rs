@@ -11,7 +11,7 @@ use serde_json::json;
 use super::faults::HangStage;
 use super::{faults, sampler, Run, OPTIMIZER_STATE};
 use crate::checkpoint;
-use crate::checkpoint::{TrainingState, PENDING_TRAJECTORIES};
+use crate::checkpoint::{TrainingState, IN_FLIGHT_EPISODES, PENDING_TRAJECTORIES};
 
 impl Run {
     pub(super) fn state(&self, snapshot: &sampler::SamplerSnapshot) -> TrainingState {
@@ -62,6 +62,9 @@ impl Run {
         let snapshot = self.sampler.snapshot();
         if !snapshot.pending.is_empty() {
             pending.write_jsonl(PENDING_TRAJECTORIES, &snapshot.pending)?;
+        }
+        if !snapshot.in_flight.is_empty() {
+            pending.write_jsonl(IN_FLIGHT_EPISODES, &snapshot.in_flight)?;
         }
         pending.write_file("config.toml", self.cfg.to_toml_string().as_bytes())?;
         let done = pending.commit(self.state(&snapshot))?;

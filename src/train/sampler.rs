@@ -20,8 +20,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use agent_r1_actors::runtime::{
-    EpisodeRequest, GroupBatcher, RolloutReport, RolloutService, RolloutSetup, TaskSender,
-    RETRY_BIT,
+    EpisodeRequest, GroupBatcher, InFlightBoard, InFlightEpisode, RolloutReport, RolloutService,
+    RolloutSetup, TaskSender, RETRY_BIT,
 };
 use agent_r1_actors::trajectory::Trajectory;
 
@@ -53,6 +53,9 @@ pub(crate) struct SamplerSnapshot {
     pub(crate) position: u64,
     /// Positions fed whose groups had not completed (sampled again on resume).
     pub(crate) open: Vec<u64>,
+    /// Episodes of the built-in loop running at the snapshot, with their finished steps
+    /// (continued from there on resume).
+    pub(crate) in_flight: Vec<InFlightEpisode>,
 }
 
 /// The run's sampling stage.
@@ -75,6 +78,11 @@ pub(crate) struct Sampler {
     feed: Arc<Mutex<Feed>>,
     /// Episodes of open groups restored from a checkpoint, by group: not sampled again.
     restored: Arc<BTreeMap<u64, BTreeSet<u64>>>,
+    /// Episodes in flight at the checkpoint, by id without the retry bit: continued from
+    /// their last finished step.
+    resumable: Arc<BTreeMap<u64, InFlightEpisode>>,
+    /// Where the service's episodes keep their finished steps.
+    board: InFlightBoard,
     feeder: Option<JoinHandle<anyhow::Result<()>>>,
     stop: Arc<AtomicBool>,
     /// Learner updates done, for the feeder's lookahead bound.
@@ -98,6 +106,7 @@ impl Sampler {
         let group_size = group_size.max(1);
         // About one line per `concurrency` episodes.
         let progress_every = (setup.concurrency / group_size).max(1);
+        let board = setup.in_flight.clone();
         let service = RolloutService::start(setup, tx.clone())
             .await
             .context("starting the rollout service")?;
@@ -117,6 +126,8 @@ impl Sampler {
                 open: BTreeSet::new(),
             })),
             restored: Arc::default(),
+            resumable: Arc::default(),
+            board,
             feeder: None,
             stop,
             step: watch::Sender::new(0),
@@ -173,6 +184,17 @@ impl Sampler {
         self.restored = Arc::new(restored);
     }
 
+    /// Adds the episodes a checkpoint had in flight: [`Sampler::feed`] continues each from
+    /// its last finished step instead of sampling it from its first turn.
+    pub(crate) fn restore_in_flight(&mut self, records: Vec<InFlightEpisode>) {
+        self.resumable = Arc::new(
+            records
+                .into_iter()
+                .map(|r| (r.episode_id & !RETRY_BIT, r))
+                .collect(),
+        );
+    }
+
     /// Feeds the `requeue` positions, then the stream from the current position up to `to`
     /// (exclusive), a whole group at a time, until the stop flag is set. With
     /// `batches_ahead`, position `p` (of batch `p / groups_per_batch`, counting from 0) waits
@@ -185,10 +207,16 @@ impl Sampler {
                 .filter_map(|p| self.restored.get(p))
                 .map(BTreeSet::len)
                 .sum();
+            let continued = self
+                .resumable
+                .keys()
+                .filter(|id| requeue.contains(&(**id / self.group_size as u64)))
+                .count();
             eprintln!(
-                "resuming {} groups in flight at the checkpoint: {restored} episodes restored, {} sampled again",
+                "resuming {} groups in flight at the checkpoint: {restored} episodes restored, \
+                 {continued} continued from their last finished step, {} sampled from the start",
                 requeue.len(),
-                requeue.len() * self.group_size - restored
+                requeue.len() * self.group_size - restored - continued
             );
         }
         let job = Feeder {
@@ -197,6 +225,7 @@ impl Sampler {
             stream: self.stream.clone(),
             feed: self.feed.clone(),
             restored: self.restored.clone(),
+            resumable: self.resumable.clone(),
             group_size: self.group_size,
             stop: self.stop.clone(),
             ahead: batches_ahead.map(|a| (a, self.groups_per_batch, self.step.subscribe())),
@@ -247,6 +276,9 @@ impl Sampler {
 
     /// What a checkpoint saves.
     pub(crate) fn snapshot(&self) -> SamplerSnapshot {
+        // The board first: an episode that finishes meanwhile is then in both, and its
+        // finished trajectory wins on resume; never in neither.
+        let in_flight = self.board.snapshot();
         let feed = self.feed.lock().unwrap_or_else(|p| p.into_inner());
         let partial: Vec<Trajectory> = self.batcher.partial().cloned().collect();
         SamplerSnapshot {
@@ -254,6 +286,7 @@ impl Sampler {
             pending: self.batcher.complete().cloned().chain(partial).collect(),
             position: feed.next,
             open: feed.open.iter().copied().collect(),
+            in_flight,
         }
     }
 
@@ -377,6 +410,7 @@ struct Feeder {
     stream: Arc<Mutex<TaskStream>>,
     feed: Arc<Mutex<Feed>>,
     restored: Arc<BTreeMap<u64, BTreeSet<u64>>>,
+    resumable: Arc<BTreeMap<u64, InFlightEpisode>>,
     group_size: usize,
     stop: Arc<AtomicBool>,
     /// (batches ahead, groups per batch, learner step).
@@ -467,10 +501,12 @@ impl Feeder {
             if restored.is_some_and(|ids| ids.contains(&episode_id)) {
                 continue;
             }
+            let resume = self.resumable.get(&episode_id);
             let request = EpisodeRequest {
                 task: task.clone(),
                 group_id: position,
-                episode_id,
+                episode_id: resume.map_or(episode_id, |r| r.episode_id),
+                resume: resume.map(|r| Box::new(r.clone())),
             };
             self.route(request).await?;
         }

@@ -22,7 +22,7 @@ use super::render::TurnRenderer;
 use crate::Result;
 
 /// One finished turn of an episode, as a policy sees it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TurnRecord {
     /// The ids the policy sampled.
     pub action_ids: Vec<u32>,

@@ -25,6 +25,7 @@ use super::context_policy::{ContextPolicy, History, NextContext, TurnRecord};
 use super::env_actor::{EnvActor, EnvMsg, EnvReply, EnvState};
 use super::env_source::EnvSource;
 use super::episode_error::{EnvStage, EpisodeError};
+use super::in_flight::{InFlightBoard, InFlightEpisode};
 use super::live::{LiveBoard, LiveEntry, Stage};
 use super::render::TurnRenderer;
 use super::tool_pool::ToolPoolMsg;
@@ -50,6 +51,7 @@ pub(crate) struct Shared {
     pub(crate) sink: mpsc::Sender<Trajectory>,
     pub(crate) stall: Option<StallWatch>,
     pub(crate) calls: CallLedger,
+    pub(crate) in_flight: InFlightBoard,
 }
 
 #[async_trait::async_trait]
@@ -91,6 +93,8 @@ pub(crate) struct EpisodeArgs {
     pub(crate) attempts: u32,
     pub(crate) task: Arc<Task>,
     pub(crate) shared: Arc<Shared>,
+    /// Finished steps to continue from (a resume from a checkpoint).
+    pub(crate) resume: Option<Box<InFlightEpisode>>,
 }
 
 /// An episode's messages (to itself).
@@ -190,7 +194,10 @@ impl Actor for Episode {
             EpisodeMsg::Start => start(&myself, state).await?,
             EpisodeMsg::Turn => match turn(state).await? {
                 Some(reason) => finish(&myself, state, reason).await?,
-                None => myself.cast(EpisodeMsg::Turn)?,
+                None => {
+                    state.args.shared.in_flight.put(in_flight_record(state));
+                    myself.cast(EpisodeMsg::Turn)?
+                }
             },
         }
         Ok(())
@@ -219,11 +226,52 @@ impl Actor for Episode {
         _myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        state.args.shared.in_flight.remove(state.args.episode_id);
         if let Some(env) = state.env.take() {
             env.stop(None);
         }
         Ok(())
     }
+}
+
+/// What a checkpoint keeps of the episode after a finished turn.
+fn in_flight_record(state: &EpisodeState) -> InFlightEpisode {
+    InFlightEpisode {
+        episode_id: state.args.episode_id,
+        group_id: state.args.group_id,
+        attempts: state.args.attempts,
+        task: (*state.args.task).clone(),
+        prompt_ids: state.prompt_ids.clone(),
+        steps: state.steps.clone(),
+        next_context: state.stream.clone(),
+        rebuilt: state.rebuilt.clone(),
+        history: state.history.clone(),
+        transcript: state.transcript.clone(),
+        wall_seconds: state.started.elapsed().as_secs_f64(),
+    }
+}
+
+/// Continues from `record`'s last finished step: its next turn's context is prefilled again.
+fn continue_from(state: &mut EpisodeState, record: InFlightEpisode) {
+    for s in &record.steps {
+        state.live.turn_done(s.action_ids.len(), s.tool_calls.len());
+    }
+    state.prompt_ids = record.prompt_ids;
+    state.steps = record.steps;
+    state.stream = record.next_context;
+    state.rebuilt = record.rebuilt;
+    state.history = record.history;
+    state.transcript = record.transcript;
+    let ran = Duration::from_secs_f64(record.wall_seconds.max(0.0));
+    state.started = Instant::now().checked_sub(ran).unwrap_or_else(Instant::now);
+}
+
+/// One more episode given back by a checkpoint: `continued` from its last finished step, or
+/// `restarted` (its env is built per episode, or it runs a workflow: neither can be
+/// captured between turns).
+fn count_resumed(outcome: &'static str) {
+    metrics::counter!(crate::metric_names::EPISODES_RESUMED_TOTAL.name, "outcome" => outcome)
+        .increment(1);
 }
 
 /// Runs a user's env builder on a blocking thread (it may open a browser or a sandbox),
@@ -262,6 +310,10 @@ async fn start(
     state: &mut EpisodeState,
 ) -> Result<(), EpisodeError> {
     let shared = state.args.shared.clone();
+    let resume = state.args.resume.take();
+    if resume.is_some() && !matches!(shared.env, EnvSource::Shared(_)) {
+        count_resumed("restarted");
+    }
     let env = match &shared.env {
         EnvSource::Workflow { workflow, .. } => {
             return run_workflow(myself, state, workflow.clone()).await
@@ -287,6 +339,13 @@ async fn start(
         .await
         .map_err(|e| EpisodeError::Actor(format!("spawning the env actor: {e}")))?;
     state.env = Some(env);
+    if let Some(record) = resume.filter(|_| matches!(shared.env, EnvSource::Shared(_))) {
+        count_resumed("continued");
+        continue_from(state, *record);
+        return myself
+            .cast(EpisodeMsg::Turn)
+            .map_err(|e| EpisodeError::Actor(e.to_string()));
+    }
     let task = state.args.task.clone();
     let messages = state
         .ask_env(EnvStage::Reset, |r| EnvMsg::Reset(task, r))

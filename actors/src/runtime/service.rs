@@ -114,6 +114,7 @@ impl RolloutService {
             sink,
             stall: setup.stall,
             calls: setup.calls,
+            in_flight: setup.in_flight,
         });
         let concurrency = setup.concurrency.max(1);
         // One task waits in the channel: the feeder takes tasks as slots free up, and a

@@ -20,6 +20,7 @@ use agent_r1_envs::task::Task;
 
 use super::episode::{Episode, EpisodeArgs, Shared, COMPLETED};
 use super::episode_error::EpisodeError;
+use super::in_flight::InFlightEpisode;
 use crate::trajectory::{EpisodeEnd, Trajectory};
 
 /// A task as submitted to the service.
@@ -34,6 +35,9 @@ pub struct EpisodeRequest {
     /// numbers episodes by what they are (task position, member of the group) samples the
     /// same tokens however episodes interleave. A retry runs as `id | RETRY_BIT`.
     pub episode_id: u64,
+    /// The episode's finished steps, from a checkpoint: it continues from the last one
+    /// (where its env allows; else it starts over, counted).
+    pub resume: Option<Box<InFlightEpisode>>,
 }
 
 /// Set in the episode id of a task's second attempt.
@@ -84,6 +88,8 @@ struct Queued {
     group_id: u64,
     episode_id: u64,
     attempts: u32,
+    /// Where the first attempt continues from (a retry starts over).
+    resume: Option<Box<InFlightEpisode>>,
     /// Held until the task ends: the slot the feeder may fill next.
     _credit: OwnedSemaphorePermit,
 }
@@ -155,6 +161,10 @@ impl Actor for RolloutSupervisor {
     ) -> Result<Self::State, ActorProcessingErr> {
         // Known series start at zero, so rates and `increase` exist before the first event.
         metrics::counter!(crate::metric_names::ENV_RESTARTS_TOTAL.name).increment(0);
+        for outcome in ["continued", "restarted"] {
+            metrics::counter!(crate::metric_names::EPISODES_RESUMED_TOTAL.name, "outcome" => outcome)
+                .increment(0);
+        }
         for status in ["completed", "requeued", "failed"] {
             metrics::counter!(crate::metric_names::EPISODES_TOTAL.name, "status" => status)
                 .increment(0);
@@ -184,6 +194,7 @@ impl Actor for RolloutSupervisor {
                     task,
                     group_id,
                     episode_id,
+                    resume,
                 } = *task;
                 state.summary.taken += 1;
                 if state.input_open {
@@ -192,6 +203,7 @@ impl Actor for RolloutSupervisor {
                         group_id,
                         episode_id,
                         attempts: 1,
+                        resume,
                         _credit: credit,
                     });
                 } else {
@@ -290,7 +302,7 @@ async fn fill(
         return Ok(());
     }
     // Every queued task holds a credit, so the queue never outgrows the free slots.
-    while let Some(queued) = state.queue.pop_front() {
+    while let Some(mut queued) = state.queue.pop_front() {
         let episode_id = match queued.attempts {
             1 => queued.episode_id,
             _ => queued.episode_id | RETRY_BIT,
@@ -301,6 +313,7 @@ async fn fill(
             attempts: queued.attempts,
             task: queued.task.clone(),
             shared: state.shared.clone(),
+            resume: queued.resume.take(),
         };
         let (episode, _) = Actor::spawn_linked(None, Episode, args, myself.get_cell()).await?;
         state.summary.episodes_spawned += 1;

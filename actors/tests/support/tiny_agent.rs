@@ -43,6 +43,37 @@ pub fn tiny_agent_taught(
     max_context: usize,
     teach: impl FnOnce(&mut PolicyModel, &Arc<HfTokenizer>),
 ) -> TinyAgent {
+    tiny_agent_with(
+        EngineConfig {
+            max_batch_rows,
+            max_context,
+            ..Default::default()
+        },
+        teach,
+    )
+}
+
+/// [`tiny_agent`] as `train`'s `rollout.deterministic` runs it: one row, no KV reuse, so
+/// every turn is a prefill of its whole context and no token's arithmetic depends on
+/// another's.
+pub fn tiny_agent_deterministic(max_context: usize) -> TinyAgent {
+    tiny_agent_with(
+        EngineConfig {
+            max_batch_rows: 1,
+            max_context,
+            kv_reuse: false,
+            ..Default::default()
+        },
+        |_, _| {},
+    )
+}
+
+/// A seeded tiny model, changed by `teach`, on an engine of `config`.
+pub fn tiny_agent_with(
+    config: EngineConfig,
+    teach: impl FnOnce(&mut PolicyModel, &Arc<HfTokenizer>),
+) -> TinyAgent {
+    let max_context = config.max_context;
     let dir = tempfile::tempdir().unwrap();
     let ids = write_tiny_tokenizer(dir.path(), None, 512, &[]).unwrap();
     tch::manual_seed(0);
@@ -62,11 +93,7 @@ pub fn tiny_agent_taught(
     let (engine, _) = spawn_engine(
         move || PolicyModel::load(&load, Placement::default(), false),
         None,
-        EngineConfig {
-            max_batch_rows,
-            max_context,
-            ..Default::default()
-        },
+        config,
     )
     .unwrap();
     let tokenizer = Arc::new(HfTokenizer::from_dir(dir.path()).unwrap());
@@ -126,6 +153,7 @@ impl TinyAgent {
             live: Default::default(),
             stall: None,
             calls: Default::default(),
+            in_flight: Default::default(),
         }
     }
 }

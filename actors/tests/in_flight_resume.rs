@@ -1,0 +1,265 @@
+//! Episodes in flight continue from their last finished step. A rollout is stopped (a
+//! crash: the service aborted) once episodes have finished some of their steps; the
+//! records a checkpoint would write (the run's `InFlightBoard`, through JSON) are handed
+//! back to a new service, which continues each episode from its record: the engine samples
+//! only the steps that were not finished, and every trajectory equals the one an
+//! uninterrupted rollout of the same episodes gives (deterministic engine: one row, no KV
+//! reuse), its re-prefilled steps' log-probs equal to a plain forward pass.
+//!
+//! Test double, by design: `Scripted` calls `echo` on every turn whatever the (untrained)
+//! model wrote, so that episodes have several steps.
+
+#[path = "support/tiny_agent.rs"]
+mod tiny_agent;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_r1_actors::model::SamplingParams;
+use agent_r1_actors::runtime::{
+    EpisodeConfig, EpisodeRequest, InFlightBoard, InFlightEpisode, RolloutService, RolloutSetup,
+    TurnRenderer,
+};
+use agent_r1_actors::trajectory::Trajectory;
+use agent_r1_envs::env::{Env, Score, TurnOutcome};
+use agent_r1_envs::message::Message;
+use agent_r1_envs::task::Task;
+use agent_r1_envs::tool::{CallError, Tool, ToolCall, ToolOutput};
+use async_trait::async_trait;
+use serde_json::{json, Value};
+use tiny_agent::{assert_logprobs_match_forward, task, tiny_agent_deterministic, TinyAgent};
+
+/// Turns per episode: every turn but the last calls `echo`.
+const TURNS: usize = 5;
+const EPISODES: u64 = 4;
+
+struct Echo;
+
+#[async_trait]
+impl Tool for Echo {
+    fn name(&self) -> &str {
+        "echo"
+    }
+    fn description(&self) -> &str {
+        "Repeats its text."
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
+    }
+    async fn call(&self, args: Value) -> agent_r1_envs::Result<ToolOutput> {
+        Ok(ToolOutput::text(format!(
+            "echo: {}",
+            args["text"].as_str().unwrap_or("")
+        )))
+    }
+}
+
+struct Scripted;
+
+impl Env for Scripted {
+    fn name(&self) -> &str {
+        "scripted"
+    }
+    fn tool_names(&self) -> Vec<String> {
+        vec!["echo".into()]
+    }
+    fn reset(&self, task: &Task) -> agent_r1_envs::Result<Vec<Message>> {
+        Ok(vec![
+            Message::system("You are a test agent."),
+            Message::user(task.question.clone()),
+        ])
+    }
+    fn on_turn(
+        &self,
+        task: &Task,
+        _text: &str,
+        _calls: Vec<Result<ToolCall, CallError>>,
+    ) -> TurnOutcome {
+        TurnOutcome::Calls(vec![Ok(ToolCall {
+            name: "echo".into(),
+            arguments: json!({ "text": task.id }),
+        })])
+    }
+    fn score(&self, _task: &Task, transcript: &[Message]) -> Score {
+        Score {
+            reward: transcript.len() as f64,
+            metrics: Default::default(),
+        }
+    }
+}
+
+fn setup(f: &TinyAgent, board: &InFlightBoard) -> RolloutSetup {
+    let renderer =
+        Arc::new(TurnRenderer::new(f.tokenizer.clone(), vec![Echo.spec()], None).unwrap());
+    let end = renderer.end_of_turn_id();
+    RolloutSetup {
+        engine: f.engine.clone().into(),
+        env: (Arc::new(Scripted) as Arc<dyn Env>).into(),
+        tools: vec![Arc::new(Echo)],
+        renderer,
+        context_policy: Arc::new(agent_r1_actors::runtime::context_policy::Full),
+        episode: EpisodeConfig {
+            max_turns: TURNS,
+            max_context: 2048,
+            sampling: SamplingParams {
+                temperature: 1.0,
+                max_new_tokens: 8,
+                stop_token_ids: vec![end],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        concurrency: 2,
+        tool_queue_capacity: 64,
+        restart: Default::default(),
+        validate: Arc::new(|_, _| Ok(())),
+        live: Default::default(),
+        stall: None,
+        calls: Default::default(),
+        in_flight: board.clone(),
+    }
+}
+
+fn request(i: u64, resume: Option<&InFlightEpisode>) -> EpisodeRequest {
+    EpisodeRequest {
+        task: task(format!("item {i}")),
+        group_id: i,
+        episode_id: i,
+        resume: resume.map(|r| Box::new(r.clone())),
+    }
+}
+
+/// Runs the requests to their end; the trajectories by episode id.
+async fn run(setup: RolloutSetup, requests: Vec<EpisodeRequest>) -> Vec<Trajectory> {
+    let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+    let service = RolloutService::start(setup, tx).await.unwrap();
+    let n = requests.len();
+    let sender = service.tasks();
+    for r in requests {
+        sender.submit(r).await.unwrap();
+    }
+    drop(sender);
+    let mut out = Vec::new();
+    while out.len() < n {
+        let t = tokio::time::timeout(Duration::from_secs(600), rx.recv())
+            .await
+            .expect("an episode within 600 s")
+            .expect("the service ended early");
+        out.push(t);
+    }
+    let report = service.finish().await.unwrap();
+    assert_eq!(report.summary.completed as usize, n, "{report:?}");
+    out.sort_by_key(|t| t.episode_id);
+    out
+}
+
+#[test]
+fn an_episode_continued_from_its_record_ends_as_one_that_never_stopped() {
+    let f = tiny_agent_deterministic(2048);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let reference = rt.block_on(run(
+        setup(&f, &InFlightBoard::default()),
+        (0..EPISODES).map(|i| request(i, None)).collect(),
+    ));
+    for t in &reference {
+        assert_eq!(t.steps.len(), TURNS, "episode {}", t.episode_id);
+    }
+
+    // The first life: stopped once two episodes have finished two steps or more.
+    let board = InFlightBoard::default();
+    let first = setup(&f, &board);
+    let records: Vec<InFlightEpisode> = rt.block_on(async {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+        let service = RolloutService::start(first, tx).await.unwrap();
+        let sender = service.tasks();
+        let feed = tokio::spawn(async move {
+            for i in 0..EPISODES {
+                if sender.submit(request(i, None)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let drain = tokio::spawn(async move { while rx.recv().await.is_some() {} });
+        // Polls an event (the board's records), within a generous bound.
+        let taken = tokio::time::timeout(Duration::from_secs(600), async {
+            loop {
+                let now = board.snapshot();
+                if now.iter().filter(|r| r.steps.len() >= 2).count() >= 2 {
+                    return now;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("two episodes with two finished steps within 600 s");
+        service.abort("a crash (fault injection)");
+        let _ = service.finish().await;
+        feed.abort();
+        drain.abort();
+        taken
+    });
+    // As a checkpoint writes and reads them.
+    let records: Vec<InFlightEpisode> = records
+        .iter()
+        .map(|r| serde_json::from_str(&serde_json::to_string(r).unwrap()).unwrap())
+        .collect();
+    for r in &records {
+        r.check().unwrap();
+    }
+
+    // The second life: every episode again; those with a record continue from it.
+    let before = rt.block_on(f.engine.stats()).unwrap().tokens_generated;
+    let resumed = rt.block_on(run(
+        setup(&f, &InFlightBoard::default()),
+        (0..EPISODES)
+            .map(|i| request(i, records.iter().find(|r| r.episode_id == i)))
+            .collect(),
+    ));
+    let generated = rt.block_on(f.engine.stats()).unwrap().tokens_generated - before;
+
+    let mut carried = 0;
+    for (t, want) in resumed.iter().zip(&reference) {
+        if let Some(r) = records.iter().find(|r| r.episode_id == t.episode_id) {
+            // The finished steps are the record's, as they were (timings included).
+            assert_eq!(
+                t.steps[..r.steps.len()],
+                r.steps[..],
+                "episode {}",
+                t.episode_id
+            );
+            carried += r.steps.iter().map(|s| s.action_ids.len()).sum::<usize>();
+        }
+        // Indistinguishable from the episode that never stopped but for when it ran.
+        assert_eq!(t.prompt_ids, want.prompt_ids);
+        assert_eq!(t.steps.len(), want.steps.len(), "episode {}", t.episode_id);
+        for (k, (a, b)) in t.steps.iter().zip(&want.steps).enumerate() {
+            let at = format!("episode {} step {k}", t.episode_id);
+            assert_eq!(a.context_len, b.context_len, "{at}");
+            assert_eq!(a.action_ids, b.action_ids, "{at}");
+            assert_eq!(a.observation_ids, b.observation_ids, "{at}");
+            assert_eq!(a.logprobs, b.logprobs, "{at}");
+            assert_eq!(a.token_versions, b.token_versions, "{at}");
+            assert_eq!(a.policy_version, b.policy_version, "{at}");
+            let texts = |s: &agent_r1_actors::trajectory::Step| -> Vec<String> {
+                s.tool_calls.iter().map(|c| c.observation(1000)).collect()
+            };
+            assert_eq!(texts(a), texts(b), "{at}");
+        }
+        assert_eq!(t.reward, want.reward);
+        assert_logprobs_match_forward(&f.model, t);
+    }
+    // Only the steps not finished before the crash were sampled again.
+    let total: usize = resumed.iter().map(Trajectory::generated_tokens).sum();
+    assert!(carried > 0);
+    assert_eq!(generated as usize, total - carried);
+    eprintln!(
+        "{} episodes continued from their records ({} finished steps, {carried} tokens not \
+         sampled again); {generated} of {total} tokens sampled after the crash",
+        records.len(),
+        records.iter().map(|r| r.steps.len()).sum::<usize>()
+    );
+}
