@@ -600,3 +600,38 @@ fn a_corrupt_call_journal_refuses_the_start_and_a_cut_last_line_is_dropped() {
     // What remains reads as a journal of this run (the cut line is gone).
     agent_r1_envs::call_journal::CallJournal::open(&journal, "run-abc").unwrap();
 }
+
+/// A checkpoint whose episodes in flight cannot be read refuses the resume in one line naming
+/// the file and the line (the file here matches the manifest: its bytes are what the
+/// checkpoint wrote, but not episodes; a file that does not match the manifest makes the
+/// whole checkpoint damaged, and the one before it is used).
+#[test]
+fn an_unreadable_in_flight_section_refuses_the_resume_naming_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let (code, _, err) = Trainer::start(&config(tmp.path(), 1, 2, 2, 1), &run, false).finish();
+    assert_eq!(code, Some(0), "{err}");
+    let step = run.join("checkpoints/step-1");
+    let file = step.join(agent_r1::checkpoint::IN_FLIGHT_EPISODES);
+    std::fs::write(&file, "{\"episode_id\": 3}\n").unwrap();
+    let (size, sha256) = agent_r1::file_digest::sha256_file(&file).unwrap();
+    let mut m = manifest(&run, 1);
+    m["files"].as_array_mut().unwrap().push(serde_json::json!({
+        "path": agent_r1::checkpoint::IN_FLIGHT_EPISODES,
+        "size": size,
+        "sha256": sha256,
+    }));
+    std::fs::write(step.join("manifest.json"), m.to_string()).unwrap();
+
+    let (code, _, err) = Trainer::start(&config(tmp.path(), 2, 2, 2, 1), &run, true).finish();
+    assert_ne!(code, Some(0), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.contains("in_flight_episodes.jsonl"))
+        .unwrap_or_else(|| panic!("no line names the file: {err}"));
+    assert!(line.contains(&file.display().to_string()), "{line}");
+    assert!(
+        line.contains("line 1") && line.contains("not an in-flight episode"),
+        "{line}"
+    );
+}

@@ -91,12 +91,13 @@ impl Run {
         metrics::gauge!(crate::metric_names::TRAIN_LAST_CHECKPOINT_TIMESTAMP_SECONDS.name)
             .set(now.map_or(0.0, |d| d.as_secs_f64()));
         eprintln!(
-            "checkpoint step {} -> {} ({} pending trajectories, {} of them in the {} groups in flight)",
+            "checkpoint step {} -> {} ({} pending trajectories, {} of them in the {} groups in flight; {} episodes in flight with finished steps)",
             self.step,
             done.dir.display(),
             snapshot.pending.len(),
             snapshot.partial,
-            snapshot.open.len()
+            snapshot.open.len(),
+            snapshot.in_flight.len()
         );
         Ok(done.dir)
     }
