@@ -22,6 +22,9 @@ use trainer::Trainer;
 const UPDATES: u64 = 8;
 const KILLS: usize = 10;
 const FLAGS: [&str; 4] = ["--learner-delay-ms", "300", "--checkpoint-delay-ms", "300"];
+/// Every turn that made no call calls `search` (fault injection at rate 0: no faults), so
+/// every episode has two steps and one in flight may have finished its first.
+const FLAGS_ASYNC: &[&str] = &["--inject-tool-faults", "0"];
 
 fn config(dir: &Path) -> PathBuf {
     let text = format!(
@@ -234,7 +237,9 @@ fn kill_9_at_ten_points_then_resume_ends_bit_for_bit_where_the_uninterrupted_run
 /// kill may lose is fixed: nothing that finished before the newest checkpoint. Killed after
 /// each of 5 checkpoints and resumed each time, the run trains every episode of its stream in
 /// exactly one update, and each resume samples again only the episodes of the checkpoint's
-/// open groups that had not finished (the finished ones come back from the checkpoint).
+/// open groups that had not finished (the finished ones come back from the checkpoint), and
+/// continues those the checkpoint holds in flight from their last finished step (every turn
+/// calls `search`, so an episode in flight may have one).
 #[test]
 fn async_kill_9_loses_no_finished_episode_and_trains_each_exactly_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -252,7 +257,7 @@ fn async_kill_9_loses_no_finished_episode_and_trains_each_exactly_once() {
         .replace("max_response_length = 16", "max_response_length = 128");
     std::fs::write(&cfg, text).unwrap();
     let run = dir.path().join("async");
-    let (mut restored_total, mut resampled_total) = (0, 0);
+    let (mut restored_total, mut continued_total, mut resampled_total) = (0, 0, 0);
     for round in 0..5 {
         let from = newest_checkpoint(&run);
         if from >= UPDATES - 1 {
@@ -268,29 +273,40 @@ fn async_kill_9_loses_no_finished_episode_and_trains_each_exactly_once() {
                 .as_array()
                 .map(|a| a.iter().map(|v| v.as_u64().unwrap()).collect())
                 .unwrap_or_default();
-            let partial = std::fs::read_to_string(c.join("pending_trajectories.jsonl"))
-                .unwrap_or_default()
-                .lines()
-                .map(|l| serde_json::from_str::<Value>(l).unwrap())
-                .filter(|t| open.contains(&t["group_id"].as_u64().unwrap()))
+            let of_open = |file: &str| -> Vec<Value> {
+                std::fs::read_to_string(c.join(file))
+                    .unwrap_or_default()
+                    .lines()
+                    .map(|l| serde_json::from_str::<Value>(l).unwrap())
+                    .filter(|t| open.contains(&t["group_id"].as_u64().unwrap()))
+                    .collect()
+            };
+            let partial = of_open("pending_trajectories.jsonl");
+            // An episode that finished while the checkpoint was written is in both; its
+            // trajectory wins.
+            let continued = of_open("in_flight_episodes.jsonl")
+                .iter()
+                .filter(|r| !partial.iter().any(|t| t["episode_id"] == r["episode_id"]))
                 .count();
-            (open.len(), partial)
+            (open.len(), partial.len(), continued)
         });
-        let mut t = Trainer::start_with(&cfg, &run, &[]);
+        let mut t = Trainer::start_with(&cfg, &run, FLAGS_ASYNC);
         let target = from + 1;
-        if let Some((open, partial)) = held.filter(|(open, _)| *open > 0) {
+        if let Some((open, partial, continued)) = held.filter(|(open, _, _)| *open > 0) {
             let line = t.wait_line(|l| l.starts_with("resuming "));
             assert_eq!(
                 line,
                 format!(
                     "resuming {open} groups in flight at the checkpoint: {partial} episodes \
-                     restored, {} sampled again",
-                    open * 2 - partial
+                     restored, {continued} continued from their last finished step, {} sampled \
+                     from the start",
+                    open * 2 - partial - continued
                 ),
                 "round {round}"
             );
             restored_total += partial;
-            resampled_total += open * 2 - partial;
+            continued_total += continued;
+            resampled_total += open * 2 - partial - continued;
         }
         // Sampling runs on past the checkpoint (one episode at a time, behind the learner).
         t.wait_line(|l| l.starts_with(&format!("checkpoint step {target} -> ")));
@@ -301,11 +317,12 @@ fn async_kill_9_loses_no_finished_episode_and_trains_each_exactly_once() {
         }
         assert_eq!(code, None, "round {round}: killed by a signal; log:\n{log}");
     }
-    let (code, _, log) = Trainer::start_with(&cfg, &run, &[]).finish();
+    let (code, _, log) = Trainer::start_with(&cfg, &run, FLAGS_ASYNC).finish();
     assert_eq!(code, Some(0), "{log}");
     println!(
         "episodes of open groups at resumes: {restored_total} restored from checkpoints, \
-         {resampled_total} sampled again"
+         {continued_total} continued from their last finished step, {resampled_total} sampled \
+         from the start"
     );
     let rows = rows(&run);
     let steps: Vec<u64> = rows.iter().map(|r| r["step"].as_u64().unwrap()).collect();

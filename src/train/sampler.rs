@@ -207,10 +207,17 @@ impl Sampler {
                 .filter_map(|p| self.restored.get(p))
                 .map(BTreeSet::len)
                 .sum();
+            let group = self.group_size as u64;
             let continued = self
                 .resumable
                 .keys()
-                .filter(|id| requeue.contains(&(**id / self.group_size as u64)))
+                .filter(|&&id| {
+                    requeue.contains(&(id / group))
+                        && !self
+                            .restored
+                            .get(&(id / group))
+                            .is_some_and(|done| done.contains(&id))
+                })
                 .count();
             eprintln!(
                 "resuming {} groups in flight at the checkpoint: {restored} episodes restored, \

@@ -80,6 +80,24 @@ impl Tool for FaultyTool {
     }
 
     async fn call(&self, arguments: Value) -> agent_r1_envs::Result<ToolOutput> {
+        self.inject().await?;
+        self.inner.call(arguments).await
+    }
+
+    /// The key goes on to the wrapped tool.
+    async fn call_keyed(
+        &self,
+        key: &agent_r1_envs::call_key::CallKey,
+        arguments: Value,
+    ) -> agent_r1_envs::Result<ToolOutput> {
+        self.inject().await?;
+        self.inner.call_keyed(key, arguments).await
+    }
+}
+
+impl FaultyTool {
+    /// The call's injected latency and fault, if its draw falls under the rate.
+    async fn inject(&self) -> agent_r1_envs::Result<()> {
         let n = self.counts.calls.fetch_add(1, Ordering::Relaxed);
         if !self.latency.is_zero() {
             tokio::time::sleep(self.latency).await;
@@ -109,6 +127,6 @@ impl Tool for FaultyTool {
                 }
             }
         }
-        self.inner.call(arguments).await
+        Ok(())
     }
 }
