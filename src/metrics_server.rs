@@ -315,15 +315,7 @@ where
     B: hyper::body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    if !access.may_listen_on(addr) {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::PermissionDenied,
-            format!(
-                "{}: {addr} is reachable from other machines and no bearer token is set",
-                spec.name
-            ),
-        ));
-    }
+    access.check_listen(spec.name, addr)?;
     let (tx, rx) = tokio::sync::oneshot::channel();
     let access = Arc::new(access);
     let thread = std::thread::Builder::new()

@@ -22,6 +22,8 @@ use serde_json::Value;
 #[allow(dead_code)]
 #[path = "support/debian.rs"]
 mod debian;
+#[path = "support/http_get.rs"]
+mod http_get;
 #[path = "support/tiny_run.rs"]
 mod tiny_run;
 #[path = "support/trainer.rs"]
@@ -549,7 +551,6 @@ fn with_cluster_tls_a_worker_joins_past_silent_peers_and_a_plain_one_is_refused(
 /// trainer it joins is a socket that never answers, so the worker stays up, waiting.
 #[test]
 fn a_workers_metrics_off_loopback_want_the_token_given_on_its_command_line() {
-    use std::io::{Read, Write};
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("cookie"), "the-cluster-secret\n").unwrap();
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -591,18 +592,7 @@ fn a_workers_metrics_off_loopback_want_the_token_given_on_its_command_line() {
         .trim_end_matches("/metrics");
     let port = addr.parse::<std::net::SocketAddr>().expect(&line).port();
     let status = |path: &str, token: Option<&str>| -> u16 {
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-        let auth = token
-            .map(|t| format!("Authorization: Bearer {t}\r\n"))
-            .unwrap_or_default();
-        write!(
-            s,
-            "GET {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        out.split(' ').nth(1).unwrap().parse().unwrap()
+        http_get::get_as(([127, 0, 0, 1], port).into(), path, token).0
     };
     assert_eq!(status("/metrics", None), 401);
     assert_eq!(status("/metrics", Some(token)), 200);

@@ -2,44 +2,22 @@
 //! off loopback it wants its bearer token except on the paths configured open. Its own test
 //! binary, because the recorder is global to the process.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
+#[path = "support/http_get.rs"]
+mod http_get;
+
 use agent_r1::config::MetricsSection;
 use agent_r1::metrics_server::{start, MetricsError, Progress};
+use http_get::get_as;
 
 const TOKEN: &str = "a1b2c3d4e5f6a7b8c9d0e1f2";
 
 /// GET `path` with the test's bearer token, returning the status code and body.
 fn get(addr: SocketAddr, path: &str) -> (u16, String) {
     get_as(addr, path, Some(TOKEN))
-}
-
-/// GET `path` presenting `token` (none: no `Authorization` header).
-fn get_as(addr: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    s.read_to_string(&mut response).unwrap();
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
 }
 
 #[test]

@@ -5,13 +5,17 @@
 //! the index (the time is printed as a benchmark figure, not asserted). The synthetic
 //! episodes have the demo's sizes (3 turns after a 300-token prompt), without decoded text.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
+
+#[path = "support/http_get.rs"]
+mod http_get;
 
 use agent_r1_actors::trajectory::{Trajectory, TrajectoryWriter};
+use http_get::get_as;
 use serde_json::json;
 
 const BIN: &str = env!("CARGO_BIN_EXE_agent-r1");
@@ -54,33 +58,6 @@ fn view_with(dir: &Path, args: &[&str]) -> Viewer {
 /// A raw GET of `target` exactly as given (no normalisation); (status, body).
 fn get(addr: SocketAddr, target: &str) -> (u16, String) {
     get_as(addr, target, None)
-}
-
-/// [`get`] presenting `token` as the bearer.
-fn get_as(addr: SocketAddr, target: &str, token: Option<&str>) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    write!(
-        s,
-        "GET {target} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|x| x.1.to_string())
-        .unwrap_or_default();
-    (status, body)
 }
 
 /// A trajectory with one search call per turn: `turns` turns of 40 sampled tokens and 90

@@ -232,6 +232,18 @@ impl Access {
         self.token.is_some() || addr.ip().is_loopback()
     }
 
+    /// [`Self::may_listen_on`] as the error a server that refuses to start returns (`what`
+    /// names the server): defence in depth behind the config's check.
+    pub fn check_listen(&self, what: &str, addr: SocketAddr) -> std::io::Result<()> {
+        if self.may_listen_on(addr) {
+            return Ok(());
+        }
+        Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("{what}: {addr} is reachable from other machines and no bearer token is set"),
+        ))
+    }
+
     /// Whether requests must present a token.
     pub fn requires_token(&self) -> bool {
         self.token.is_some()

@@ -95,12 +95,7 @@ impl Endpoint {
         model: String,
         limits: EndpointLimits,
     ) -> std::io::Result<Self> {
-        if !access.may_listen_on(addr) {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::PermissionDenied,
-                format!("{addr} is reachable from other machines and no bearer token is set"),
-            ));
-        }
+        access.check_listen("the OpenAI endpoint", addr)?;
         let listener = std::net::TcpListener::bind(addr)?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
