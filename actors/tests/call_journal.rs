@@ -13,6 +13,8 @@
 
 #[path = "support/tiny_agent.rs"]
 mod tiny_agent;
+#[path = "../../envs/tests/support/venv.rs"]
+mod venv;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -36,9 +38,10 @@ use tiny_agent::{assert_logprobs_match_forward, task, tiny_agent};
 const EPISODES: u64 = 8;
 
 /// Two steps, each followed by one `effect` call; the second call of a `-d` task names the
-/// workflow's variant.
+/// workflow's variant. Each answered call is told to `answered` (by then it is journaled).
 struct TwoEffects {
     variant: Arc<AtomicU32>,
+    answered: tokio::sync::mpsc::UnboundedSender<()>,
 }
 
 #[async_trait]
@@ -61,6 +64,7 @@ impl Workflow for TwoEffects {
         agent
             .call_tools(Some(first.step), effect(format!("{}:first", task.id)))
             .await;
+        let _ = self.answered.send(());
         let second = agent.generate(prompt).await?;
         let variant = match task.id.ends_with("-d") {
             true => self.variant.load(Ordering::SeqCst),
@@ -72,24 +76,12 @@ impl Workflow for TwoEffects {
                 effect(format!("{}:second:v{variant}", task.id)),
             )
             .await;
+        let _ = self.answered.send(());
         Ok(WorkflowOutcome {
             reward: 1.0,
             ..Default::default()
         })
     }
-}
-
-fn python() -> Option<PathBuf> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
-    if path.exists() {
-        return Some(path);
-    }
-    let msg = format!("{} not found (run `make venv`)", path.display());
-    if std::env::var_os("CI").is_some() {
-        panic!("{msg}");
-    }
-    eprintln!("\n*** SKIPPING CALL JOURNAL TEST: {msg} ***\n");
-    None
 }
 
 fn effect_tool(py: &Path, effects: &Path) -> Arc<dyn Tool> {
@@ -137,31 +129,29 @@ fn keys(path: &Path) -> BTreeMap<String, usize> {
 
 #[test]
 fn calls_made_before_a_crash_are_answered_from_the_journal_and_not_made_again() {
-    let Some(py) = python() else { return };
+    let Some(py) = venv::python("CALL JOURNAL TEST") else {
+        return;
+    };
     let f = tiny_agent(1, 512);
     let dir = tempfile::tempdir().unwrap();
     let effects = dir.path().join("effects.jsonl");
     let attempts = dir.path().join("effects.jsonl.attempts");
     let journal_path = dir.path().join("tool-calls.jsonl");
     let variant = Arc::new(AtomicU32::new(0));
+    let (answered, mut answers) = tokio::sync::mpsc::unbounded_channel();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
     let setup = |journal: Arc<CallJournal>| {
-        let mut setup = f.workflow_setup(
-            Arc::new(TwoEffects {
-                variant: variant.clone(),
-            }),
-            1.0,
-            6,
-            2,
-        );
+        let workflow = Arc::new(TwoEffects {
+            variant: variant.clone(),
+            answered: answered.clone(),
+        });
+        let mut setup = f.workflow_setup(workflow.clone(), 1.0, 6, 2);
         setup.env = EnvSource::Workflow {
-            workflow: Arc::new(TwoEffects {
-                variant: variant.clone(),
-            }),
+            workflow,
             tool_names: vec!["effect".into()],
         };
         setup.tools = vec![effect_tool(&py, &effects)];
@@ -184,14 +174,17 @@ fn calls_made_before_a_crash_are_answered_from_the_journal_and_not_made_again() 
             }
         });
         let drain = tokio::spawn(async move { while rx.recv().await.is_some() {} });
-        // Polls an event (the journal's length), within a generous bound.
+        // Six calls answered, so journaled (a bound, not a clock: the wait is for events).
         tokio::time::timeout(Duration::from_secs(600), async {
-            while journal.len() < 6 {
-                tokio::time::sleep(Duration::from_millis(20)).await;
+            for _ in 0..6 {
+                answers
+                    .recv()
+                    .await
+                    .expect("the workflow's sender lives in this test");
             }
         })
         .await
-        .expect("6 calls journaled within 600 s");
+        .expect("6 calls answered within 600 s");
         service.abort("a crash (fault injection)");
         let _ = service.finish().await;
         feed.abort();

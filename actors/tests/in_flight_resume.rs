@@ -7,7 +7,9 @@
 //! reuse), its re-prefilled steps' log-probs equal to a plain forward pass.
 //!
 //! Test double, by design: `Scripted` calls `echo` on every turn whatever the (untrained)
-//! model wrote, so that episodes have several steps.
+//! model wrote, so that episodes have several steps. In the first life `echo` holds every
+//! episode's third call (fault injection: a tool that never answers), so the crash comes
+//! when each running episode has finished exactly two steps, an order of events, not a clock.
 
 #[path = "support/tiny_agent.rs"]
 mod tiny_agent;
@@ -33,7 +35,12 @@ use tiny_agent::{assert_logprobs_match_forward, task, tiny_agent_deterministic, 
 const TURNS: usize = 5;
 const EPISODES: u64 = 4;
 
-struct Echo;
+/// Echoes; with `hold`, an episode's third call never answers, and says so on `hold`.
+#[derive(Default)]
+struct Echo {
+    hold: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+    calls: std::sync::Mutex<std::collections::HashMap<String, usize>>,
+}
 
 #[async_trait]
 impl Tool for Echo {
@@ -46,11 +53,24 @@ impl Tool for Echo {
     fn parameters(&self) -> Value {
         json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
     }
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(3600)
+    }
     async fn call(&self, args: Value) -> agent_r1_envs::Result<ToolOutput> {
-        Ok(ToolOutput::text(format!(
-            "echo: {}",
-            args["text"].as_str().unwrap_or("")
-        )))
+        let text = args["text"].as_str().unwrap_or("").to_string();
+        if let Some(held) = &self.hold {
+            let n = {
+                let mut calls = self.calls.lock().unwrap();
+                let n = calls.entry(text.clone()).or_default();
+                *n += 1;
+                *n
+            };
+            if n == 3 {
+                let _ = held.send(text.clone());
+                std::future::pending::<()>().await;
+            }
+        }
+        Ok(ToolOutput::text(format!("echo: {text}")))
     }
 }
 
@@ -88,14 +108,14 @@ impl Env for Scripted {
     }
 }
 
-fn setup(f: &TinyAgent, board: &InFlightBoard) -> RolloutSetup {
+fn setup(f: &TinyAgent, board: &InFlightBoard, echo: Echo) -> RolloutSetup {
     let renderer =
-        Arc::new(TurnRenderer::new(f.tokenizer.clone(), vec![Echo.spec()], None).unwrap());
+        Arc::new(TurnRenderer::new(f.tokenizer.clone(), vec![echo.spec()], None).unwrap());
     let end = renderer.end_of_turn_id();
     RolloutSetup {
         engine: f.engine.clone().into(),
         env: (Arc::new(Scripted) as Arc<dyn Env>).into(),
-        tools: vec![Arc::new(Echo)],
+        tools: vec![Arc::new(echo)],
         renderer,
         context_policy: Arc::new(agent_r1_actors::runtime::context_policy::Full),
         episode: EpisodeConfig {
@@ -162,16 +182,25 @@ fn an_episode_continued_from_its_record_ends_as_one_that_never_stopped() {
         .build()
         .unwrap();
     let reference = rt.block_on(run(
-        setup(&f, &InFlightBoard::default()),
+        setup(&f, &InFlightBoard::default(), Echo::default()),
         (0..EPISODES).map(|i| request(i, None)).collect(),
     ));
     for t in &reference {
         assert_eq!(t.steps.len(), TURNS, "episode {}", t.episode_id);
     }
 
-    // The first life: stopped once two episodes have finished two steps or more.
+    // The first life: stopped once both running episodes are held at their third call, so
+    // each has finished two steps.
     let board = InFlightBoard::default();
-    let first = setup(&f, &board);
+    let (held, mut holding) = tokio::sync::mpsc::unbounded_channel();
+    let first = setup(
+        &f,
+        &board,
+        Echo {
+            hold: Some(held),
+            ..Default::default()
+        },
+    );
     let records: Vec<InFlightEpisode> = rt.block_on(async {
         let (tx, mut rx) = tokio::sync::mpsc::channel(64);
         let service = RolloutService::start(first, tx).await.unwrap();
@@ -184,18 +213,20 @@ fn an_episode_continued_from_its_record_ends_as_one_that_never_stopped() {
             }
         });
         let drain = tokio::spawn(async move { while rx.recv().await.is_some() {} });
-        // Polls an event (the board's records), within a generous bound.
-        let taken = tokio::time::timeout(Duration::from_secs(600), async {
-            loop {
-                let now = board.snapshot();
-                if now.iter().filter(|r| r.steps.len() >= 2).count() >= 2 {
-                    return now;
-                }
-                tokio::time::sleep(Duration::from_millis(5)).await;
+        // A bound, not a clock: the wait is for the two episodes' third calls.
+        tokio::time::timeout(Duration::from_secs(600), async {
+            for _ in 0..2 {
+                holding
+                    .recv()
+                    .await
+                    .expect("the tool's sender lives in the service");
             }
         })
         .await
-        .expect("two episodes with two finished steps within 600 s");
+        .expect("two episodes at their third call within 600 s");
+        let taken = board.snapshot();
+        assert_eq!(taken.len(), 2, "{taken:?}");
+        assert!(taken.iter().all(|r| r.steps.len() == 2), "{taken:?}");
         service.abort("a crash (fault injection)");
         let _ = service.finish().await;
         feed.abort();
@@ -214,7 +245,7 @@ fn an_episode_continued_from_its_record_ends_as_one_that_never_stopped() {
     // The second life: every episode again; those with a record continue from it.
     let before = rt.block_on(f.engine.stats()).unwrap().tokens_generated;
     let resumed = rt.block_on(run(
-        setup(&f, &InFlightBoard::default()),
+        setup(&f, &InFlightBoard::default(), Echo::default()),
         (0..EPISODES)
             .map(|i| request(i, records.iter().find(|r| r.episode_id == i)))
             .collect(),

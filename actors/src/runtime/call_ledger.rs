@@ -42,6 +42,12 @@ impl CallLedger {
         &self.run
     }
 
+    /// Whether made calls are recorded (a caller keeps a copy of a call for
+    /// [`Self::record`] only then).
+    pub(crate) fn journals(&self) -> bool {
+        self.journal.is_some()
+    }
+
     /// Records a made call's outcome (a failure to record is logged: the call was made, and
     /// only a crash before the next checkpoint would make it again).
     pub(crate) async fn record(&self, key: &CallKey, call: &ToolCall, outcome: &CallOutcome) {

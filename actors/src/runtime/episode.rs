@@ -667,7 +667,11 @@ pub(crate) async fn run_calls(
         // The worker enforces the tool's own timeout; this deadline also covers queueing.
         let deadline = *timeout + shared.config.tool_queue_timeout;
         let began = Instant::now();
-        let sent = (call.clone(), key.clone());
+        // A copy for the journal, only where the run keeps one.
+        let to_record = key
+            .clone()
+            .filter(|_| shared.calls.journals())
+            .map(|k| (k, call.clone()));
         let outcome = match pool
             .call(|r| ToolPoolMsg::Call(call, key, r), Some(deadline))
             .await
@@ -694,7 +698,7 @@ pub(crate) async fn run_calls(
                 }
             }
         };
-        if let (call, Some(key)) = sent {
+        if let Some((key, call)) = to_record {
             shared.calls.record(&key, &call, &outcome).await;
         }
         outcome

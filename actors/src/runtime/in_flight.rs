@@ -89,16 +89,6 @@ impl InFlightBoard {
         self.lock().values().cloned().collect()
     }
 
-    /// Records on the board.
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    /// Whether the board is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     pub(crate) fn put(&self, record: InFlightEpisode) {
         self.lock().insert(record.episode_id, record);
     }
