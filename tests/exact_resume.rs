@@ -17,7 +17,7 @@ use serde_json::Value;
 #[path = "support/trainer.rs"]
 mod trainer;
 
-use trainer::Trainer;
+use trainer::{newest_checkpoint, SplitMix, Trainer};
 
 const UPDATES: u64 = 8;
 const KILLS: usize = 10;
@@ -89,41 +89,12 @@ address = "127.0.0.1:0"
     path
 }
 
-/// splitmix64: the kill schedule is the same on every run of the test.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-}
-
 fn rows(run: &Path) -> Vec<Value> {
     std::fs::read_to_string(run.join("metrics.jsonl"))
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
-}
-
-/// The newest `checkpoints/step-K` (a write in progress is a `.tmp-step-*` directory until
-/// it commits by renaming).
-fn newest_checkpoint(run: &Path) -> u64 {
-    std::fs::read_dir(run.join("checkpoints"))
-        .map(|entries| {
-            entries
-                .filter_map(|e| {
-                    let name = e.ok()?.file_name().to_string_lossy().into_owned();
-                    name.strip_prefix("step-")?.parse::<u64>().ok()
-                })
-                .max()
-                .unwrap_or(0)
-        })
-        .unwrap_or(0)
 }
 
 fn final_files(run: &Path) -> (Vec<u8>, Vec<u8>) {
@@ -144,7 +115,7 @@ fn kill_9_at_ten_points_then_resume_ends_bit_for_bit_where_the_uninterrupted_run
     assert_eq!(code, Some(0), "{log}");
 
     let run = dir.path().join("killed");
-    let mut rng = Rng(2026);
+    let mut rng = SplitMix(2026);
     let mut hits = Vec::new();
     for round in 0..KILLS {
         // Where this start resumes from: the newest committed checkpoint (0: a fresh start).

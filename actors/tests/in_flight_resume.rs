@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use agent_r1_actors::model::SamplingParams;
 use agent_r1_actors::runtime::{
-    EpisodeConfig, EpisodeRequest, InFlightBoard, InFlightEpisode, RolloutService, RolloutSetup,
-    TurnRenderer,
+    EnvSource, EpisodeConfig, EpisodeRequest, InFlightBoard, InFlightEpisode, RolloutService,
+    RolloutSetup, TurnRenderer,
 };
 use agent_r1_actors::trajectory::Trajectory;
 use agent_r1_envs::env::{Env, Score, TurnOutcome};
@@ -35,7 +35,8 @@ use tiny_agent::{assert_logprobs_match_forward, task, tiny_agent_deterministic, 
 const TURNS: usize = 5;
 const EPISODES: u64 = 4;
 
-/// Echoes; with `hold`, an episode's third call never answers, and says so on `hold`.
+/// Echoes; with `hold`, an episode's third call (its text up to ` #`) never answers, and says
+/// so on `hold`.
 #[derive(Default)]
 struct Echo {
     hold: Option<tokio::sync::mpsc::UnboundedSender<String>>,
@@ -61,7 +62,8 @@ impl Tool for Echo {
         if let Some(held) = &self.hold {
             let n = {
                 let mut calls = self.calls.lock().unwrap();
-                let n = calls.entry(text.clone()).or_default();
+                let episode = text.split(" #").next().unwrap_or(&text).to_string();
+                let n = calls.entry(episode).or_default();
                 *n += 1;
                 *n
             };
@@ -108,13 +110,13 @@ impl Env for Scripted {
     }
 }
 
-fn setup(f: &TinyAgent, board: &InFlightBoard, echo: Echo) -> RolloutSetup {
+fn setup(f: &TinyAgent, env: EnvSource, board: &InFlightBoard, echo: Echo) -> RolloutSetup {
     let renderer =
         Arc::new(TurnRenderer::new(f.tokenizer.clone(), vec![echo.spec()], None).unwrap());
     let end = renderer.end_of_turn_id();
     RolloutSetup {
         engine: f.engine.clone().into(),
-        env: (Arc::new(Scripted) as Arc<dyn Env>).into(),
+        env,
         tools: vec![Arc::new(echo)],
         renderer,
         context_policy: Arc::new(agent_r1_actors::runtime::context_policy::Full),
@@ -173,16 +175,26 @@ async fn run(setup: RolloutSetup, requests: Vec<EpisodeRequest>) -> Vec<Trajecto
     out
 }
 
-#[test]
-fn an_episode_continued_from_its_record_ends_as_one_that_never_stopped() {
-    let f = tiny_agent_deterministic(2048);
+/// What two lives of a rollout gave: the uninterrupted rollout's trajectories, the records
+/// taken at the crash, the resumed rollout's trajectories, and the tokens sampled after the
+/// crash.
+struct Lives {
+    reference: Vec<Trajectory>,
+    records: Vec<InFlightEpisode>,
+    resumed: Vec<Trajectory>,
+    generated: usize,
+}
+
+/// Runs the episodes uninterrupted, then again with a crash once both running episodes have
+/// finished two steps, then resumes them from the records; the env from `env()` each time.
+fn two_lives(f: &TinyAgent, env: impl Fn() -> EnvSource) -> Lives {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
     let reference = rt.block_on(run(
-        setup(&f, &InFlightBoard::default(), Echo::default()),
+        setup(f, env(), &InFlightBoard::default(), Echo::default()),
         (0..EPISODES).map(|i| request(i, None)).collect(),
     ));
     for t in &reference {
@@ -194,7 +206,8 @@ fn an_episode_continued_from_its_record_ends_as_one_that_never_stopped() {
     let board = InFlightBoard::default();
     let (held, mut holding) = tokio::sync::mpsc::unbounded_channel();
     let first = setup(
-        &f,
+        f,
+        env(),
         &board,
         Echo {
             hold: Some(held),
@@ -245,16 +258,124 @@ fn an_episode_continued_from_its_record_ends_as_one_that_never_stopped() {
     // The second life: every episode again; those with a record continue from it.
     let before = rt.block_on(f.engine.stats()).unwrap().tokens_generated;
     let resumed = rt.block_on(run(
-        setup(&f, &InFlightBoard::default(), Echo::default()),
+        setup(f, env(), &InFlightBoard::default(), Echo::default()),
         (0..EPISODES)
             .map(|i| request(i, records.iter().find(|r| r.episode_id == i)))
             .collect(),
     ));
     let generated = rt.block_on(f.engine.stats()).unwrap().tokens_generated - before;
 
+    Lives {
+        reference,
+        records,
+        resumed,
+        generated: generated as usize,
+    }
+}
+
+#[test]
+fn an_episode_continued_from_its_record_ends_as_one_that_never_stopped() {
+    let f = tiny_agent_deterministic(2048);
+    let lives = two_lives(&f, || (Arc::new(Scripted) as Arc<dyn Env>).into());
+    assert!(lives.records.iter().all(|r| r.env_state.is_none()));
+    check_resumed(&f, &lives, true);
+}
+
+/// An env built per episode that counts its turns (each call's text names the count, so a
+/// count not restored would change every later observation); it can snapshot the count, or
+/// not.
+struct Counting {
+    turns: std::sync::Mutex<u64>,
+    snapshots: bool,
+}
+
+impl Env for Counting {
+    fn name(&self) -> &str {
+        "counting"
+    }
+    fn tool_names(&self) -> Vec<String> {
+        vec!["echo".into()]
+    }
+    fn reset(&self, task: &Task) -> agent_r1_envs::Result<Vec<Message>> {
+        *self.turns.lock().unwrap() = 0;
+        Scripted.reset(task)
+    }
+    fn on_turn(
+        &self,
+        task: &Task,
+        _text: &str,
+        _calls: Vec<Result<ToolCall, CallError>>,
+    ) -> TurnOutcome {
+        let mut n = self.turns.lock().unwrap();
+        *n += 1;
+        TurnOutcome::Calls(vec![Ok(ToolCall {
+            name: "echo".into(),
+            arguments: json!({ "text": format!("{} #{n}", task.id) }),
+        })])
+    }
+    fn score(&self, _task: &Task, transcript: &[Message]) -> Score {
+        Score {
+            reward: transcript.len() as f64 + *self.turns.lock().unwrap() as f64 / 100.0,
+            metrics: Default::default(),
+        }
+    }
+    fn snapshot(&self) -> agent_r1_envs::Result<Option<Value>> {
+        Ok(self
+            .snapshots
+            .then(|| json!({ "turns": *self.turns.lock().unwrap() })))
+    }
+    fn restore(&self, state: Value) -> agent_r1_envs::Result<()> {
+        *self.turns.lock().unwrap() = state["turns"].as_u64().unwrap();
+        Ok(())
+    }
+}
+
+fn counting(snapshots: bool) -> EnvSource {
+    EnvSource::per_episode(Arc::new(move || {
+        Ok(Arc::new(Counting {
+            turns: Default::default(),
+            snapshots,
+        }) as Arc<dyn Env>)
+    }))
+    .unwrap()
+}
+
+#[test]
+fn an_env_built_per_episode_continues_from_its_snapshot() {
+    let f = tiny_agent_deterministic(2048);
+    let lives = two_lives(&f, || counting(true));
+    for r in &lives.records {
+        assert_eq!(r.env_state, Some(json!({ "turns": 2 })), "{r:?}");
+    }
+    check_resumed(&f, &lives, true);
+}
+
+#[test]
+fn an_env_that_cannot_snapshot_starts_its_episode_over() {
+    let f = tiny_agent_deterministic(2048);
+    let lives = two_lives(&f, || counting(false));
+    assert!(lives.records.iter().all(|r| r.env_state.is_none()));
+    check_resumed(&f, &lives, false);
+}
+
+/// Every resumed trajectory is indistinguishable from the uninterrupted one but for when it
+/// ran; `continued`: the recorded steps were kept and only the others sampled again, else
+/// every step was sampled again.
+fn check_resumed(f: &TinyAgent, lives: &Lives, continued: bool) {
+    let Lives {
+        reference,
+        records,
+        resumed,
+        generated,
+    } = lives;
+    let generated = *generated;
     let mut carried = 0;
-    for (t, want) in resumed.iter().zip(&reference) {
-        if let Some(r) = records.iter().find(|r| r.episode_id == t.episode_id) {
+    for (t, want) in resumed.iter().zip(reference) {
+        if let Some(r) = records
+            .iter()
+            .find(|r| r.episode_id == t.episode_id)
+            .filter(|_| continued)
+        {
             // The finished steps are the record's, as they were (timings included).
             assert_eq!(
                 t.steps[..r.steps.len()],
@@ -283,12 +404,13 @@ fn an_episode_continued_from_its_record_ends_as_one_that_never_stopped() {
         assert_eq!(t.reward, want.reward);
         assert_logprobs_match_forward(&f.model, t);
     }
-    // Only the steps not finished before the crash were sampled again.
+    // Only the steps not finished before the crash were sampled again (all of them, where
+    // the episodes started over).
     let total: usize = resumed.iter().map(Trajectory::generated_tokens).sum();
-    assert!(carried > 0);
-    assert_eq!(generated as usize, total - carried);
+    assert_eq!(carried > 0, continued);
+    assert_eq!(generated, total - carried);
     eprintln!(
-        "{} episodes continued from their records ({} finished steps, {carried} tokens not \
+        "{} episodes resumed from their records ({} finished steps, {carried} tokens not \
          sampled again); {generated} of {total} tokens sampled after the crash",
         records.len(),
         records.iter().map(|r| r.steps.len()).sum::<usize>()

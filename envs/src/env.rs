@@ -92,4 +92,23 @@ pub trait Env: Send + Sync + 'static {
     fn try_score(&self, task: &Task, transcript: &[Message]) -> crate::Result<Score> {
         Ok(self.score(task, transcript))
     }
+
+    /// The state this env holds for its episode after a finished turn, for a checkpoint to
+    /// keep with the episode's steps (`None`, the default: it cannot be captured, and an
+    /// episode resumed from a checkpoint starts over, counted as restarted). Asked only of
+    /// envs built per episode: the steps and transcript of a shared env's episode, which
+    /// the runtime keeps itself, are all there is to capture.
+    fn snapshot(&self) -> crate::Result<Option<serde_json::Value>> {
+        Ok(None)
+    }
+
+    /// Puts a freshly built env into a state its [`Env::snapshot`] returned, before the
+    /// resumed episode's next turn. An error starts the episode over (counted) instead.
+    fn restore(&self, state: serde_json::Value) -> crate::Result<()> {
+        let _ = state;
+        Err(crate::Error::Other(format!(
+            "env `{}` keeps no snapshots",
+            self.name()
+        )))
+    }
 }

@@ -42,7 +42,8 @@ pub(crate) struct TrainCmdArgs {
     #[arg(long, hide = true)]
     inject_engine_hang_after_updates: Option<u64>,
     /// Fault injection for the soak (`scripts/soak.sh`): this fraction of every tool's calls
-    /// panics, overruns its timeout or fails (a third each).
+    /// panics, overruns its timeout or fails (a third each), and every turn that made no call
+    /// calls every tool (0: calls without faults, for tests of tool side effects).
     #[arg(long, hide = true)]
     inject_tool_faults: Option<f64>,
     /// Fault injection for the engine actor's test: once the first update's weights are

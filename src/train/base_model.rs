@@ -16,7 +16,7 @@ use agent_r1_actors::tokenizer::HfTokenizer;
 use agent_r1_actors::trajectory::Trajectory;
 use agent_r1_envs::demo::DemoConfig;
 
-use super::records::{read_jsonl, truncate_after};
+use super::records::{drop_records, read_jsonl, truncate_after};
 use super::scenario::Scenario;
 use super::{OPTIMIZER_STATE, PRESET_VOCAB};
 use crate::checkpoint::TrainingState;
@@ -255,6 +255,13 @@ impl StartPoint {
         base_dir: &Path,
     ) -> anyhow::Result<Self> {
         let Some(c) = resumed else {
+            // Rows of a life killed before its first checkpoint: this start writes them again.
+            for log in ["metrics.jsonl", "eval.jsonl"] {
+                let dropped = drop_records(&run_dir.join(log))?;
+                if dropped > 0 {
+                    eprintln!("{log}: dropped {dropped} lines written before any checkpoint");
+                }
+            }
             return Ok(Self {
                 policy_dir: base_dir.to_path_buf(),
                 state: TrainingState::default(),

@@ -98,12 +98,53 @@ pub(crate) fn hang_forever(what: &str) -> ! {
 }
 
 /// An env with faults around `inner`: its scorer never returns (`hang_score`), and/or it
-/// calls `force_call` on every turn that made no call, with the turn's text as its `query`,
-/// whatever the model wrote (an untrained model rarely calls a tool by itself).
+/// makes the `force_calls` on every turn that made no call, whatever the model wrote (an
+/// untrained model rarely calls a tool by itself).
 pub(crate) struct FaultyEnv {
     pub(crate) inner: Arc<dyn Env>,
     pub(crate) hang_score: bool,
-    pub(crate) force_call: Option<String>,
+    pub(crate) force_calls: Vec<ForcedCall>,
+}
+
+/// A call made on every turn that made none: each of the tool's required parameters (or
+/// `query`, where its schema names none) gets the turn's text.
+pub(crate) struct ForcedCall {
+    pub(crate) tool: String,
+    pub(crate) params: Vec<String>,
+}
+
+impl ForcedCall {
+    /// The call of `tool` with the required parameters of its JSON schema.
+    pub(crate) fn of(tool: &dyn Tool) -> Self {
+        let params: Vec<String> = tool.parameters()["required"]
+            .as_array()
+            .map(|r| {
+                r.iter()
+                    .filter_map(|p| p.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Self {
+            tool: tool.name().to_string(),
+            params: if params.is_empty() {
+                vec!["query".to_string()]
+            } else {
+                params
+            },
+        }
+    }
+
+    fn call(&self, text: &str) -> ToolCall {
+        ToolCall {
+            name: self.tool.clone(),
+            arguments: Value::Object(
+                self.params
+                    .iter()
+                    .map(|p| (p.clone(), Value::String(text.to_string())))
+                    .collect(),
+            ),
+        }
+    }
 }
 
 impl Env for FaultyEnv {
@@ -122,13 +163,10 @@ impl Env for FaultyEnv {
         text: &str,
         calls: Vec<Result<ToolCall, CallError>>,
     ) -> TurnOutcome {
-        match &self.force_call {
-            Some(tool) if calls.is_empty() => TurnOutcome::Calls(vec![Ok(ToolCall {
-                name: tool.clone(),
-                arguments: json!({ "query": text }),
-            })]),
-            _ => self.inner.on_turn(task, text, calls),
+        if calls.is_empty() && !self.force_calls.is_empty() {
+            return TurnOutcome::Calls(self.force_calls.iter().map(|c| Ok(c.call(text))).collect());
         }
+        self.inner.on_turn(task, text, calls)
     }
     fn max_observation_chars(&self) -> usize {
         self.inner.max_observation_chars()

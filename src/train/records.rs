@@ -306,6 +306,18 @@ pub fn truncate_after(path: &Path, step: u64) -> anyhow::Result<usize> {
     Ok(total - kept.len())
 }
 
+/// Removes the JSON-lines file at `path` (if any); how many lines it had.
+pub fn drop_records(path: &Path) -> anyhow::Result<usize> {
+    match fs::read_to_string(path) {
+        Ok(text) => {
+            fs::remove_file(path).with_context(|| format!("{}: cannot remove", path.display()))?;
+            Ok(text.lines().count())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(e).with_context(|| format!("{}: cannot read", path.display())),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -330,6 +342,18 @@ mod tests {
             .collect();
         assert_eq!(steps, vec![1, 2, 3]);
         assert!(read_jsonl(&dir.path().join("absent")).unwrap().is_empty());
+    }
+
+    #[test]
+    fn records_of_a_life_without_a_checkpoint_are_dropped_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.jsonl");
+        for s in [1u64, 1, 2] {
+            append_jsonl(&path, &serde_json::json!({ "step": s })).unwrap();
+        }
+        assert_eq!(drop_records(&path).unwrap(), 3);
+        assert!(!path.exists());
+        assert_eq!(drop_records(&path).unwrap(), 0);
     }
 
     #[test]

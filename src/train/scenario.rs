@@ -18,7 +18,7 @@ use agent_r1_envs::reward::ScoredEnv;
 use agent_r1_envs::task::{Split, Task};
 use agent_r1_envs::tool::Tool;
 
-use super::faults::{BlockingTool, Faults, FaultyEnv, HangStage};
+use super::faults::{BlockingTool, Faults, FaultyEnv, ForcedCall, HangStage};
 use crate::config::TrainConfig;
 use crate::registries::Registries;
 
@@ -157,31 +157,34 @@ pub(super) fn inject_scenario_faults(
             ));
         }
     }
-    // With tool faults, every turn that made no call calls the first tool (an untrained
-    // model rarely calls one by itself), so the faults are met.
-    let faulted_tool = faults
-        .tool_fault_rate
-        .and(scenario.tools.first().map(|t| t.name().to_string()));
-    let force_call = if faults.hangs(HangStage::Tool) {
+    // With tool faults, every turn that made no call calls every tool (an untrained model
+    // rarely calls one by itself), so the faults are met; a hanging tool is called alone.
+    let force_calls = if faults.hangs(HangStage::Tool) {
         let first = scenario
             .tools
             .first_mut()
             .context("--inject-hang tool needs a [tools.NAME] table")?;
-        let name = first.name().to_string();
+        let call = ForcedCall::of(first.as_ref());
         *first = Arc::new(BlockingTool(first.clone()));
-        Some(name)
+        vec![call]
+    } else if faults.tool_fault_rate.is_some() {
+        scenario
+            .tools
+            .iter()
+            .map(|t| ForcedCall::of(t.as_ref()))
+            .collect()
     } else {
-        faulted_tool
+        vec![]
     };
     let hang_score = faults.hangs(HangStage::Env);
-    if hang_score || force_call.is_some() {
+    if hang_score || !force_calls.is_empty() {
         let EnvSource::Shared(inner) = &scenario.env else {
             anyhow::bail!("the env faults inject into an env, and [env] names a workflow");
         };
         scenario.env = EnvSource::Shared(Arc::new(FaultyEnv {
             inner: inner.clone(),
             hang_score,
-            force_call,
+            force_calls,
         }));
     }
     Ok(())

@@ -150,3 +150,32 @@ pub fn http_get(addr: &str, path: &str) -> String {
     let _ = s.read_to_string(&mut body);
     body
 }
+
+/// splitmix64: a kill schedule that is the same on every run of a test.
+pub struct SplitMix(pub u64);
+
+impl SplitMix {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+/// The newest `checkpoints/step-K` (a write in progress is a `.tmp-step-*` directory until
+/// it commits by renaming).
+pub fn newest_checkpoint(run: &Path) -> u64 {
+    std::fs::read_dir(run.join("checkpoints"))
+        .map(|entries| {
+            entries
+                .filter_map(|e| {
+                    let name = e.ok()?.file_name().to_string_lossy().into_owned();
+                    name.strip_prefix("step-")?.parse::<u64>().ok()
+                })
+                .max()
+                .unwrap_or(0)
+        })
+        .unwrap_or(0)
+}

@@ -38,6 +38,10 @@ pub(crate) enum EnvMsg {
     Observe(Arc<Task>, Vec<CallOutcome>, EnvReply<(Vec<Message>, f64)>),
     /// Score of the finished transcript.
     Score(Arc<Task>, Vec<Message>, EnvReply<Score>),
+    /// The env's state between turns, where it can be captured.
+    Snapshot(EnvReply<Option<serde_json::Value>>),
+    /// Back to a captured state.
+    Restore(serde_json::Value, EnvReply<()>),
 }
 
 // Local only: never sent to another node.
@@ -136,6 +140,18 @@ impl Actor for EnvActor {
             EnvMsg::Score(task, transcript, reply) => {
                 run(env, EnvStage::Score, reply, move |env| {
                     env.try_score(&task, &transcript).map_err(|e| e.to_string())
+                })
+                .await
+            }
+            EnvMsg::Snapshot(reply) => {
+                run(env, EnvStage::Snapshot, reply, |env| {
+                    env.snapshot().map_err(|e| e.to_string())
+                })
+                .await
+            }
+            EnvMsg::Restore(state, reply) => {
+                run(env, EnvStage::Restore, reply, move |env| {
+                    env.restore(state).map_err(|e| e.to_string())
                 })
                 .await
             }

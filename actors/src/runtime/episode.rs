@@ -195,7 +195,12 @@ impl Actor for Episode {
             EpisodeMsg::Turn => match turn(state).await? {
                 Some(reason) => finish(&myself, state, reason).await?,
                 None => {
-                    state.args.shared.in_flight.put(in_flight_record(state));
+                    let env_state = snapshot_env(state).await;
+                    state
+                        .args
+                        .shared
+                        .in_flight
+                        .put(in_flight_record(state, env_state));
                     myself.cast(EpisodeMsg::Turn)?
                 }
             },
@@ -234,8 +239,24 @@ impl Actor for Episode {
     }
 }
 
+/// The state of an env built for this episode, where it can be captured (a shared env's
+/// episode is captured whole by its record). A snapshot that fails is left out, with a
+/// warning: the episode runs on, and a resume from this turn would start it over.
+async fn snapshot_env(state: &EpisodeState) -> Option<serde_json::Value> {
+    if !matches!(state.args.shared.env, EnvSource::PerEpisode { .. }) {
+        return None;
+    }
+    match state.ask_env(EnvStage::Snapshot, EnvMsg::Snapshot).await {
+        Ok(saved) => saved,
+        Err(e) => {
+            tracing::warn!(episode = state.args.episode_id, error = %e, "env snapshot failed; a resume from this turn starts the episode over");
+            None
+        }
+    }
+}
+
 /// What a checkpoint keeps of the episode after a finished turn.
-fn in_flight_record(state: &EpisodeState) -> InFlightEpisode {
+fn in_flight_record(state: &EpisodeState, env_state: Option<serde_json::Value>) -> InFlightEpisode {
     InFlightEpisode {
         episode_id: state.args.episode_id,
         group_id: state.args.group_id,
@@ -248,6 +269,29 @@ fn in_flight_record(state: &EpisodeState) -> InFlightEpisode {
         history: state.history.clone(),
         transcript: state.transcript.clone(),
         wall_seconds: state.started.elapsed().as_secs_f64(),
+        env_state,
+    }
+}
+
+/// Whether the episode's env is where `record` left it: a shared env always is; an env
+/// built per episode is once it has restored the record's snapshot.
+async fn restore_env(state: &EpisodeState, record: &InFlightEpisode) -> bool {
+    match (&state.args.shared.env, &record.env_state) {
+        (EnvSource::Shared(_), _) => true,
+        (EnvSource::PerEpisode { .. }, Some(saved)) => {
+            let saved = saved.clone();
+            match state
+                .ask_env(EnvStage::Restore, |r| EnvMsg::Restore(saved, r))
+                .await
+            {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(episode = state.args.episode_id, error = %e, "env restore failed; the episode starts over");
+                    false
+                }
+            }
+        }
+        _ => false,
     }
 }
 
@@ -311,12 +355,12 @@ async fn start(
 ) -> Result<(), EpisodeError> {
     let shared = state.args.shared.clone();
     let resume = state.args.resume.take();
-    if resume.is_some() && !matches!(shared.env, EnvSource::Shared(_)) {
-        count_resumed("restarted");
-    }
     let env = match &shared.env {
         EnvSource::Workflow { workflow, .. } => {
-            return run_workflow(myself, state, workflow.clone()).await
+            if resume.is_some() {
+                count_resumed("restarted");
+            }
+            return run_workflow(myself, state, workflow.clone()).await;
         }
         EnvSource::Shared(env) => env.clone(),
         source @ EnvSource::PerEpisode { .. } => {
@@ -339,12 +383,15 @@ async fn start(
         .await
         .map_err(|e| EpisodeError::Actor(format!("spawning the env actor: {e}")))?;
     state.env = Some(env);
-    if let Some(record) = resume.filter(|_| matches!(shared.env, EnvSource::Shared(_))) {
-        count_resumed("continued");
-        continue_from(state, *record);
-        return myself
-            .cast(EpisodeMsg::Turn)
-            .map_err(|e| EpisodeError::Actor(e.to_string()));
+    if let Some(record) = resume {
+        if restore_env(state, &record).await {
+            count_resumed("continued");
+            continue_from(state, *record);
+            return myself
+                .cast(EpisodeMsg::Turn)
+                .map_err(|e| EpisodeError::Actor(e.to_string()));
+        }
+        count_resumed("restarted");
     }
     let task = state.args.task.clone();
     let messages = state

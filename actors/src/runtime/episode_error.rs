@@ -18,6 +18,10 @@ pub enum EnvStage {
     Observe,
     /// `Env::score`.
     Score,
+    /// `Env::snapshot`.
+    Snapshot,
+    /// `Env::restore`.
+    Restore,
 }
 
 impl fmt::Display for EnvStage {
@@ -28,6 +32,8 @@ impl fmt::Display for EnvStage {
             EnvStage::OnTurn => "on_turn",
             EnvStage::Observe => "observe",
             EnvStage::Score => "score",
+            EnvStage::Snapshot => "snapshot",
+            EnvStage::Restore => "restore",
         })
     }
 }

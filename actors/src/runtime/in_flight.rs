@@ -3,7 +3,10 @@
 //! the run's [`InFlightBoard`] after every finished turn and takes it off when it ends; a
 //! checkpoint reads the board; a resume hands each record back in its
 //! [`EpisodeRequest`](super::EpisodeRequest), and the episode continues from its last
-//! finished step (its context prefilled again) instead of from its first turn.
+//! finished step (its context prefilled again) instead of from its first turn. An env built
+//! per episode is captured with its record where it can snapshot itself
+//! ([`Env::snapshot`](agent_r1_envs::env::Env::snapshot)) and restored on resume; one that
+//! cannot starts its episode over (counted as `restarted`).
 //!
 //! Workflow episodes (user code, whose place cannot be captured from outside) are not on the
 //! board: a resume runs them again from the start, and their tool calls are answered from
@@ -45,6 +48,10 @@ pub struct InFlightEpisode {
     pub transcript: Vec<Message>,
     /// Seconds the episode had run.
     pub wall_seconds: f64,
+    /// The state of its env, where the env was built for it and can be captured
+    /// ([`Env::snapshot`](agent_r1_envs::env::Env::snapshot)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_state: Option<serde_json::Value>,
 }
 
 impl InFlightEpisode {
