@@ -150,6 +150,7 @@ dtype = "float32"
 
 [env]
 name = "synthetic_multihop"
+max_tool_calls_per_turn = 3
 
 [env.world]
 seed = 0
@@ -267,16 +268,24 @@ fn keys(path: &Path) -> Vec<String> {
         .collect()
 }
 
-fn attempts(effects: &Effects) -> Vec<String> {
-    let mut all = keys(&PathBuf::from(format!(
-        "{}.attempts",
-        effects.mcp.display()
-    )));
-    all.extend(keys(&PathBuf::from(format!(
-        "{}.attempts",
-        effects.python.display()
-    ))));
-    all
+/// Every call each tool received so far: the MCP server's, then the python tool's.
+fn attempts(effects: &Effects) -> [Vec<String>; 2] {
+    [&effects.mcp, &effects.python]
+        .map(|log| keys(&PathBuf::from(format!("{}.attempts", log.display()))))
+}
+
+/// How many calls each tool had received.
+fn attempt_counts(effects: &Effects) -> [usize; 2] {
+    attempts(effects).map(|a| a.len())
+}
+
+/// The calls received after `before` whose keys are in `done`.
+fn made_again(effects: &Effects, before: [usize; 2], done: &BTreeSet<String>) -> Vec<String> {
+    attempts(effects)
+        .iter()
+        .zip(before)
+        .flat_map(|(all, from)| all[from..].iter().filter(|k| done.contains(*k)).cloned())
+        .collect()
 }
 
 /// What a checkpoint holds of its open groups: (groups, finished episodes, episodes in
@@ -329,7 +338,7 @@ fn kill_20_times(cfg: &Path, run: &Path, effects: &Effects, seed: u64) -> Tally 
             tally.kills
         );
         let done = journaled(run);
-        let before = attempts(effects).len();
+        let before = attempt_counts(effects);
         let expect = (from > 0).then(|| held(run, from)).filter(|h| h.0 > 0);
 
         let mut t = Trainer::start_with(cfg, run, &flags);
@@ -379,8 +388,7 @@ fn kill_20_times(cfg: &Path, run: &Path, effects: &Effects, seed: u64) -> Tally 
             "kill {}: the run ended before it; log:\n{log}",
             tally.kills.len()
         );
-        let now = attempts(effects);
-        let again: Vec<&String> = now[before..].iter().filter(|k| done.contains(*k)).collect();
+        let again = made_again(effects, before, &done);
         assert!(
             again.is_empty(),
             "kill {}: calls journaled before this life were made again: {again:?}",
@@ -391,18 +399,14 @@ fn kill_20_times(cfg: &Path, run: &Path, effects: &Effects, seed: u64) -> Tally 
         ));
     }
     let done = journaled(run);
-    let before = attempts(effects).len();
+    let before = attempt_counts(effects);
     let (code, stdout, log) = Trainer::start_with(cfg, run, &flags).finish();
     assert_eq!(code, Some(0), "{log}");
     assert!(
         stdout.contains(&format!("\"updates\":{UPDATES}")),
         "{stdout}"
     );
-    let again: Vec<String> = attempts(effects)[before..]
-        .iter()
-        .filter(|k| done.contains(*k))
-        .cloned()
-        .collect();
+    let again = made_again(effects, before, &done);
     assert!(
         again.is_empty(),
         "the last life made journaled calls again: {again:?}"
@@ -426,7 +430,7 @@ fn check_effects(effects: &Effects) -> (usize, usize, usize) {
     let files = std::fs::read_dir(&effects.files).unwrap().count();
     assert_eq!(files, keys(&effects.python).len());
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-    for k in attempts(effects) {
+    for k in attempts(effects).into_iter().flatten() {
         *counts.entry(k).or_default() += 1;
     }
     let effects_total = keys(&effects.mcp).len() + files;

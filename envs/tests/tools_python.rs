@@ -131,3 +131,21 @@ async fn a_keyed_call_finds_its_key_in_the_environment() {
     let (plain, _) = run(&t, code).await;
     assert_eq!(plain, "None\n", "an unkeyed call has no key");
 }
+
+/// The same snippet gives the same output on every call, with the sandbox or without: the
+/// scratch directory's random name never reaches the model (a traceback names the working
+/// directory the sandbox shows).
+#[tokio::test]
+async fn a_traceback_reads_the_same_on_every_call() {
+    for sandbox in [false, true] {
+        let t = tool(|c| c.sandbox = sandbox);
+        let (first, _) = run(&t, "import os\nprint(os.getcwd())\nraise ValueError('x')").await;
+        let (again, _) = run(&t, "import os\nprint(os.getcwd())\nraise ValueError('x')").await;
+        assert_eq!(first, again, "sandbox {sandbox}");
+        assert!(first.starts_with("/work\n"), "sandbox {sandbox}: {first}");
+        assert!(
+            first.contains("File \"/work/main.py\", line 3"),
+            "sandbox {sandbox}: {first}"
+        );
+    }
+}

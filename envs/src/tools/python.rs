@@ -333,6 +333,19 @@ impl PythonTool {
         if let (Some(_), Some(code @ 129..=192)) = (sandbox, exit_code) {
             (exit_code, signal) = (None, Some(code - 128));
         }
+        // Without the sandbox the scratch directory's random name would reach the model (in
+        // tracebacks): it reads as the sandbox's working directory, so that the same snippet
+        // gives the same output on every call, with the sandbox or without.
+        let (stdout, stderr) = match sandbox {
+            Some(_) => (stdout, stderr),
+            None => {
+                let dir = scratch.path().to_string_lossy().into_owned();
+                (
+                    stdout.replace(&dir, bubblewrap::WORKDIR),
+                    stderr.replace(&dir, bubblewrap::WORKDIR),
+                )
+            }
+        };
         Ok(RunResult {
             stdout,
             stderr,
