@@ -47,7 +47,7 @@ pub use call_ledger::CallLedger;
 pub use context_policy::{ContextPolicies, ContextPolicy};
 pub use env_source::{EnvBuilder, EnvSource};
 pub use episode_error::{EnvStage, EpisodeError};
-pub use in_flight::{InFlightBoard, InFlightEpisode};
+pub use in_flight::{InFlightBoard, InFlightEpisode, WorkflowStep};
 pub use live::{LiveBoard, LiveSnapshot};
 pub use render::TurnRenderer;
 pub use service::{RolloutService, TaskSender};

@@ -18,11 +18,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_r1_actors::model::SamplingParams;
+use agent_r1_actors::runtime::workflow::{Agent, Workflow, WorkflowOutcome};
 use agent_r1_actors::runtime::{
     EnvSource, EpisodeConfig, EpisodeRequest, InFlightBoard, InFlightEpisode, RolloutService,
     RolloutSetup, TurnRenderer,
 };
-use agent_r1_actors::trajectory::Trajectory;
+use agent_r1_actors::trajectory::{Step, Trajectory};
 use agent_r1_envs::env::{Env, Score, TurnOutcome};
 use agent_r1_envs::message::Message;
 use agent_r1_envs::task::Task;
@@ -239,7 +240,14 @@ fn two_lives(f: &TinyAgent, env: impl Fn() -> EnvSource) -> Lives {
         .expect("two episodes at their third call within 600 s");
         let taken = board.snapshot();
         assert_eq!(taken.len(), 2, "{taken:?}");
-        assert!(taken.iter().all(|r| r.steps.len() == 2), "{taken:?}");
+        // The built-in loop records a turn once its calls are answered; a workflow records a
+        // step once generated (the third's call is the one held).
+        assert!(
+            taken
+                .iter()
+                .all(|r| recorded(r).len() == if r.workflow_steps.is_empty() { 2 } else { 3 }),
+            "{taken:?}"
+        );
         service.abort("a crash (fault injection)");
         let _ = service.finish().await;
         feed.abort();
@@ -377,13 +385,18 @@ fn check_resumed(f: &TinyAgent, lives: &Lives, continued: bool) {
             .filter(|_| continued)
         {
             // The finished steps are the record's, as they were (timings included).
-            assert_eq!(
-                t.steps[..r.steps.len()],
-                r.steps[..],
-                "episode {}",
-                t.episode_id
-            );
-            carried += r.steps.iter().map(|s| s.action_ids.len()).sum::<usize>();
+            let steps = recorded(r);
+            for (k, s) in steps.iter().enumerate() {
+                let at = format!("episode {} step {k}", t.episode_id);
+                assert_eq!(t.steps[k].action_ids, s.action_ids, "{at}");
+                assert_eq!(t.steps[k].logprobs, s.logprobs, "{at}");
+                assert_eq!(t.steps[k].token_versions, s.token_versions, "{at}");
+                assert_eq!(t.steps[k].generate_seconds, s.generate_seconds, "{at}");
+            }
+            if r.workflow_steps.is_empty() {
+                assert_eq!(t.steps[..r.steps.len()], r.steps[..]);
+            }
+            carried += steps.iter().map(|s| s.action_ids.len()).sum::<usize>();
         }
         // Indistinguishable from the episode that never stopped but for when it ran.
         assert_eq!(t.prompt_ids, want.prompt_ids);
@@ -413,6 +426,64 @@ fn check_resumed(f: &TinyAgent, lives: &Lives, continued: bool) {
         "{} episodes resumed from their records ({} finished steps, {carried} tokens not \
          sampled again); {generated} of {total} tokens sampled after the crash",
         records.len(),
-        records.iter().map(|r| r.steps.len()).sum::<usize>()
+        records.iter().map(|r| recorded(r).len()).sum::<usize>()
     );
+}
+
+/// A record's finished steps: the built-in loop's, or a workflow's in call order.
+fn recorded(r: &InFlightEpisode) -> Vec<Step> {
+    if r.workflow_steps.is_empty() {
+        r.steps.clone()
+    } else {
+        r.workflow_steps
+            .iter()
+            .flatten()
+            .map(|w| w.step.clone())
+            .collect()
+    }
+}
+
+/// A workflow of `TURNS` steps on one growing context, each step but the last followed by
+/// an `echo` call whose answer the next context shows.
+struct EchoLoop;
+
+#[async_trait]
+impl Workflow for EchoLoop {
+    fn name(&self) -> &str {
+        "echo_loop"
+    }
+
+    async fn run(&self, task: &Task, agent: &Agent) -> agent_r1_actors::Result<WorkflowOutcome> {
+        let r = agent.renderer();
+        let mut context = r.prompt(&Scripted.reset(task).unwrap())?;
+        for turn in 0..TURNS {
+            let g = agent.generate(context.clone()).await?;
+            if turn + 1 == TURNS {
+                break;
+            }
+            let call = ToolCall {
+                name: "echo".into(),
+                arguments: json!({ "text": task.id }),
+            };
+            let outcomes = agent.call_tools(Some(g.step), vec![Ok(call)]).await;
+            let seen = Message::tool(outcomes[0].observation(1000));
+            context.extend(&g.token_ids);
+            context.extend(r.continuation(&g.token_ids, &[seen])?);
+        }
+        Ok(WorkflowOutcome {
+            reward: context.len() as f64,
+            ..Default::default()
+        })
+    }
+}
+
+#[test]
+fn a_workflow_episode_replays_its_recorded_steps_and_samples_only_the_rest() {
+    let f = tiny_agent_deterministic(2048);
+    let lives = two_lives(&f, || EnvSource::Workflow {
+        workflow: Arc::new(EchoLoop),
+        tool_names: vec!["echo".into()],
+    });
+    assert!(lives.records.iter().all(|r| r.steps.is_empty()));
+    check_resumed(&f, &lives, true);
 }

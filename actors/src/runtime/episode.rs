@@ -25,7 +25,7 @@ use super::context_policy::{ContextPolicy, History, NextContext, TurnRecord};
 use super::env_actor::{EnvActor, EnvMsg, EnvReply, EnvState};
 use super::env_source::EnvSource;
 use super::episode_error::{EnvStage, EpisodeError};
-use super::in_flight::{InFlightBoard, InFlightEpisode};
+use super::in_flight::{InFlightBoard, InFlightEpisode, WorkflowStep};
 use super::live::{LiveBoard, LiveEntry, Stage};
 use super::render::TurnRenderer;
 use super::tool_pool::ToolPoolMsg;
@@ -83,6 +83,10 @@ impl AgentRun for Shared {
 
     fn release(&self, key: u64) {
         self.engine.release(key);
+    }
+
+    fn in_flight(&self) -> &InFlightBoard {
+        &self.in_flight
     }
 }
 
@@ -270,6 +274,7 @@ fn in_flight_record(state: &EpisodeState, env_state: Option<serde_json::Value>) 
         transcript: state.transcript.clone(),
         wall_seconds: state.started.elapsed().as_secs_f64(),
         env_state,
+        workflow_steps: vec![],
     }
 }
 
@@ -357,10 +362,8 @@ async fn start(
     let resume = state.args.resume.take();
     let env = match &shared.env {
         EnvSource::Workflow { workflow, .. } => {
-            if resume.is_some() {
-                count_resumed("restarted");
-            }
-            return run_workflow(myself, state, workflow.clone()).await;
+            let replay = resume.map(|r| r.workflow_steps);
+            return run_workflow(myself, state, workflow.clone(), replay).await;
         }
         EnvSource::Shared(env) => env.clone(),
         source @ EnvSource::PerEpisode { .. } => {
@@ -797,25 +800,48 @@ async fn finish(
 
 /// Runs the episode's workflow within `workflow_timeout` on a task of its own (a panic or a
 /// hang fails the episode with the reason, and the run goes on), then delivers its steps.
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 async fn run_workflow(
     myself: &ActorRef<EpisodeMsg>,
     state: &mut EpisodeState,
     workflow: Arc<dyn Workflow>,
+    replay: Option<Vec<Option<WorkflowStep>>>,
 ) -> Result<(), EpisodeError> {
     let shared = state.args.shared.clone();
-    let agent = Arc::new(Agent::new(shared.clone(), state.args.episode_id));
+    // On a resume: the steps the episode had generated, replayed where asked for again.
+    let replay = replay.map_or_else(Vec::new, |steps| {
+        count_resumed(if steps.iter().any(Option::is_some) {
+            "continued"
+        } else {
+            "restarted"
+        });
+        steps
+    });
+    let agent = Arc::new(Agent::new(
+        shared.clone(),
+        in_flight_record(state, None),
+        replay,
+    ));
     let task = state.args.task.clone();
     state.live.set(Stage::Generating);
     let running = {
         let (agent, workflow) = (agent.clone(), workflow.clone());
         tokio::spawn(async move { workflow.run(&task, &agent).await })
     };
-    let abort = running.abort_handle();
+    // The workflow ends with its episode: past the timeout, and when the episode actor is
+    // stopped while waiting here (a service aborted), which drops this future.
+    let abort = AbortOnDrop(running.abort_handle());
     let after = shared.config.workflow_timeout;
     let result = tokio::time::timeout(after, running).await;
-    if result.is_err() {
-        abort.abort();
-    }
+    drop(abort);
     agent.release();
     let outcome = match result {
         Err(_) => {

@@ -8,9 +8,12 @@
 //! ([`Env::snapshot`](agent_r1_envs::env::Env::snapshot)) and restored on resume; one that
 //! cannot starts its episode over (counted as `restarted`).
 //!
-//! Workflow episodes (user code, whose place cannot be captured from outside) are not on the
-//! board: a resume runs them again from the start, and their tool calls are answered from
-//! the call journal.
+//! A workflow episode (user code, whose place cannot be captured from outside) is on the
+//! board with the steps it has generated, each with its whole context. A resume runs the
+//! workflow again from its start and replays them: a generate call on a context a recorded
+//! step had gets that step's action, log-probs and versions instead of sampling, and its tool
+//! calls are answered from the call journal, so a workflow that does the same with the same
+//! answers reaches its next unfinished step without sampling or calling anything again.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -52,11 +55,27 @@ pub struct InFlightEpisode {
     /// ([`Env::snapshot`](agent_r1_envs::env::Env::snapshot)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env_state: Option<serde_json::Value>,
+    /// A workflow episode's steps by generate call (`None`: in flight, or failed), each with
+    /// its whole context; empty for an episode of the built-in loop.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workflow_steps: Vec<Option<WorkflowStep>>,
+}
+
+/// A step a workflow generated, with its whole context.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkflowStep {
+    /// The context it was sampled on.
+    pub context: Vec<u32>,
+    /// The step (its action, log-probs, versions and tool outcomes).
+    pub step: Step,
 }
 
 impl InFlightEpisode {
     /// Checks that the record can be continued: steps and context agree with each other.
     pub fn check(&self) -> Result<(), String> {
+        if !self.workflow_steps.is_empty() {
+            return check_workflow_steps(&self.workflow_steps);
+        }
         if self.steps.is_empty() {
             return Err("it has no finished step".into());
         }
@@ -84,6 +103,30 @@ impl InFlightEpisode {
         }
         Ok(())
     }
+}
+
+fn check_workflow_steps(steps: &[Option<WorkflowStep>]) -> Result<(), String> {
+    if steps.iter().all(Option::is_none) {
+        return Err("it has no finished step".into());
+    }
+    for (k, s) in steps.iter().enumerate() {
+        let Some(s) = s else { continue };
+        if s.context.is_empty() || s.step.context_len != s.context.len() {
+            return Err(format!(
+                "workflow step {k} has a context of {} ids but says {}",
+                s.context.len(),
+                s.step.context_len
+            ));
+        }
+        if s.step.logprobs.len() != s.step.action_ids.len() {
+            return Err(format!(
+                "workflow step {k} has {} log-probs for {} action ids",
+                s.step.logprobs.len(),
+                s.step.action_ids.len()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The run's episodes in flight, by id: what a checkpoint saves of them.

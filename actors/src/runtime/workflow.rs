@@ -8,6 +8,9 @@
 //! deterministic workflow gives the same trajectory every time. Contexts are token ids: the
 //! workflow renders what it writes anew with [`Agent::renderer`] and reuses sampled ids as
 //! they were sampled.
+//!
+//! After each step the episode's record is on the run's in-flight board; a resume runs the
+//! workflow again and replays the recorded steps (see [`super::in_flight`]).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -19,6 +22,7 @@ use agent_r1_envs::task::Task;
 use agent_r1_envs::tool::{CallError, CallOutcome, ToolCall};
 
 use super::call_ledger::EpisodeCalls;
+use super::in_flight::{InFlightBoard, InFlightEpisode, WorkflowStep};
 use super::render::TurnRenderer;
 use super::EpisodeConfig;
 use crate::engine::TurnOutput;
@@ -100,6 +104,8 @@ pub(crate) trait AgentRun: Send + Sync {
     ) -> Vec<CallOutcome>;
     /// Frees the engine's state for `key`.
     fn release(&self, key: u64);
+    /// Where episodes in flight keep their records for the checkpoint.
+    fn in_flight(&self) -> &InFlightBoard;
 }
 
 /// The step of a sampled turn on a context of `context_len` tokens.
@@ -139,16 +145,32 @@ pub struct Agent {
     lanes: Mutex<(Vec<bool>, usize)>,
     /// Its tool calls' keys.
     calls: EpisodeCalls,
+    /// Its record on the in-flight board (identity only; the steps are copied in on each
+    /// put), and whether the episode has ended (nothing is put after that).
+    record: Mutex<(InFlightEpisode, bool)>,
+    /// Steps a resumed episode made before, by call index, replayed where the workflow asks
+    /// for the same context again.
+    replay: Mutex<Vec<Option<WorkflowStep>>>,
+    started: Instant,
 }
 
 impl Agent {
-    pub(crate) fn new(run: Arc<dyn AgentRun>, episode_id: u64) -> Self {
+    /// The agent of the episode `record` names (its identity), replaying `replay`.
+    pub(crate) fn new(
+        run: Arc<dyn AgentRun>,
+        record: InFlightEpisode,
+        replay: Vec<Option<WorkflowStep>>,
+    ) -> Self {
+        let episode_id = record.episode_id;
         Self {
             run,
             episode_id,
             calls: EpisodeCalls::new(episode_id),
             steps: Mutex::new(vec![]),
             lanes: Mutex::new((vec![], 0)),
+            record: Mutex::new((record, false)),
+            replay: Mutex::new(replay),
+            started: Instant::now(),
         }
     }
 
@@ -197,6 +219,12 @@ impl Agent {
             steps.push(None);
             steps.len() - 1
         };
+        if let Some(step) = self.replayed(index, &context) {
+            let generation = self.generation(index, &step)?;
+            self.lock_steps()[index] = Some(Recorded { context, step });
+            self.keep();
+            return Ok(generation);
+        }
         let lane = self.take_lane();
         let sampled = self
             .run
@@ -204,22 +232,66 @@ impl Agent {
             .await;
         self.give_lane(lane);
         let (out, seconds) = sampled?;
+        let step = step_of(out, context.len(), seconds);
+        let generation = self.generation(index, &step)?;
+        self.lock_steps()[index] = Some(Recorded { context, step });
+        self.keep();
+        Ok(generation)
+    }
+
+    /// What the workflow sees of step `index`.
+    fn generation(&self, index: usize, step: &Step) -> Result<Generation> {
         let text = self
             .run
             .renderer()
             .tokenizer()
-            .decode(&out.token_ids, true)?;
-        let step = step_of(out, context.len(), seconds);
-        let generation = Generation {
+            .decode(&step.action_ids, true)?;
+        Ok(Generation {
             step: index,
             token_ids: step.action_ids.clone(),
             text,
             finish_reason: step.finish_reason,
             logprobs: step.logprobs.clone(),
             policy_version: step.policy_version,
-        };
-        self.lock_steps()[index] = Some(Recorded { context, step });
-        Ok(generation)
+        })
+    }
+
+    /// The recorded step `index` of a resumed episode, where it was sampled on `context`:
+    /// its action and log-probs as they were, its tool outcomes left for the workflow's
+    /// calls to add again (answered from the call journal).
+    fn replayed(&self, index: usize, context: &[u32]) -> Option<Step> {
+        let mut replay = self.replay.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = replay.get_mut(index)?;
+        if slot.as_ref()?.context != context {
+            return None;
+        }
+        let mut step = slot.take()?.step;
+        step.tool_calls.clear();
+        step.tool_seconds = 0.0;
+        Some(step)
+    }
+
+    /// Puts the episode's record, with its steps so far, on the in-flight board.
+    fn keep(&self) {
+        let steps: Vec<Option<WorkflowStep>> = self
+            .lock_steps()
+            .iter()
+            .map(|r| {
+                r.as_ref().map(|r| WorkflowStep {
+                    context: r.context.clone(),
+                    step: r.step.clone(),
+                })
+            })
+            .collect();
+        let guard = self.record.lock().unwrap_or_else(|e| e.into_inner());
+        let (base, ended) = &*guard;
+        if *ended || steps.iter().all(Option::is_none) {
+            return;
+        }
+        let mut record = base.clone();
+        record.workflow_steps = steps;
+        record.wall_seconds = self.started.elapsed().as_secs_f64();
+        self.run.in_flight().put(record);
     }
 
     /// Runs tool calls (in parallel, through the run's tool pools, with their timeouts);
@@ -242,6 +314,7 @@ impl Agent {
                 r.step.tool_calls.extend(outcomes.iter().cloned());
                 r.step.tool_seconds += began.elapsed().as_secs_f64();
             }
+            self.keep();
         }
         outcomes
     }
@@ -275,8 +348,10 @@ impl Agent {
             .wrapping_add((lane as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))
     }
 
-    /// Releases every engine key the episode used.
+    /// Releases every engine key the episode used; its record is put no more (the episode
+    /// takes it off the board when it stops).
     pub(crate) fn release(&self) {
+        self.record.lock().unwrap_or_else(|e| e.into_inner()).1 = true;
         let used = self.lanes.lock().unwrap_or_else(|e| e.into_inner()).1;
         for lane in 0..used {
             self.run.release(self.lane_key(lane));
