@@ -282,7 +282,8 @@ fn in_flight_record(state: &EpisodeState, env_state: Option<serde_json::Value>) 
 /// built per episode is once it has restored the record's snapshot.
 async fn restore_env(state: &EpisodeState, record: &InFlightEpisode) -> bool {
     match (&state.args.shared.env, &record.env_state) {
-        (EnvSource::Shared(_), _) => true,
+        // A workflow's record (the config named a workflow before) has no turn to go on from.
+        (EnvSource::Shared(_), _) => record.workflow_steps.is_empty(),
         (EnvSource::PerEpisode { .. }, Some(saved)) => {
             let saved = saved.clone();
             match state
@@ -798,8 +799,6 @@ async fn finish(
     Ok(())
 }
 
-/// Runs the episode's workflow within `workflow_timeout` on a task of its own (a panic or a
-/// hang fails the episode with the reason, and the run goes on), then delivers its steps.
 /// Aborts a task when dropped.
 struct AbortOnDrop(tokio::task::AbortHandle);
 
@@ -809,6 +808,9 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// Runs the episode's workflow within `workflow_timeout` on a task of its own (a panic or a
+/// hang fails the episode with the reason, and the run goes on), then delivers its steps. On
+/// a resume, `replay` holds the steps it had generated.
 async fn run_workflow(
     myself: &ActorRef<EpisodeMsg>,
     state: &mut EpisodeState,
