@@ -10,10 +10,10 @@
 //! every turn that made no call call every tool (no faults), with the turn's text as each
 //! argument.
 //!
-//! Each life is killed a seeded delay after a seeded line: its start, its first update, its
-//! first checkpoint write, or (for some) its first committed checkpoint. The injected learner
-//! and checkpoint delays sleep longer than any kill delay, so a kill lands before the commit
-//! after its line and the schedule cannot run past the end. What every kill must leave:
+//! Each life is killed on a seeded line: its start, its first update, its first checkpoint
+//! write, or (for some) its first committed checkpoint. The injected learner and checkpoint
+//! delays hold the commit after each line back, so a kill lands before it and the schedule
+//! cannot run past the end. What every kill must leave:
 //! - no call whose result is in the run's journal is made again (the next life's attempts
 //!   hold none of its keys); the calls in flight at a kill are made again under the same
 //!   keys, and the services take each key once (no key twice in either effect log);
@@ -24,21 +24,22 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use serde_json::Value;
 
+#[path = "support/run_log.rs"]
+mod run_log;
 #[path = "support/trainer.rs"]
 mod trainer;
 
+use run_log::{jsonl_if_any, open_groups_held, resume_line};
 use trainer::{newest_checkpoint, SplitMix, Trainer};
 
 const UPDATES: u64 = 8;
 const KILLS: usize = 20;
-/// The learner's and the checkpoint write's injected sleeps, each longer than any kill delay.
+/// The learner's and the checkpoint write's injected sleeps: a kill sent on an update's or a
+/// checkpoint write's line lands inside it.
 const DELAY_MS: u64 = 700;
-/// A kill lands this long at most after its line (seeded).
-const MAX_KILL_DELAY_MS: u64 = 400;
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 /// The run id both runs of the deterministic test use, so that keys (which the `effect`
 /// tool answers with) are the same in each.
@@ -230,14 +231,6 @@ fn run_dir(path: &Path) -> PathBuf {
     path.to_path_buf()
 }
 
-fn jsonl(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
 /// `run/e12/s3/c0` (`/b1` on a branch), as the tools see it.
 fn key_text(key: &Value) -> String {
     let mut text = format!(
@@ -255,14 +248,14 @@ fn key_text(key: &Value) -> String {
 
 /// The keys of the calls whose results the run's journal holds.
 fn journaled(run: &Path) -> BTreeSet<String> {
-    jsonl(&run.join("tool-calls.jsonl"))
+    jsonl_if_any(&run.join("tool-calls.jsonl"))
         .iter()
         .map(|e| key_text(&e["key"]))
         .collect()
 }
 
 fn keys(path: &Path) -> Vec<String> {
-    jsonl(path)
+    jsonl_if_any(path)
         .iter()
         .map(|l| l["key"].as_str().unwrap().to_string())
         .collect()
@@ -286,32 +279,6 @@ fn made_again(effects: &Effects, before: [usize; 2], done: &BTreeSet<String>) ->
         .zip(before)
         .flat_map(|(all, from)| all[from..].iter().filter(|k| done.contains(*k)).cloned())
         .collect()
-}
-
-/// What a checkpoint holds of its open groups: (groups, finished episodes, episodes in
-/// flight that finished a step).
-fn held(run: &Path, step: u64) -> (usize, usize, usize) {
-    let c = run.join(format!("checkpoints/step-{step}"));
-    let manifest: Value =
-        serde_json::from_str(&std::fs::read_to_string(c.join("manifest.json")).unwrap()).unwrap();
-    let open: Vec<u64> = manifest["state"]["requeue_positions"]
-        .as_array()
-        .map(|a| a.iter().map(|v| v.as_u64().unwrap()).collect())
-        .unwrap_or_default();
-    let of_open = |file: &str| -> Vec<Value> {
-        jsonl(&c.join(file))
-            .into_iter()
-            .filter(|t| open.contains(&t["group_id"].as_u64().unwrap()))
-            .collect()
-    };
-    let finished = of_open("pending_trajectories.jsonl");
-    // An episode that finished while the checkpoint was written is in both; its trajectory
-    // wins.
-    let continued = of_open("in_flight_episodes.jsonl")
-        .iter()
-        .filter(|r| !finished.iter().any(|t| t["episode_id"] == r["episode_id"]))
-        .count();
-    (open.len(), finished.len(), continued)
 }
 
 /// What the kills did, for the test's output and its checks.
@@ -339,19 +306,16 @@ fn kill_20_times(cfg: &Path, run: &Path, effects: &Effects, seed: u64) -> Tally 
         );
         let done = journaled(run);
         let before = attempt_counts(effects);
-        let expect = (from > 0).then(|| held(run, from)).filter(|h| h.0 > 0);
+        let expect = (from > 0)
+            .then(|| open_groups_held(run, from))
+            .filter(|h| h.0 > 0);
 
         let mut t = Trainer::start_with(cfg, run, &flags);
         if let Some((open, finished, continued)) = expect {
             let line = t.wait_line(|l| l.starts_with("resuming "));
             assert_eq!(
                 line,
-                format!(
-                    "resuming {open} groups in flight at the checkpoint: {finished} episodes \
-                     restored, {continued} continued from their last finished step, {} sampled \
-                     from the start",
-                    open * 2 - finished - continued
-                ),
+                resume_line(open, 2, finished, continued),
                 "kill {}",
                 tally.kills.len()
             );
@@ -377,9 +341,6 @@ fn kill_20_times(cfg: &Path, run: &Path, effects: &Effects, seed: u64) -> Tally 
             }
             _ => t.wait_line(|l| l.starts_with(&format!("checkpoint step {target} -> "))),
         };
-        let delay = rng.next() % MAX_KILL_DELAY_MS;
-        // Places the kill (the assertions hold wherever it lands); nothing waits on it.
-        std::thread::sleep(Duration::from_millis(delay));
         t.signal("KILL");
         let (code, _, log) = t.finish();
         assert_eq!(
@@ -394,9 +355,9 @@ fn kill_20_times(cfg: &Path, run: &Path, effects: &Effects, seed: u64) -> Tally 
             "kill {}: calls journaled before this life were made again: {again:?}",
             tally.kills.len()
         );
-        tally.kills.push(format!(
-            "{phase} of update {target} +{delay} ms (resumed from {from})"
-        ));
+        tally
+            .kills
+            .push(format!("{phase} of update {target} (resumed from {from})"));
     }
     let done = journaled(run);
     let before = attempt_counts(effects);
@@ -440,7 +401,7 @@ fn check_effects(effects: &Effects) -> (usize, usize, usize) {
 
 /// Every episode of the stream trained in exactly one update, each update once.
 fn check_trained_once(run: &Path) -> Vec<Value> {
-    let rows = jsonl(&run.join("metrics.jsonl"));
+    let rows = run_log::jsonl(&run.join("metrics.jsonl"));
     let steps: Vec<u64> = rows.iter().map(|r| r["step"].as_u64().unwrap()).collect();
     assert_eq!(steps, (1..=UPDATES).collect::<Vec<_>>());
     for r in &rows {

@@ -14,9 +14,12 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+#[path = "support/run_log.rs"]
+mod run_log;
 #[path = "support/trainer.rs"]
 mod trainer;
 
+use run_log::{open_groups_held, resume_line};
 use trainer::{newest_checkpoint, SplitMix, Trainer};
 
 const UPDATES: u64 = 8;
@@ -235,44 +238,14 @@ fn async_kill_9_loses_no_finished_episode_and_trains_each_exactly_once() {
             break;
         }
         // What the checkpoint being resumed holds of its open groups.
-        let held = (from > 0).then(|| {
-            let c = run.join(format!("checkpoints/step-{from}"));
-            let manifest: Value =
-                serde_json::from_str(&std::fs::read_to_string(c.join("manifest.json")).unwrap())
-                    .unwrap();
-            let open: Vec<u64> = manifest["state"]["requeue_positions"]
-                .as_array()
-                .map(|a| a.iter().map(|v| v.as_u64().unwrap()).collect())
-                .unwrap_or_default();
-            let of_open = |file: &str| -> Vec<Value> {
-                std::fs::read_to_string(c.join(file))
-                    .unwrap_or_default()
-                    .lines()
-                    .map(|l| serde_json::from_str::<Value>(l).unwrap())
-                    .filter(|t| open.contains(&t["group_id"].as_u64().unwrap()))
-                    .collect()
-            };
-            let partial = of_open("pending_trajectories.jsonl");
-            // An episode that finished while the checkpoint was written is in both; its
-            // trajectory wins.
-            let continued = of_open("in_flight_episodes.jsonl")
-                .iter()
-                .filter(|r| !partial.iter().any(|t| t["episode_id"] == r["episode_id"]))
-                .count();
-            (open.len(), partial.len(), continued)
-        });
+        let held = (from > 0).then(|| open_groups_held(&run, from));
         let mut t = Trainer::start_with(&cfg, &run, FLAGS_ASYNC);
         let target = from + 1;
         if let Some((open, partial, continued)) = held.filter(|(open, _, _)| *open > 0) {
             let line = t.wait_line(|l| l.starts_with("resuming "));
             assert_eq!(
                 line,
-                format!(
-                    "resuming {open} groups in flight at the checkpoint: {partial} episodes \
-                     restored, {continued} continued from their last finished step, {} sampled \
-                     from the start",
-                    open * 2 - partial - continued
-                ),
+                resume_line(open, 2, partial, continued),
                 "round {round}"
             );
             restored_total += partial;
