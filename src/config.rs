@@ -15,6 +15,7 @@
 //! Relative paths are relative to the working directory, as for tools.
 
 mod cluster;
+mod distill;
 mod env;
 mod metrics;
 mod model;
@@ -29,7 +30,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use agent_r1_actors::learner::{AlgorithmConfig, CriticConfig, LearnerConfig, MemoryConfig};
+use agent_r1_actors::learner::{
+    AlgorithmConfig, CriticConfig, DistillConfig, LearnerConfig, MemoryConfig,
+};
 use agent_r1_actors::model::Placement;
 use agent_r1_actors::stall::StallConfig;
 use agent_r1_envs::access::BearerToken;
@@ -39,6 +42,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 pub use cluster::{ClusterSection, ClusterTls};
+pub use distill::check_teacher;
 pub use env::EnvSection;
 pub use metrics::MetricsSection;
 pub use model::ModelSection;
@@ -155,6 +159,9 @@ pub struct TrainConfig {
     /// Where the critic of `gae` / `step_gae` lives.
     #[serde(default)]
     pub critic: CriticConfig,
+    /// On-policy distillation from a teacher model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distill: Option<DistillConfig>,
     /// How the learner bounds its memory.
     #[serde(default)]
     pub learner: MemoryConfig,
@@ -302,6 +309,7 @@ impl TrainConfig {
         self.check_tools_and_scorer(registries)?;
         self.critic.rules().map_err(placed("critic"))?;
         self.check_critic(files)?;
+        self.check_distill(files)?;
         self.learner
             .fits(self.rollout.max_context_length)
             .map_err(placed("learner"))?;
@@ -351,6 +359,20 @@ impl TrainConfig {
             }
         }
         self.check_warm_start(registries)
+    }
+
+    fn check_distill(&self, files: FileCheck) -> Result<(), ConfigError> {
+        let Some(d) = &self.distill else {
+            return Ok(());
+        };
+        d.rules()
+            .map_err(|e| ConfigError::from(e.under("distill")))?;
+        match (files, &self.model.dir) {
+            (FileCheck::Skip, _) => Ok(()),
+            (FileCheck::Require, Some(policy)) => distill::check_teacher(policy, &d.teacher),
+            // A policy made at start-up (a preset) is compared when `train` has made it.
+            (FileCheck::Require, None) => model::model_dir("distill.teacher", &d.teacher),
+        }
     }
 
     fn check_critic(&self, files: FileCheck) -> Result<(), ConfigError> {
@@ -420,6 +442,7 @@ impl TrainConfig {
             max_staleness: asynchronous.then_some(t.max_staleness),
             behavior_weight_cap: t.decoupled_ppo.then_some(t.behavior_weight_cap),
             seed: t.seed,
+            distill: self.distill.clone(),
             ..LearnerConfig::default()
         }
     }

@@ -53,6 +53,12 @@ pub fn plan(
         (Some(dir), ShapeSource::Config) => Some(read(dir)?),
         _ => Some(model.clone()),
     };
+    let teacher = match (&cfg.distill, source) {
+        (None, _) => None,
+        (Some(d), ShapeSource::Config) => Some(read(&d.teacher)?),
+        // Planned for a machine without the models: a teacher of the policy's shape.
+        (Some(_), ShapeSource::Shape(_)) => Some(model.clone()),
+    };
     let r = &cfg.rollout;
     // The engines that share the learner's device (`rollout.devices` may put them all
     // elsewhere); an engine on another device is that device's whole load.
@@ -70,6 +76,7 @@ pub fn plan(
         kind: placement.kind,
         learner: &learner,
         separate_critic: critic.as_ref(),
+        teacher: teacher.as_ref(),
         engine: (engines > 0).then_some(EnginePlan {
             engines,
             rows: r.concurrency.max(1),

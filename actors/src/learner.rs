@@ -2,7 +2,7 @@
 //!
 //! It owns the trainable policy, an optional critic (a value head on the policy's trunk or a
 //! separate model), an optional frozen reference for the KL term, and their AdamW
-//! optimizers, on a dedicated OS thread ([`LearnerHandle`]) owned by a supervised actor
+//! optimizers (and a frozen teacher for on-policy distillation, `distill`), on a dedicated OS thread ([`LearnerHandle`]) owned by a supervised actor
 //! ([`LearnerActor`], reached through [`LearnerRef`]; a panic mid-update is reported by its
 //! supervisor, see [`actor`]). One update:
 //! trajectories become right-padded tensors (`batch`), stale tokens are dropped in async
@@ -20,6 +20,7 @@ pub(crate) mod batch;
 pub mod config;
 mod critic_input;
 mod critic_prefix;
+mod distill;
 mod estimation_layout;
 mod handle;
 mod micro_batches;
@@ -34,6 +35,7 @@ pub use config::{
     AlgorithmConfig, CriticConfig, Estimator, KlConfig, KlPlacement, LearnerConfig, MemoryConfig,
 };
 pub use critic_prefix::CriticPrefix;
+pub use distill::{DistillCombine, DistillConfig};
 pub use handle::{spawn_learner, spawn_learner_with, BeforeUpdate, LearnerHandle, PolicyWeights};
-pub use stats::{Mismatch, UpdateStats};
+pub use stats::{DistillStats, Mismatch, UpdateStats};
 pub use trainer::{check_rewards, Learner, LearnerModels, CRITIC_DIR};

@@ -63,6 +63,8 @@ pub struct PlanInput<'a> {
     /// A separate critic's architecture; `None` for no critic or a value head on the
     /// policy's trunk.
     pub separate_critic: Option<&'a ModelConfig>,
+    /// A distillation teacher's architecture (`[distill]`), stored in `kind` like the policy.
+    pub teacher: Option<&'a ModelConfig>,
     /// The engines that share the device (as in `train`).
     pub engine: Option<EnginePlan>,
     /// Sampled tokens in the largest micro-batch when known (a benchmark's fixed shape);
@@ -164,9 +166,10 @@ impl MemoryPlan {
                 (m.num_hidden_layers as u64 + 1) * layer + top
             }
         };
+        let policy_activations = activations(m);
         term(
             "activations",
-            activations(m),
+            policy_activations,
             "learner.recompute = true, learner.max_tokens_per_micro_batch, algorithm.micro_batch_size",
         );
         // Float32 logits of a chunk, its log-softmax, the entropy's probabilities and their
@@ -179,6 +182,20 @@ impl MemoryPlan {
             chunk * per_position,
             "learner.logits_chunk_tokens",
         );
+        if let Some(t) = input.teacher {
+            term("teacher weights", t.num_parameters() as u64 * s, "");
+            // The teacher runs before the micro-batches train, without grad: one layer's
+            // working set, the residual stream and its logits chunk at a time. Only what it
+            // needs beyond the training pass's activations and chunk raises the peak.
+            let forward = layer_activation_bytes_per_token(t, s) * tokens
+                + 2 * tokens * t.hidden_size as u64 * 4
+                + chunk * t.vocab_size as u64 * (6 * 4 + s);
+            term(
+                "teacher forward (beyond the training pass)",
+                forward.saturating_sub(policy_activations + chunk * per_position),
+                "learner.max_tokens_per_micro_batch, algorithm.micro_batch_size",
+            );
+        }
         if let Some(c) = input.separate_critic {
             let p = c.num_parameters() as u64;
             let state = p * (2 * s + 8 + if reduced { 4 } else { 0 });
@@ -316,6 +333,7 @@ mod tests {
             kind,
             learner,
             separate_critic: None,
+            teacher: None,
             engine,
             action_tokens: None,
         })

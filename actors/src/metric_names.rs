@@ -183,6 +183,13 @@ agent_r1_envs::declare_metrics! {
     /// The last update's worst sequence: largest |Σ Δ log-prob| over its measured tokens.
     LEARNER_MISMATCH_SEQUENCE_ABS_MAX: Gauge("agent_r1_learner_mismatch_sequence_abs_max") labels [];
 
+    /// Mean per-token reverse KL (student minus teacher log-probability) over the last
+    /// update's trained tokens, with on-policy distillation.
+    LEARNER_DISTILL_REVERSE_KL: Gauge("agent_r1_learner_distill_reverse_kl") labels [];
+
+    /// Tokens per second of the teacher's forward passes in the last update.
+    LEARNER_TEACHER_TOKENS_PER_SECOND: Gauge("agent_r1_learner_teacher_tokens_per_second") labels [];
+
     /// Mean rollout-correction importance weight of the last update's corrected tokens.
     LEARNER_CORRECTION_WEIGHT_MEAN: Gauge("agent_r1_learner_correction_weight_mean") labels [];
 

@@ -32,6 +32,7 @@ fn update(dir: &std::path::Path, prefix: bool) -> UpdateStats {
             policy: PolicyModel::load(&dir, Placement::default(), false)?,
             critic: Some(PolicyModel::load(&dir, Placement::default(), true)?),
             reference: None,
+            teacher: None,
             critic_prefix: prefix.then(|| Box::new(GoldAnswer) as Box<dyn CriticPrefix>),
         })
     };

@@ -71,6 +71,7 @@ fn learner(config: LearnerConfig) -> Learner {
             policy,
             critic: Some(critic),
             reference: Some(reference),
+            teacher: None,
             critic_prefix: None,
         },
         config,

@@ -56,6 +56,7 @@ fn learner_at(dir: &Path, placement: Placement, version: u64) -> Learner {
             policy,
             critic: None,
             reference: None,
+            teacher: None,
             critic_prefix: None,
         },
         LearnerConfig {

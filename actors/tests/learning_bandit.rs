@@ -220,6 +220,7 @@ fn train_with_sampler(
                 policy,
                 critic,
                 reference: None,
+                teacher: None,
                 critic_prefix: None,
             })
         },

@@ -1026,6 +1026,7 @@ fn sampling_goes_on_while_a_slowed_learner_updates() {
             policy: PolicyModel::load(&dir, Placement::default(), false)?,
             critic: None,
             reference: None,
+            teacher: None,
             critic_prefix: None,
         })
     };

@@ -204,6 +204,7 @@ fn a_two_call_workflow_records_each_call_as_a_step_with_its_own_context_and_trai
             policy,
             critic: None,
             reference: None,
+            teacher: None,
             critic_prefix: None,
         },
         LearnerConfig {

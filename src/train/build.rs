@@ -192,6 +192,14 @@ pub(super) async fn start_learner(
         eprintln!("critic: a separate model, from {}", dir.display());
     }
     let reference_dir = reference_dir.to_path_buf();
+    let teacher_dir = match &cfg.distill {
+        Some(d) => {
+            crate::config::check_teacher(&policy_dir, &d.teacher)?;
+            eprintln!("distill: teacher {}", d.teacher.display());
+            Some(d.teacher.clone())
+        }
+        None => None,
+    };
     let value_head_on_policy = needs_critic && critic_dir.is_none();
     let load = move || {
         tch::manual_seed(seed as i64);
@@ -204,10 +212,14 @@ pub(super) async fn start_learner(
         } else {
             None
         };
+        let teacher = teacher_dir
+            .map(|dir| PolicyModel::load(&dir, placement, false))
+            .transpose()?;
         Ok(LearnerModels {
             policy,
             critic,
             reference,
+            teacher,
             critic_prefix: critic_prefix.map(|p| Box::new(p) as Box<dyn CriticPrefix>),
         })
     };

@@ -378,6 +378,9 @@ pub struct LearnerConfig {
     pub queue_capacity: usize,
     /// Longest a caller waits for an update (or a state dict) to come back.
     pub request_timeout: Duration,
+    /// On-policy distillation from a teacher (`[distill]`); the teacher model itself comes
+    /// with [`super::LearnerModels`].
+    pub distill: Option<super::DistillConfig>,
 }
 
 impl Default for LearnerConfig {
@@ -393,6 +396,7 @@ impl Default for LearnerConfig {
             initial_version: 0,
             queue_capacity: 4,
             request_timeout: Duration::from_secs(3600),
+            distill: None,
         }
     }
 }
@@ -429,6 +433,9 @@ impl LearnerConfig {
         }
         if self.queue_capacity == 0 {
             return invalid("queue_capacity", "0".into(), "an integer >= 1");
+        }
+        if let Some(d) = &self.distill {
+            d.rules().map_err(|e| e.under("distill"))?;
         }
         self.memory
             .fits(self.max_len)

@@ -94,6 +94,9 @@ pub struct UpdateStats {
     /// and were kept; `None` with `weight = "off"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub correction_weight_mean: Option<f64>,
+    /// On-policy distillation's numbers, with `[distill]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distill: Option<DistillStats>,
     /// Action tokens rollout correction's rejection removed from the loss.
     #[serde(default)]
     pub rejected_tokens: u64,
@@ -119,6 +122,16 @@ pub struct Mismatch {
     pub over_threshold: f64,
     /// The worst sequence's `|Σ δ|`.
     pub sequence_abs_max: f64,
+}
+
+/// On-policy distillation in one update.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct DistillStats {
+    /// Mean per-token reverse KL `log π_student - log π_teacher` over the trained tokens
+    /// (k1 estimate on the student's samples).
+    pub reverse_kl: f64,
+    /// The update's tokens per second of the teacher's forward passes.
+    pub teacher_tokens_per_second: f64,
 }
 
 impl UpdateStats {
@@ -181,6 +194,11 @@ impl UpdateStats {
                 .set(m.over_threshold);
             gauge!(crate::metric_names::LEARNER_MISMATCH_SEQUENCE_ABS_MAX.name)
                 .set(m.sequence_abs_max);
+        }
+        if let Some(d) = &self.distill {
+            gauge!(crate::metric_names::LEARNER_DISTILL_REVERSE_KL.name).set(d.reverse_kl);
+            gauge!(crate::metric_names::LEARNER_TEACHER_TOKENS_PER_SECOND.name)
+                .set(d.teacher_tokens_per_second);
         }
         if let Some(v) = self.correction_weight_mean {
             gauge!(crate::metric_names::LEARNER_CORRECTION_WEIGHT_MEAN.name).set(v);

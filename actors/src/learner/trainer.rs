@@ -15,10 +15,11 @@ use super::advantages::estimate;
 use super::batch::{build_batch, TrainBatch};
 use super::config::{KlPlacement, LearnerConfig};
 use super::critic_prefix::{critic_input, CriticPrefix};
+use super::distill::{reverse_kl_advantage, DistillCombine};
 use super::micro_batches::MicroBatching;
 use super::optim::ParamOptimizer;
 use super::staleness::filter_stale;
-use super::stats::UpdateStats;
+use super::stats::{DistillStats, UpdateStats};
 use super::token_stats::{self, Positions};
 use crate::algo::{self, LossAgg};
 use crate::model::{LayerCheckpoints, PolicyModel, VALUE_HEAD};
@@ -39,6 +40,9 @@ pub struct LearnerModels {
     /// The asymmetric critic's prefix: what the separate critic reads before each row
     /// (only with a separate critic).
     pub critic_prefix: Option<Box<dyn CriticPrefix>>,
+    /// The frozen teacher of on-policy distillation (required with `distill`), with the
+    /// policy's vocabulary.
+    pub teacher: Option<PolicyModel>,
 }
 
 /// Where values come from.
@@ -93,6 +97,7 @@ pub struct Learner {
     critic: Critic,
     reference: Option<PolicyModel>,
     critic_prefix: Option<Box<dyn CriticPrefix>>,
+    teacher: Option<PolicyModel>,
     actor_opt: ParamOptimizer,
     critic_opt: Option<ParamOptimizer>,
     version: u64,
@@ -190,13 +195,19 @@ impl Learner {
             mut critic,
             mut reference,
             critic_prefix,
+            mut teacher,
         } = models;
         // Training passes accumulate the residual stream in float32 (a no-op for float32
         // models): bfloat16 sums there would make the gradients noisy at small learning
         // rates.
-        for model in [Some(&mut policy), critic.as_mut(), reference.as_mut()]
-            .into_iter()
-            .flatten()
+        for model in [
+            Some(&mut policy),
+            critic.as_mut(),
+            reference.as_mut(),
+            teacher.as_mut(),
+        ]
+        .into_iter()
+        .flatten()
         {
             model.set_float32_residual(true);
         }
@@ -246,6 +257,24 @@ impl Learner {
         if let Some(r) = reference.as_mut() {
             r.var_store_mut().freeze();
         }
+        match (&config.distill, teacher.as_mut()) {
+            (Some(_), None) => {
+                return Err(Error::invalid(
+                    "distill",
+                    "distillation is configured but no teacher model was given",
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(Error::invalid(
+                    "teacher",
+                    "a teacher was given but distillation is not configured ([distill])",
+                ))
+            }
+            (Some(_), Some(t)) => {
+                t.var_store_mut().freeze();
+            }
+            (None, None) => {}
+        }
         let shared = matches!(critic, Critic::Shared);
         let actor_opt = ParamOptimizer::new(
             params(&policy, is_actor_param),
@@ -283,6 +312,7 @@ impl Learner {
             critic,
             reference,
             critic_prefix,
+            teacher,
             actor_opt,
             critic_opt,
             updates: 0,
@@ -486,6 +516,7 @@ impl Learner {
     fn prepass(&self, batch: &TrainBatch) -> Prepass {
         let n = batch.rows();
         let want_ref = self.config.algorithm.kl.active().is_some();
+        let mut teacher_seconds = 0.0;
         // The policy's own log-probabilities are always computed: the sampler/trainer gap is
         // measured on every update.
         let want_prox = true;
@@ -495,6 +526,7 @@ impl Learner {
             let mut values: Option<Tensor> = None;
             let mut refs: Option<Tensor> = None;
             let mut prox: Option<Tensor> = None;
+            let mut teacher: Option<Tensor> = None;
             for micro in MicroBatching::of(&self.config).split(&all, &batch.lengths) {
                 let idx = Tensor::from_slice(&micro).to_device(batch.ids.device());
                 let mb = batch.select(&micro);
@@ -532,11 +564,22 @@ impl Learner {
                         prox.get_or_insert_with(full)
                             .index_copy_(0, &idx, &logprobs(&self.policy));
                 }
+                if let Some(t) = &self.teacher {
+                    let start = Instant::now();
+                    let lp = logprobs(t);
+                    if let tch::Device::Cuda(i) = t.placement().device {
+                        tch::Cuda::synchronize(i as i64);
+                    }
+                    teacher_seconds += start.elapsed().as_secs_f64();
+                    let _ = teacher.get_or_insert_with(full).index_copy_(0, &idx, &lp);
+                }
             }
             Prepass {
                 old_values: values,
                 ref_logprobs: refs,
                 prox_logprobs: prox,
+                teacher_logprobs: teacher,
+                teacher_seconds,
             }
         })
     }
@@ -647,6 +690,17 @@ impl Learner {
                 .map_err(|e| {
                     Error::invalid(format!("trajectory {}", t.episode_id), e.to_string())
                 })?;
+            if let Some(teacher) = &self.teacher {
+                t.rows()
+                    .iter()
+                    .try_for_each(|row| teacher.check_ids(&row.ids))
+                    .map_err(|e| {
+                        Error::invalid(
+                            format!("trajectory {} (distillation teacher)", t.episode_id),
+                            e.to_string(),
+                        )
+                    })?;
+            }
             check_rewards(t)?;
         }
         let critic_warmup =
@@ -662,7 +716,14 @@ impl Learner {
             .map(Trajectory::episode_return)
             .collect();
         stats.reward_mean = outcome.iter().sum::<f64>() / outcome.len() as f64;
-        let trajectories = if self.config.algorithm.filter_zero_variance_groups {
+        // Distillation alone trains on the teacher's signal, which a group of equal rewards
+        // still carries.
+        let distill_alone = self
+            .config
+            .distill
+            .as_ref()
+            .is_some_and(|d| d.combine == DistillCombine::Alone);
+        let trajectories = if self.config.algorithm.filter_zero_variance_groups && !distill_alone {
             let gids: Vec<i64> = trajectories.iter().map(|t| t.group_id as i64).collect();
             let (keep, dropped) =
                 algo::filter_zero_variance_groups(&Tensor::from_slice(&outcome), &gids)?;
@@ -705,6 +766,8 @@ impl Learner {
             old_values,
             ref_logprobs,
             prox_logprobs,
+            teacher_logprobs,
+            teacher_seconds,
         } = self.prepass(&batch);
         let Corrected {
             train_mask,
@@ -750,6 +813,21 @@ impl Learner {
         let (advantages, returns) = match layout {
             None => (advantages, returns),
             Some(l) => (l.to_rows(&advantages), returns.map(|r| l.to_rows(&r))),
+        };
+        let advantages = match (&self.config.distill, &teacher_logprobs, &prox_logprobs) {
+            (Some(d), Some(teacher), Some(student)) => {
+                let (k, distill) =
+                    reverse_kl_advantage(student, teacher, &batch.action_mask, d.coef)?;
+                stats.distill = Some(DistillStats {
+                    reverse_kl: algo::masked_mean(&k, &train_mask)?.double_value(&[]),
+                    teacher_tokens_per_second: stats.tokens as f64 / teacher_seconds.max(1e-9),
+                });
+                match d.combine {
+                    DistillCombine::Alone => distill,
+                    DistillCombine::WithReward => advantages + distill,
+                }
+            }
+            _ => advantages,
         };
         stats.advantage_mean = algo::masked_mean(&advantages, &train_mask)?.double_value(&[]);
         // Rows whose inputs are already not finite: the usual culprits of a skipped step.
@@ -1077,6 +1155,10 @@ struct Prepass {
     ref_logprobs: Option<Tensor>,
     /// The policy's own log-probabilities before any step (decoupled PPO).
     prox_logprobs: Option<Tensor>,
+    /// The teacher's log-probabilities of the sampled tokens (distillation).
+    teacher_logprobs: Option<Tensor>,
+    /// Seconds the teacher's forward passes took.
+    teacher_seconds: f64,
 }
 
 /// The update's loss mask, PPO anchor and token weights after [`Learner::correct`].

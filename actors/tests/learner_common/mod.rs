@@ -70,6 +70,7 @@ pub fn load_models(
             policy,
             critic: None,
             reference,
+            teacher: None,
             critic_prefix: None,
         })
     }

@@ -1,0 +1,260 @@
+//! On-policy distillation with the real pieces: a tiny student in libtorch sampled by the
+//! continuous-batching engine, a teacher taught the task by supervised steps, and the learner
+//! thread training the student on the teacher's per-token reverse KL alone.
+//!
+//! The task: each prompt `[BOS, Q, 4 + k]` (k in 0..4) has one right answer token, `8 + k`,
+//! out of 16. The teacher is the student's starting weights after supervised steps on the
+//! four right answers. Distillation alone never reads a reward (every trajectory is handed to
+//! the learner with reward 0), so the student can only reach the task's optimum through the
+//! teacher's log-probabilities of its own samples.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle, TurnRequest};
+use agent_r1_actors::learner::{
+    spawn_learner, AlgorithmConfig, DistillCombine, DistillConfig, Estimator, KlConfig,
+    LearnerConfig, LearnerModels,
+};
+use agent_r1_actors::model::generate::FinishReason;
+use agent_r1_actors::model::{ModelConfig, Placement, PolicyModel, SamplingParams};
+use agent_r1_actors::sft::{train_sft, SftConfig, SftSequence};
+use agent_r1_actors::trajectory::{EpisodeEnd, Step, Trajectory};
+use agent_r1_envs::task::Task;
+
+const VOCAB: i64 = 16;
+const PROMPTS: u32 = 4;
+const GROUP: usize = 16;
+const UPDATES: usize = 40;
+
+fn model_config() -> ModelConfig {
+    ModelConfig::from_json(&serde_json::json!({
+        "model_type": "qwen2", "vocab_size": VOCAB, "hidden_size": 32, "intermediate_size": 64,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "rope_theta": 10000.0, "tie_word_embeddings": true
+    }))
+    .unwrap()
+}
+
+fn prompt(k: u32) -> Vec<u32> {
+    vec![1, 2, 4 + k]
+}
+
+fn target(k: u32) -> u32 {
+    8 + k
+}
+
+/// The student's starting weights in `student`, and in `teacher` the same weights after
+/// supervised steps on the right answers. Returns the teacher's mean probability of them.
+fn save_models(student: &Path, teacher: &Path) -> f64 {
+    tch::manual_seed(7);
+    let mut model = PolicyModel::new(model_config(), Placement::default(), false).unwrap();
+    model.save(student, None).unwrap();
+    let data: Vec<SftSequence> = (0..PROMPTS)
+        .map(|k| {
+            let mut ids = prompt(k);
+            ids.push(target(k));
+            SftSequence {
+                trained: vec![false, false, false, true],
+                ids,
+            }
+        })
+        .collect();
+    let config = SftConfig {
+        steps: 60,
+        batch_size: 4,
+        learning_rate: 1e-2,
+        warmup_steps: 0,
+        max_len: 8,
+        ..Default::default()
+    };
+    train_sft(&mut model, &data, &config, |_, _| {
+        std::ops::ControlFlow::Continue(())
+    })
+    .unwrap();
+    model.save(teacher, None).unwrap();
+    let p: f64 = (0..PROMPTS)
+        .map(|k| {
+            let ids: Vec<i64> = prompt(k).iter().map(|&i| i64::from(i)).collect();
+            let ids = tch::Tensor::from_slice(&ids).view([1, 3]);
+            let mask = ids.ones_like().to_kind(tch::Kind::Bool);
+            let logits = tch::no_grad(|| model.logits(&model.forward_right_padded(&ids, &mask)));
+            logits
+                .get(0)
+                .get(2)
+                .softmax(-1, tch::Kind::Float)
+                .double_value(&[target(k) as i64])
+        })
+        .sum::<f64>()
+        / PROMPTS as f64;
+    p
+}
+
+/// One single-token answer; the trajectory's reward is 0 whatever the answer (distillation
+/// alone must not need it), and whether it was right is returned beside it.
+async fn episode(engine: &EngineHandle, id: u64, group: u64, k: u32) -> (Trajectory, bool) {
+    let prompt_ids = prompt(k);
+    let turn = engine
+        .generate(TurnRequest {
+            episode: id,
+            context: prompt_ids.clone(),
+            params: SamplingParams {
+                temperature: 1.0,
+                max_new_tokens: 1,
+                ..Default::default()
+            },
+            stop_strings: vec![],
+        })
+        .await
+        .unwrap();
+    engine.release(id);
+    let right = turn.token_ids.first() == Some(&target(k));
+    let step = Step {
+        context_len: prompt_ids.len(),
+        action_ids: turn.token_ids.clone(),
+        logprobs: turn.logprobs.clone(),
+        policy_version: turn.policy_version,
+        token_versions: vec![],
+        finish_reason: FinishReason::Length,
+        tool_calls: vec![],
+        observation_ids: vec![],
+        reward: 0.0,
+        generate_seconds: turn.total_seconds,
+        tool_seconds: 0.0,
+        prefill_tokens: turn.prefill_tokens,
+        rebuilt: None,
+    };
+    let trajectory = Trajectory {
+        episode_id: id,
+        group_id: group,
+        task: Task {
+            id: format!("pick-{k}"),
+            data_source: "bandit".into(),
+            question: format!("pick the answer for {k}"),
+            answers: vec![target(k).to_string()],
+            prompt: None,
+            extra: serde_json::Value::Null,
+        },
+        prompt_ids,
+        steps: vec![step],
+        reward: 0.0,
+        metrics: Default::default(),
+        end: EpisodeEnd::Completed {
+            reason: "done".into(),
+        },
+        attempts: 1,
+        wall_seconds: 0.0,
+    };
+    (trajectory, right)
+}
+
+#[test]
+fn distillation_alone_takes_the_student_to_the_teachers_answers_without_a_reward() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (student_dir, teacher_dir) = (tmp.path().join("student"), tmp.path().join("teacher"));
+    let teacher_p = save_models(&student_dir, &teacher_dir);
+    assert!(
+        teacher_p > 0.9,
+        "the teacher should know the answers: mean p = {teacher_p}"
+    );
+    let (engine, _engine_join) = spawn_engine(
+        {
+            let dir = student_dir.clone();
+            move || PolicyModel::load(&dir, Placement::default(), false)
+        },
+        None,
+        EngineConfig {
+            max_batch_rows: 64,
+            max_context: 16,
+            seed: 3,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let config = LearnerConfig {
+        algorithm: AlgorithmConfig {
+            estimator: Estimator::Grpo,
+            kl: KlConfig::OFF,
+            actor_lr: 1e-2,
+            mini_batch_size: 16,
+            entropy_coef: 0.0,
+            critic_warmup_updates: 0,
+            filter_zero_variance_groups: true,
+            ..Default::default()
+        },
+        max_len: 16,
+        seed: 5,
+        distill: Some(DistillConfig {
+            teacher: teacher_dir.clone(),
+            coef: 1.0,
+            combine: DistillCombine::Alone,
+        }),
+        ..Default::default()
+    };
+    let (learner, _learner_join) = spawn_learner(
+        move || {
+            Ok(LearnerModels {
+                policy: PolicyModel::load(&student_dir, Placement::default(), false)?,
+                critic: None,
+                reference: None,
+                teacher: Some(PolicyModel::load(
+                    &teacher_dir,
+                    Placement::default(),
+                    false,
+                )?),
+                critic_prefix: None,
+            })
+        },
+        config,
+    )
+    .unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let next_id = AtomicU64::new(0);
+    let (mut right, mut kls) = (Vec::new(), Vec::new());
+    rt.block_on(async {
+        for u in 0..UPDATES {
+            let futures: Vec<_> = (0..PROMPTS)
+                .flat_map(|k| (0..GROUP).map(move |_| k))
+                .map(|k| {
+                    let id = next_id.fetch_add(1, Ordering::Relaxed);
+                    episode(&engine, id, u as u64 * PROMPTS as u64 + k as u64, k)
+                })
+                .collect();
+            let (batch, hits): (Vec<_>, Vec<_>) =
+                futures::future::join_all(futures).await.into_iter().unzip();
+            right.push(hits.iter().filter(|&&h| h).count() as f64 / hits.len() as f64);
+            let stats = learner.update(batch).await.unwrap();
+            assert_eq!(stats.skipped_steps, 0, "{stats:?}");
+            // Every reward is 0: with the zero-variance filter on, only distillation alone
+            // keeps the groups.
+            assert_eq!(stats.trajectories_kept, stats.trajectories, "{stats:?}");
+            let d = stats.distill.expect("distillation statistics every update");
+            assert!(d.reverse_kl.is_finite() && d.teacher_tokens_per_second > 0.0);
+            kls.push(d.reverse_kl);
+            eprintln!(
+                "update {u:2}: right {:.3} reverse KL {:+.4} teacher {:.0} tokens/s",
+                right[u], d.reverse_kl, d.teacher_tokens_per_second
+            );
+            learner.publish(&engine).await.unwrap();
+        }
+    });
+    engine.shutdown();
+    learner.shutdown();
+    let n = right.len();
+    let last: f64 = right[n - 3..].iter().sum::<f64>() / 3.0;
+    assert!(right[0] < 0.5, "the student starts near chance: {right:?}");
+    assert!(
+        last >= 0.85,
+        "distillation alone should bring the student to the teacher's answers: {right:?}"
+    );
+    let first_kl: f64 = kls[..3].iter().sum::<f64>() / 3.0;
+    let last_kl: f64 = kls[n - 3..].iter().sum::<f64>() / 3.0;
+    assert!(
+        last_kl < first_kl / 4.0,
+        "the reverse KL to the teacher should fall: {kls:?}"
+    );
+}
