@@ -251,3 +251,83 @@ fn a_critic_prefix_naming_a_missing_field_or_over_its_budget_is_refused() {
         "{stderr}"
     );
 }
+
+/// Copies the model directory `from` to `to`, file by file.
+fn copy_model(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
+}
+
+/// Rewrites the JSON file `path` with `edit`.
+fn edit_json(path: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
+    let mut value: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    edit(&mut value);
+    std::fs::write(path, value.to_string()).unwrap();
+}
+
+#[test]
+fn a_teacher_that_cannot_score_the_policys_tokens_is_refused() {
+    let own = OwnData::new();
+    let with = |distill: &str| own.config() + &format!("\n[distill]\n{distill}\n");
+    let teacher = |name: &str| format!("teacher = {:?}", own.path(name).display().to_string());
+    // A copy of the policy is a teacher that shares its tokenizer: accepted, and the plan
+    // counts it.
+    copy_model(&own.path("model"), &own.path("same"));
+    let out = own.check(&with(&teacher("same")));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("teacher weights"), "{stderr}");
+
+    // Another tokenizer: one vocabulary entry spelt differently.
+    copy_model(&own.path("model"), &own.path("other"));
+    edit_json(&own.path("other/tokenizer.json"), |t| {
+        let vocab = t["model"]["vocab"].as_object_mut().unwrap();
+        let (key, id) = vocab
+            .iter()
+            .next_back()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .unwrap();
+        vocab.remove(&key);
+        vocab.insert(format!("{key}_other"), id);
+    });
+    own.refused(
+        &with(&teacher("other")),
+        &[
+            "`distill.teacher`",
+            "the teacher's tokenizer is not the policy's",
+        ],
+    );
+    // Fewer embedding rows than the tokenizer's ids.
+    copy_model(&own.path("model"), &own.path("small"));
+    edit_json(&own.path("small/config.json"), |c| {
+        c["vocab_size"] = 8.into()
+    });
+    own.refused(
+        &with(&teacher("small")),
+        &["`distill.teacher`", "vocab_size is 8", "cannot score them"],
+    );
+    // No tokenizer to compare.
+    copy_model(&own.path("model"), &own.path("bare"));
+    std::fs::remove_file(own.path("bare/tokenizer.json")).unwrap();
+    own.refused(
+        &with(&teacher("bare")),
+        &["`distill.teacher`", "no tokenizer.json"],
+    );
+    // Not a model directory, no teacher at all, a coefficient out of range.
+    own.refused(
+        &with(&teacher("missing")),
+        &["`distill.teacher`", "no config.json there"],
+    );
+    own.refused(
+        &with("coef = 0.5"),
+        &["`distill`", "missing field `teacher`"],
+    );
+    own.refused(
+        &with(&format!("{}\ncoef = 0", teacher("same"))),
+        &["`distill.coef`", "got 0"],
+    );
+}

@@ -9,7 +9,8 @@
 
 use agent_r1_actors::device::parse_placement;
 use agent_r1_actors::learner::{
-    AlgorithmConfig, Estimator, KlConfig, Learner, LearnerConfig, LearnerModels, MemoryConfig,
+    AlgorithmConfig, DistillCombine, DistillConfig, Estimator, KlConfig, Learner, LearnerConfig,
+    LearnerModels, MemoryConfig,
 };
 use agent_r1_actors::memory_plan::{MemoryPlan, PlanInput};
 use agent_r1_actors::model::generate::FinishReason;
@@ -77,6 +78,11 @@ pub(crate) struct LearnerBench {
     /// Seed of the weights and the synthetic batch.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// On-policy distillation alone from a teacher of the model's shape (another random
+    /// initialisation): its forward pass is timed (`teacher_tokens_per_s`) and counted in the
+    /// plan and the peak.
+    #[arg(long)]
+    distill: bool,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -131,7 +137,18 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
             },
             max_len: tokens_per_trajectory,
             seed: args.seed,
+            distill: args.distill.then(|| DistillConfig {
+                teacher: "(random weights of the model's shape)".into(),
+                coef: 1.0,
+                combine: DistillCombine::Alone,
+            }),
             ..Default::default()
+        };
+        let teacher = if args.distill {
+            tch::manual_seed(args.seed.wrapping_add(1) as i64);
+            Some(choice.build(placement, false)?)
+        } else {
+            None
         };
         // Every trajectory has the same shape, so the largest micro-batch is known exactly.
         let rows_per_micro = match args.max_tokens_per_micro_batch {
@@ -144,7 +161,7 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
             model: &model_config,
             kind: placement.kind,
             learner: &config,
-            teacher: None,
+            teacher: args.distill.then_some(&model_config),
             separate_critic: None,
             engine: None,
             action_tokens: Some(rows_per_micro * args.steps * args.action_tokens),
@@ -154,7 +171,7 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
                 policy,
                 critic: None,
                 reference: None,
-                teacher: None,
+                teacher,
                 critic_prefix: None,
             },
             config,
@@ -163,6 +180,7 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
         let warm = args.micro_batch_size.min(batch.len()).max(1);
         learner.update(batch[..warm].to_vec())?;
         let mut runs = Vec::with_capacity(args.updates);
+        let mut teacher_tps = Vec::new();
         for u in 0..args.updates {
             let stats = learner.update(batch.clone())?;
             anyhow::ensure!(
@@ -171,6 +189,7 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
                 stats.skipped_steps
             );
             let epochs = args.ppo_epochs as f64;
+            teacher_tps.extend(stats.distill.map(|d| d.teacher_tokens_per_second));
             runs.push(json!({
                 "seconds": stats.duration_seconds,
                 "tokens": stats.tokens,
@@ -210,6 +229,8 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
             "action_tokens_per_s": actions / mean,
             "best_tokens_per_s": tokens / best,
             "peak_rss_mb": peak_rss_mb(),
+            "teacher_tokens_per_s": (!teacher_tps.is_empty())
+                .then(|| teacher_tps.iter().sum::<f64>() / teacher_tps.len() as f64),
             "predicted_peak_mb": plan.total() as f64 / (1u64 << 20) as f64,
             "plan": plan.terms.iter().map(|t| json!({"term": t.name, "mb": t.bytes as f64 / (1u64 << 20) as f64})).collect::<Vec<_>>(),
             "updates": runs,
@@ -270,6 +291,9 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
                 r["peak_rss_mb"].as_f64().unwrap_or(0.0),
                 r["predicted_peak_mb"].as_f64().unwrap_or(0.0),
             );
+            if let Some(tps) = r["teacher_tokens_per_s"].as_f64() {
+                println!("{:<14} teacher forward: {tps:.0} tokens/s", "");
+            }
         }
     }
     Ok(())

@@ -147,6 +147,10 @@ pub struct UpdateRow {
     /// sequence), over the tokens the update's starting weights sampled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mismatch: Option<agent_r1_actors::learner::Mismatch>,
+    /// On-policy distillation: the mean per-token reverse KL to the teacher over the trained
+    /// tokens, and the teacher's forward-pass tokens per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distill: Option<agent_r1_actors::learner::DistillStats>,
     /// Rollout correction: mean importance weight of the corrected tokens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub correction_weight_mean: Option<f64>,
@@ -206,6 +210,7 @@ impl UpdateRow {
             behavior_kl: stats.behavior_kl,
             mismatch: stats.mismatch,
             correction_weight_mean: stats.correction_weight_mean,
+            distill: stats.distill,
             rejected_tokens: stats.rejected_tokens,
             skipped: stats.skipped_reason.clone(),
             update_seconds: stats.duration_seconds,

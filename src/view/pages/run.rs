@@ -27,6 +27,10 @@ const UPDATE_CURVES: &[(&str, &str)] = &[
     ("mismatch.abs_max", "sampler/trainer max |Δ log-prob|"),
     ("mismatch.kl_k3", "sampler/trainer KL (k3)"),
     ("correction_weight_mean", "rollout correction: mean weight"),
+    (
+        "distill.reverse_kl",
+        "distillation: reverse KL to the teacher",
+    ),
 ];
 /// Curves drawn from `eval.jsonl`.
 const EVAL_CURVES: &[(&str, &str)] = &[
