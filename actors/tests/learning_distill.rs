@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle, TurnRequest};
 use agent_r1_actors::learner::{
-    spawn_learner, AlgorithmConfig, DistillCombine, DistillConfig, Estimator, KlConfig,
+    spawn_learner, AlgorithmConfig, DistillCombine, DistillConfig, Estimator, KlConfig, Learner,
     LearnerConfig, LearnerModels,
 };
 use agent_r1_actors::model::generate::FinishReason;
@@ -257,4 +257,121 @@ fn distillation_alone_takes_the_student_to_the_teachers_answers_without_a_reward
         last_kl < first_kl / 4.0,
         "the reverse KL to the teacher should fall: {kls:?}"
     );
+}
+
+/// A batch of `n` one-token answers with made-up sampling log-probabilities and rewards that
+/// differ within each group of 4.
+fn fixed_batch(n: u64) -> Vec<Trajectory> {
+    (0..n)
+        .map(|i| {
+            let k = (i % u64::from(PROMPTS)) as u32;
+            let answer = 8 + ((i * 7) % 8) as u32;
+            let mut t = Trajectory {
+                episode_id: i,
+                group_id: i / 4,
+                task: Task {
+                    id: format!("pick-{k}"),
+                    data_source: "bandit".into(),
+                    question: String::new(),
+                    answers: vec![],
+                    prompt: None,
+                    extra: serde_json::Value::Null,
+                },
+                prompt_ids: prompt(k),
+                steps: vec![Step {
+                    context_len: 3,
+                    action_ids: vec![answer, 3],
+                    logprobs: vec![-2.5, -2.0],
+                    policy_version: 0,
+                    token_versions: vec![],
+                    finish_reason: FinishReason::Length,
+                    tool_calls: vec![],
+                    observation_ids: vec![],
+                    reward: 0.0,
+                    generate_seconds: 0.0,
+                    tool_seconds: 0.0,
+                    prefill_tokens: 0,
+                    rebuilt: None,
+                }],
+                reward: 0.0,
+                metrics: Default::default(),
+                end: EpisodeEnd::Completed {
+                    reason: "done".into(),
+                },
+                attempts: 1,
+                wall_seconds: 0.0,
+            };
+            t.reward = (i % 3) as f64;
+            t
+        })
+        .collect()
+}
+
+/// One update of a learner from `student`, with `[distill]` set to `distill` and the teacher
+/// loaded from `teacher`: the weights after it and the update's reverse KL.
+fn weights_after_update(
+    student: &Path,
+    teacher: Option<&Path>,
+    distill: Option<DistillConfig>,
+) -> (Vec<(String, tch::Tensor)>, Vec<f64>) {
+    let config = LearnerConfig {
+        algorithm: AlgorithmConfig {
+            estimator: Estimator::Grpo,
+            kl: KlConfig::OFF,
+            actor_lr: 1e-2,
+            critic_warmup_updates: 0,
+            ..Default::default()
+        },
+        max_len: 16,
+        seed: 5,
+        distill,
+        ..Default::default()
+    };
+    let models = LearnerModels {
+        policy: PolicyModel::load(student, Placement::default(), false).unwrap(),
+        critic: None,
+        reference: None,
+        teacher: teacher.map(|t| PolicyModel::load(t, Placement::default(), false).unwrap()),
+        critic_prefix: None,
+    };
+    let mut learner = Learner::new(models, config).unwrap();
+    let stats = learner.update(fixed_batch(16)).unwrap();
+    assert!(stats.policy_updated, "{stats:?}");
+    let kls = stats.distill.map(|d| d.reverse_kl).into_iter().collect();
+    (learner.policy_weights(), kls)
+}
+
+#[test]
+fn a_teacher_equal_to_the_student_adds_nothing_to_the_reward_and_a_different_one_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (student, teacher) = (tmp.path().join("student"), tmp.path().join("teacher"));
+    save_models(&student, &teacher);
+    let with_reward = |teacher: &Path| {
+        Some(DistillConfig {
+            teacher: teacher.to_path_buf(),
+            coef: 0.5,
+            combine: DistillCombine::WithReward,
+        })
+    };
+    let (plain, none) = weights_after_update(&student, None, None);
+    assert!(none.is_empty());
+    // The student as its own teacher: the reverse KL is 0 at every token (the same code on
+    // the same weights), so the update is RL's, bit for bit.
+    let (same, kls) = weights_after_update(&student, Some(&student), with_reward(&student));
+    assert_eq!(kls, vec![0.0], "{kls:?}");
+    for ((name, a), (_, b)) in plain.iter().zip(&same) {
+        assert!(
+            a.equal(b),
+            "{name} differs with a teacher equal to the student"
+        );
+    }
+    // A teacher that knows the answers moves the weights elsewhere.
+    let (taught, kls) = weights_after_update(&student, Some(&teacher), with_reward(&teacher));
+    assert!(kls.len() == 1 && kls[0].abs() > 1e-3, "{kls:?}");
+    let moved = plain
+        .iter()
+        .zip(&taught)
+        .map(|((_, a), (_, b))| (a - b).abs().max().double_value(&[]))
+        .fold(0.0, f64::max);
+    assert!(moved > 1e-4, "the teacher's term changed nothing: {moved}");
 }
