@@ -2,13 +2,15 @@
 # On-policy distillation on the demo's task, against RL from the same start. The teacher is
 # the demo's policy after its warm start and 12 GRPO updates; the student starts from the
 # demo's warm-started policy (`model-sft`) and is trained twice: on GRPO's reward (RL) and on
-# the teacher's per-token reverse KL alone ([distill]). Held-out greedy EM every 2 updates.
+# the teacher's per-token reverse KL alone ([distill]). Held-out greedy EM after every update
+# (EVAL_EVERY).
 #
-#   scripts/distill_demo.sh [OUT]        (default runs/distill; about 20 min on 2 cores)
+#   scripts/distill_demo.sh [OUT]        (default runs/distill; about 25 min on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-runs/distill}
 UPDATES=${UPDATES:-12}
+EVAL_EVERY=${EVAL_EVERY:-1}
 BIN=${BIN:-target/release/agent-r1}
 [ -x "$BIN" ] || cargo build --release --bin agent-r1
 export MKL_CBWR=AUTO,STRICT GOMP_SPINCOUNT=10000
@@ -27,7 +29,7 @@ config() {
   sed -e "s|^preset = \"tiny\".*|dir = \"$OUT/teacher/model-sft\"|" \
       -e 's/^address = "127.0.0.1:9464"$/address = "127.0.0.1:0"/' \
       -e "s/^updates = 12$/updates = $UPDATES/" \
-      -e 's/^every = 4$/every = 2/' \
+      -e "s/^every = 4\$/every = $EVAL_EVERY/" \
       -e '/^\[warm_start/,/^$/d' \
       -e '/^\[checkpoint\]/,/^$/d' examples/demo.toml
   printf '\n[checkpoint]\nevery = 0\n\n%s\n' "$1"
