@@ -124,7 +124,8 @@ fn explain_covers_every_key_of_the_examples_and_its_defaults_are_the_defaults() 
     assert!(examples >= 6);
 
     // Every documented default, written back as a config, is the config of no settings (with
-    // the two optional sections present, since their keys are listed).
+    // the three optional sections present, since their keys are listed; `[distill]` with the
+    // teacher it requires).
     let mut documented =
         String::from("model.preset = \"tiny\"\nenv.name = \"synthetic_multihop\"\n");
     for line in &lines {
@@ -136,10 +137,12 @@ fn explain_covers_every_key_of_the_examples_and_its_defaults_are_the_defaults() 
             documented.push_str(&format!("{key} = {default}\n"));
         }
     }
+    documented.push_str("distill.teacher = \"teacher\"\n");
     let from_docs =
         TrainConfig::from_toml_str(&documented).unwrap_or_else(|e| panic!("{e}\n{documented}"));
     let plain = TrainConfig::from_toml_str(
-        "[model]\npreset = \"tiny\"\n[env]\nname = \"synthetic_multihop\"\n[env.world]\n[warm_start.bad_habit]\n",
+        "[model]\npreset = \"tiny\"\n[env]\nname = \"synthetic_multihop\"\n[env.world]\n[warm_start.bad_habit]\n\
+         [distill]\nteacher = \"teacher\"\n",
     )
     .unwrap();
     assert_eq!(from_docs, plain);
