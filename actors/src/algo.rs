@@ -30,7 +30,7 @@ mod reinforce;
 mod rollout_correction;
 mod step_gae;
 #[cfg(test)]
-mod test_util;
+pub(crate) mod test_util;
 mod value_loss;
 
 pub use agg::{agg_loss, LossAgg};

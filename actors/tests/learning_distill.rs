@@ -90,14 +90,57 @@ fn save_models(student: &Path, teacher: &Path) -> f64 {
     p
 }
 
+/// A trajectory of one model turn on prompt `k`, rewarded `reward`.
+fn answer(id: u64, group: u64, k: u32, reward: f64, action: Step) -> Trajectory {
+    Trajectory {
+        episode_id: id,
+        group_id: group,
+        task: Task {
+            id: format!("pick-{k}"),
+            data_source: "bandit".into(),
+            question: format!("pick the answer for {k}"),
+            answers: vec![target(k).to_string()],
+            prompt: None,
+            extra: serde_json::Value::Null,
+        },
+        prompt_ids: prompt(k),
+        steps: vec![action],
+        reward,
+        metrics: Default::default(),
+        end: EpisodeEnd::Completed {
+            reason: "done".into(),
+        },
+        attempts: 1,
+        wall_seconds: 0.0,
+    }
+}
+
+/// The step of `action_ids` sampled with `logprobs` by `version`, right after the prompt.
+fn step(action_ids: Vec<u32>, logprobs: Vec<f32>, version: u64) -> Step {
+    Step {
+        context_len: 3,
+        action_ids,
+        logprobs,
+        policy_version: version,
+        token_versions: vec![],
+        finish_reason: FinishReason::Length,
+        tool_calls: vec![],
+        observation_ids: vec![],
+        reward: 0.0,
+        generate_seconds: 0.0,
+        tool_seconds: 0.0,
+        prefill_tokens: 0,
+        rebuilt: None,
+    }
+}
+
 /// One single-token answer; the trajectory's reward is 0 whatever the answer (distillation
 /// alone must not need it), and whether it was right is returned beside it.
 async fn episode(engine: &EngineHandle, id: u64, group: u64, k: u32) -> (Trajectory, bool) {
-    let prompt_ids = prompt(k);
     let turn = engine
         .generate(TurnRequest {
             episode: id,
-            context: prompt_ids.clone(),
+            context: prompt(k),
             params: SamplingParams {
                 temperature: 1.0,
                 max_new_tokens: 1,
@@ -109,43 +152,8 @@ async fn episode(engine: &EngineHandle, id: u64, group: u64, k: u32) -> (Traject
         .unwrap();
     engine.release(id);
     let right = turn.token_ids.first() == Some(&target(k));
-    let step = Step {
-        context_len: prompt_ids.len(),
-        action_ids: turn.token_ids.clone(),
-        logprobs: turn.logprobs.clone(),
-        policy_version: turn.policy_version,
-        token_versions: vec![],
-        finish_reason: FinishReason::Length,
-        tool_calls: vec![],
-        observation_ids: vec![],
-        reward: 0.0,
-        generate_seconds: turn.total_seconds,
-        tool_seconds: 0.0,
-        prefill_tokens: turn.prefill_tokens,
-        rebuilt: None,
-    };
-    let trajectory = Trajectory {
-        episode_id: id,
-        group_id: group,
-        task: Task {
-            id: format!("pick-{k}"),
-            data_source: "bandit".into(),
-            question: format!("pick the answer for {k}"),
-            answers: vec![target(k).to_string()],
-            prompt: None,
-            extra: serde_json::Value::Null,
-        },
-        prompt_ids,
-        steps: vec![step],
-        reward: 0.0,
-        metrics: Default::default(),
-        end: EpisodeEnd::Completed {
-            reason: "done".into(),
-        },
-        attempts: 1,
-        wall_seconds: 0.0,
-    };
-    (trajectory, right)
+    let action = step(turn.token_ids, turn.logprobs, turn.policy_version);
+    (answer(id, group, k, 0.0, action), right)
 }
 
 #[test]
@@ -259,50 +267,14 @@ fn distillation_alone_takes_the_student_to_the_teachers_answers_without_a_reward
     );
 }
 
-/// A batch of `n` one-token answers with made-up sampling log-probabilities and rewards that
+/// A batch of `n` two-token answers with made-up sampling log-probabilities and rewards that
 /// differ within each group of 4.
 fn fixed_batch(n: u64) -> Vec<Trajectory> {
     (0..n)
         .map(|i| {
             let k = (i % u64::from(PROMPTS)) as u32;
-            let answer = 8 + ((i * 7) % 8) as u32;
-            let mut t = Trajectory {
-                episode_id: i,
-                group_id: i / 4,
-                task: Task {
-                    id: format!("pick-{k}"),
-                    data_source: "bandit".into(),
-                    question: String::new(),
-                    answers: vec![],
-                    prompt: None,
-                    extra: serde_json::Value::Null,
-                },
-                prompt_ids: prompt(k),
-                steps: vec![Step {
-                    context_len: 3,
-                    action_ids: vec![answer, 3],
-                    logprobs: vec![-2.5, -2.0],
-                    policy_version: 0,
-                    token_versions: vec![],
-                    finish_reason: FinishReason::Length,
-                    tool_calls: vec![],
-                    observation_ids: vec![],
-                    reward: 0.0,
-                    generate_seconds: 0.0,
-                    tool_seconds: 0.0,
-                    prefill_tokens: 0,
-                    rebuilt: None,
-                }],
-                reward: 0.0,
-                metrics: Default::default(),
-                end: EpisodeEnd::Completed {
-                    reason: "done".into(),
-                },
-                attempts: 1,
-                wall_seconds: 0.0,
-            };
-            t.reward = (i % 3) as f64;
-            t
+            let action = step(vec![8 + ((i * 7) % 8) as u32, 3], vec![-2.5, -2.0], 0);
+            answer(i, i / 4, k, (i % 3) as f64, action)
         })
         .collect()
 }

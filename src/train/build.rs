@@ -194,7 +194,11 @@ pub(super) async fn start_learner(
     let reference_dir = reference_dir.to_path_buf();
     let teacher_dir = match &cfg.distill {
         Some(d) => {
-            crate::config::check_teacher(&policy_dir, &d.teacher)?;
+            // `check-config`'s rules compared a configured model directory already; a policy
+            // made at start-up (a preset) is compared now that it exists.
+            if cfg.model.dir.is_none() {
+                crate::config::check_teacher(&policy_dir, &d.teacher)?;
+            }
             eprintln!("distill: teacher {}", d.teacher.display());
             Some(d.teacher.clone())
         }

@@ -87,25 +87,17 @@ pub(crate) fn reverse_kl_advantage(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn t(rows: &[&[f32]]) -> Tensor {
-        let flat: Vec<f32> = rows.iter().flat_map(|r| r.iter().copied()).collect();
-        Tensor::from_slice(&flat).view([rows.len() as i64, rows[0].len() as i64])
-    }
+    use crate::algo::test_util::{assert_close, t2};
 
     #[test]
     fn advantage_is_minus_coef_times_student_minus_teacher_on_masked_tokens() {
-        let student = t(&[&[-1.0, -2.0, -0.5], &[-3.0, -0.1, -0.2]]);
-        let teacher = t(&[&[-1.5, -1.0, -0.5], &[-0.5, -0.3, -9.0]]);
-        let mask = t(&[&[0.0, 1.0, 1.0], &[1.0, 1.0, 0.0]]);
+        let student = t2(&[&[-1.0, -2.0, -0.5], &[-3.0, -0.1, -0.2]]);
+        let teacher = t2(&[&[-1.5, -1.0, -0.5], &[-0.5, -0.3, -9.0]]);
+        let mask = t2(&[&[0.0, 1.0, 1.0], &[1.0, 1.0, 0.0]]);
         let (k, adv) = reverse_kl_advantage(&student, &teacher, &mask, 0.5).unwrap();
-        let k = Vec::<f32>::try_from(k.view([-1])).unwrap();
-        let adv = Vec::<f32>::try_from(adv.view([-1])).unwrap();
         let want_k = [0.0, -1.0, 0.0, -2.5, 0.2, 0.0];
-        for (i, (got, want)) in k.iter().zip(want_k).enumerate() {
-            assert!((got - want).abs() < 1e-6, "kl[{i}] = {got}, want {want}");
-            assert!((adv[i] + 0.5 * want).abs() < 1e-6, "adv[{i}] = {}", adv[i]);
-        }
+        assert_close(&k, &want_k, 1e-6);
+        assert_close(&adv, &want_k.map(|k| -0.5 * k), 1e-6);
     }
 
     #[test]

@@ -515,73 +515,99 @@ impl Learner {
     /// update's micro-batches.
     fn prepass(&self, batch: &TrainBatch) -> Prepass {
         let n = batch.rows();
-        let want_ref = self.config.algorithm.kl.active().is_some();
-        let mut teacher_seconds = 0.0;
-        // The policy's own log-probabilities are always computed: the sampler/trainer gap is
-        // measured on every update.
-        let want_prox = true;
         let all: Vec<i64> = (0..n).collect();
         let full = || Tensor::zeros([n, batch.cols()], (Kind::Float, batch.ids.device()));
-        tch::no_grad(|| {
+        let reference = self
+            .reference
+            .as_ref()
+            .filter(|_| self.config.algorithm.kl.active().is_some());
+        let (old_values, ref_logprobs, prox_logprobs) = tch::no_grad(|| {
             let mut values: Option<Tensor> = None;
             let mut refs: Option<Tensor> = None;
-            let mut prox: Option<Tensor> = None;
-            let mut teacher: Option<Tensor> = None;
+            // The policy's own log-probabilities are always computed: the sampler/trainer gap
+            // is measured on every update.
+            let mut prox = full();
             for micro in MicroBatching::of(&self.config).split(&all, &batch.lengths) {
                 let idx = Tensor::from_slice(&micro).to_device(batch.ids.device());
                 let mb = batch.select(&micro);
-                let pad = |t: Tensor| t.constant_pad_nd([0, batch.cols() - mb.cols()]);
                 if let (Some(v), _) = self.critic_values(&mb, None, false) {
-                    let _ = values
-                        .get_or_insert_with(full)
-                        .index_copy_(0, &idx, &pad(v));
+                    let v = v.constant_pad_nd([0, batch.cols() - mb.cols()]);
+                    let _ = values.get_or_insert_with(full).index_copy_(0, &idx, &v);
                 }
-                let with_ref = want_ref && self.reference.is_some();
-                if !with_ref && !want_prox {
-                    continue;
+                if let Some(reference) = reference {
+                    let lp = self.action_logprobs(reference, &mb, batch.cols());
+                    let _ = refs.get_or_insert_with(full).index_copy_(0, &idx, &lp);
                 }
-                // Only action tokens carry a KL term or an importance weight.
-                let positions = Positions::masked(&mb.action_mask, &Self::targets(&mb));
-                let logprobs = |model: &PolicyModel| {
-                    let (hidden, _) = Self::hidden(model, &mb, false);
-                    let (logp, _) = token_stats::values(
-                        model,
-                        &positions.gather(&hidden),
-                        &positions,
-                        self.config.temperature,
-                        self.chunk(),
-                        false,
-                    );
-                    pad(positions.scatter(&logp))
-                };
-                if let (true, Some(reference)) = (with_ref, &self.reference) {
-                    let _ =
-                        refs.get_or_insert_with(full)
-                            .index_copy_(0, &idx, &logprobs(reference));
-                }
-                if want_prox {
-                    let _ =
-                        prox.get_or_insert_with(full)
-                            .index_copy_(0, &idx, &logprobs(&self.policy));
-                }
-                if let Some(t) = &self.teacher {
-                    let start = Instant::now();
-                    let lp = logprobs(t);
-                    if let tch::Device::Cuda(i) = t.placement().device {
-                        tch::Cuda::synchronize(i as i64);
-                    }
-                    teacher_seconds += start.elapsed().as_secs_f64();
-                    let _ = teacher.get_or_insert_with(full).index_copy_(0, &idx, &lp);
-                }
+                let lp = self.action_logprobs(&self.policy, &mb, batch.cols());
+                let _ = prox.index_copy_(0, &idx, &lp);
             }
-            Prepass {
-                old_values: values,
-                ref_logprobs: refs,
-                prox_logprobs: prox,
-                teacher_logprobs: teacher,
-                teacher_seconds,
+            (values, refs, Some(prox))
+        });
+        let (teacher_logprobs, teacher_seconds) = match &self.teacher {
+            Some(teacher) => {
+                let (lp, seconds) = self.teacher_pass(teacher, batch, &all);
+                (Some(lp), seconds)
             }
-        })
+            None => (None, 0.0),
+        };
+        Prepass {
+            old_values,
+            ref_logprobs,
+            prox_logprobs,
+            teacher_logprobs,
+            teacher_seconds,
+        }
+    }
+
+    /// `model`'s log-probabilities `[b, cols]` of a micro-batch's action tokens (0 elsewhere),
+    /// without grad: only action tokens carry a KL term, an importance weight or a teacher's
+    /// score.
+    fn action_logprobs(&self, model: &PolicyModel, mb: &TrainBatch, cols: i64) -> Tensor {
+        let positions = Positions::masked(&mb.action_mask, &Self::targets(mb));
+        let (hidden, _) = Self::hidden(model, mb, false);
+        let (logp, _) = token_stats::values(
+            model,
+            &positions.gather(&hidden),
+            &positions,
+            self.config.temperature,
+            self.chunk(),
+            false,
+        );
+        positions
+            .scatter(&logp)
+            .constant_pad_nd([0, cols - mb.cols()])
+    }
+
+    /// The teacher's log-probabilities of the batch's action tokens, in the update's
+    /// micro-batches, and the seconds its forward passes took (the device synchronised
+    /// before and after, so that no other model's queued work is counted).
+    fn teacher_pass(
+        &self,
+        teacher: &PolicyModel,
+        batch: &TrainBatch,
+        all: &[i64],
+    ) -> (Tensor, f64) {
+        let sync = || {
+            if let tch::Device::Cuda(i) = teacher.placement().device {
+                tch::Cuda::synchronize(i as i64);
+            }
+        };
+        sync();
+        let start = Instant::now();
+        let mut out = Tensor::zeros(
+            [batch.rows(), batch.cols()],
+            (Kind::Float, batch.ids.device()),
+        );
+        tch::no_grad(|| {
+            for micro in MicroBatching::of(&self.config).split(all, &batch.lengths) {
+                let idx = Tensor::from_slice(&micro).to_device(batch.ids.device());
+                let mb = batch.select(&micro);
+                let lp = self.action_logprobs(teacher, &mb, batch.cols());
+                let _ = out.index_copy_(0, &idx, &lp);
+            }
+        });
+        sync();
+        (out, start.elapsed().as_secs_f64())
     }
 
     /// The weight of a micro-batch's aggregated loss within its mini-batch, so that
