@@ -10,12 +10,15 @@ pub mod config;
 pub mod generate;
 pub mod kv_cache;
 mod layers;
+pub mod lora;
 pub mod presets;
 pub mod recompute;
 pub mod sampling;
 pub mod weights;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 use serde_json::Value;
 use tch::nn::{self, Module, VarStore};
@@ -23,6 +26,7 @@ use tch::{Device, Kind, Tensor};
 
 pub use config::ModelConfig;
 pub use kv_cache::{KeyLengths, KvCache, KvStore};
+pub use lora::LoraConfig;
 pub use recompute::LayerCheckpoints;
 pub use sampling::SamplingParams;
 
@@ -75,6 +79,12 @@ pub struct PolicyModel {
     /// Precision of the residual stream in training passes (`forward_right_padded`,
     /// `forward_checkpointed`): the weights' by default, float32 for a learner in bfloat16.
     residual: Kind,
+    /// The attached LoRA adapters' settings (the base is then frozen).
+    lora: Option<LoraConfig>,
+    /// Training passes (adapter dropout on) or not, read by the adapters.
+    training: Arc<AtomicBool>,
+    /// The directory the weights were loaded from (an adapter's `base_model_name_or_path`).
+    base_dir: Option<PathBuf>,
 }
 
 /// How a fresh model's weights (and a value head a checkpoint lacks) are drawn.
@@ -204,6 +214,9 @@ impl PolicyModel {
             value_head,
             rotary,
             residual: placement.kind,
+            lora: None,
+            training: Arc::new(AtomicBool::new(false)),
+            base_dir: None,
         })
     }
 
@@ -222,6 +235,7 @@ impl PolicyModel {
             (tied && name == "lm_head.weight") || (!value_head && name.starts_with(VALUE_HEAD))
         };
         weights::load_into(&mut model.vs, dir, &[VALUE_HEAD], &allow_unused)?;
+        model.base_dir = Some(dir.to_path_buf());
         Ok(model)
     }
 
@@ -229,7 +243,14 @@ impl PolicyModel {
     /// weights in the model's own precision (`model.safetensors`, sharded past
     /// [`weights::MAX_SHARD_BYTES`]), and the tokenizer files copied from `tokenizer_from` if
     /// given.
+    ///
+    /// With LoRA adapters attached it writes the adapter instead, in PEFT's format
+    /// ([`PolicyModel::save_adapter`]), as PEFT's `save_pretrained` does;
+    /// [`PolicyModel::save_merged`] writes the merged model.
     pub fn save(&self, dir: &Path, tokenizer_from: Option<&Path>) -> Result<()> {
+        if self.lora.is_some() {
+            return self.save_adapter(dir);
+        }
         self.save_as(dir, tokenizer_from, self.placement.kind)
     }
 
@@ -238,8 +259,7 @@ impl PolicyModel {
     pub fn save_as(&self, dir: &Path, tokenizer_from: Option<&Path>, kind: Kind) -> Result<()> {
         weights::dtype_name(kind)?;
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-        let mut tensors: Vec<(String, Tensor)> = self.vs.variables().into_iter().collect();
-        tensors.sort_by(|a, b| a.0.cmp(&b.0));
+        let tensors = self.merged_weights();
         weights::save_weights(dir, &tensors, kind, weights::MAX_SHARD_BYTES)?;
         write_config(dir, &self.config, Some(&self.raw_config), kind)?;
         if let Some(src) = tokenizer_from {

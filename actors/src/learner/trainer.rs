@@ -197,6 +197,19 @@ impl Learner {
             critic_prefix,
             mut teacher,
         } = models;
+        if let Some(lora) = policy.lora() {
+            // A recomputed layer would draw other dropout masks than the pass it replays.
+            if lora.dropout > 0.0 && config.memory.recompute {
+                return Err(Error::invalid(
+                    "lora.dropout",
+                    format!(
+                        "got {} with memory.recompute on; allowed: 0 with recomputation \
+                         (or turn memory.recompute off)",
+                        lora.dropout
+                    ),
+                ));
+            }
+        }
         // Training passes accumulate the residual stream in float32 (a no-op for float32
         // models): bfloat16 sums there would make the gradients noisy at small learning
         // rates.
@@ -334,26 +347,24 @@ impl Learner {
         &self.policy
     }
 
-    /// Copies of the policy's weights, value head excluded (the engine has none), sorted by
-    /// name: what the engine needs to sample from the current policy. Copies, so that the
-    /// engine can read them while this learner keeps training.
+    /// Copies of the policy's weights that change in training, value head excluded (the
+    /// engine has none), sorted by name: what the engine needs to sample from the current
+    /// policy. With LoRA these are the adapters alone (the engine holds the same frozen
+    /// base). Copies, so that the engine can read them while this learner keeps training.
     pub fn policy_weights(&self) -> Vec<(String, Tensor)> {
-        let mut out: Vec<(String, Tensor)> = tch::no_grad(|| {
-            self.policy
-                .var_store()
-                .variables()
+        tch::no_grad(|| {
+            self.published()
                 .into_iter()
-                .filter(|(name, _)| !name.starts_with(VALUE_HEAD))
                 .map(|(name, t)| (name, t.detach().copy()))
                 .collect()
-        });
-        out.sort_by(|a, b| a.0.cmp(&b.0));
-        out
+        })
     }
 
-    /// Checksums of the policy's weights as [`Self::policy_weights`] copies them (same names,
-    /// same order), computed in place.
-    pub fn policy_digest(&self) -> Result<WeightDigest> {
+    /// The live tensors [`Self::policy_weights`] copies, sorted by name.
+    fn published(&self) -> Vec<(String, Tensor)> {
+        if self.policy.lora().is_some() {
+            return self.policy.adapter_variables();
+        }
         let mut live: Vec<(String, Tensor)> = self
             .policy
             .var_store()
@@ -362,7 +373,13 @@ impl Learner {
             .filter(|(name, _)| !name.starts_with(VALUE_HEAD))
             .collect();
         live.sort_by(|a, b| a.0.cmp(&b.0));
-        WeightDigest::of(&live)
+        live
+    }
+
+    /// Checksums of the policy's weights as [`Self::policy_weights`] copies them (same names,
+    /// same order), computed in place.
+    pub fn policy_digest(&self) -> Result<WeightDigest> {
+        WeightDigest::of(&self.published())
     }
 
     /// The policy's weights as the optimizer trains them, in float32 and sorted by name
@@ -987,7 +1004,9 @@ impl Learner {
             let mut policy_leaves = None;
             let mut policy_checkpoints = None;
             if ctx.train_policy {
+                self.policy.set_training(!recompute);
                 let (h, checkpoints) = Self::hidden(&self.policy, &mb, recompute);
+                self.policy.set_training(false);
                 policy_checkpoints = checkpoints;
                 let positions = Positions::masked(&mask, &Self::targets(&mb));
                 let h_rows = positions.gather(&h);

@@ -8,6 +8,7 @@ use tch::{Kind, Tensor};
 
 use super::config::{ModelConfig, RopeScaling};
 use super::kv_cache::{KeyLengths, KvStore};
+use super::lora::LoraAdapter;
 
 /// Root-mean-square layer norm, computed in float32 as transformers does.
 #[derive(Debug)]
@@ -113,18 +114,41 @@ fn apply_rotary(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
     x * cos + rotate_half(x) * sin
 }
 
-/// `x W^T + b` as one operation (`Module::forward` for `nn::Linear` adds the bias apart).
-fn project(layer: &nn::Linear, x: &Tensor) -> Tensor {
-    x.linear(&layer.ws, layer.bs.as_ref())
+/// A projection `x W^T + b`, with a LoRA adapter computed beside it (never merged into `W`)
+/// when one is attached.
+#[derive(Debug)]
+pub(crate) struct Proj {
+    base: nn::Linear,
+    pub(crate) adapter: Option<LoraAdapter>,
 }
 
-fn linear(vs: nn::Path<'_>, inp: usize, out: usize, bias: bool, init: nn::Init) -> nn::Linear {
+impl Proj {
+    /// `x W^T + b` as one operation (`Module::forward` for `nn::Linear` adds the bias apart),
+    /// plus the adapter's term.
+    pub(crate) fn forward(&self, x: &Tensor) -> Tensor {
+        let y = x.linear(&self.base.ws, self.base.bs.as_ref());
+        match &self.adapter {
+            Some(adapter) => adapter.add_to(y, x),
+            None => y,
+        }
+    }
+
+    /// The frozen weight `W` `[out, in]`.
+    pub(crate) fn weight(&self) -> &Tensor {
+        &self.base.ws
+    }
+}
+
+fn linear(vs: nn::Path<'_>, inp: usize, out: usize, bias: bool, init: nn::Init) -> Proj {
     let config = nn::LinearConfig {
         ws_init: init,
         bs_init: bias.then_some(nn::Init::Const(0.0)),
         bias,
     };
-    nn::linear(vs, inp as i64, out as i64, config)
+    Proj {
+        base: nn::linear(vs, inp as i64, out as i64, config),
+        adapter: None,
+    }
 }
 
 /// Which keys each query attends to.
@@ -170,10 +194,10 @@ pub(crate) fn attention_bias(mask: &Tensor, group: i64, kind: Kind) -> Tensor {
 /// Grouped-query self-attention.
 #[derive(Debug)]
 pub(crate) struct Attention {
-    q_proj: nn::Linear,
-    k_proj: nn::Linear,
-    v_proj: nn::Linear,
-    o_proj: nn::Linear,
+    q_proj: Proj,
+    k_proj: Proj,
+    v_proj: Proj,
+    o_proj: Proj,
     /// Qwen3's RMSNorm over each head's queries and keys, before the rotary embedding.
     qk_norm: Option<(RmsNorm, RmsNorm)>,
     heads: i64,
@@ -214,8 +238,8 @@ impl Attention {
         let (b, t, _) = x.size3().expect("hidden states are [B, T, H]");
         let heads = |y: Tensor, n: i64| y.view([b, t, n, self.head_dim]);
         let (q, k) = (
-            heads(project(&self.q_proj, x), self.heads),
-            heads(project(&self.k_proj, x), self.kv_heads),
+            heads(self.q_proj.forward(x), self.heads),
+            heads(self.k_proj.forward(x), self.kv_heads),
         );
         let (q, k) = match &self.qk_norm {
             Some((q_norm, k_norm)) => (q_norm.forward(&q), k_norm.forward(&k)),
@@ -223,7 +247,7 @@ impl Attention {
         };
         let q = apply_rotary(&q.transpose(1, 2), cos, sin);
         let k = apply_rotary(&k.transpose(1, 2), cos, sin);
-        let v = heads(project(&self.v_proj, x), self.kv_heads).transpose(1, 2);
+        let v = heads(self.v_proj.forward(x), self.kv_heads).transpose(1, 2);
         let (k, v) = match cache {
             Some((cache, layer)) => cache.append(layer, &k, &v),
             None => (k, v),
@@ -250,7 +274,7 @@ impl Attention {
         let out = out
             .transpose(1, 2)
             .reshape([b, t, self.heads * self.head_dim]);
-        project(&self.o_proj, &out)
+        self.o_proj.forward(&out)
     }
 
     /// Attention under an additive bias from [`attention_bias`]: `q` `[B, heads, T, D]`,
@@ -316,9 +340,9 @@ impl Attention {
 /// SwiGLU feed-forward: down(silu(gate(x)) * up(x)).
 #[derive(Debug)]
 pub(crate) struct Mlp {
-    gate_proj: nn::Linear,
-    up_proj: nn::Linear,
-    down_proj: nn::Linear,
+    gate_proj: Proj,
+    up_proj: Proj,
+    down_proj: Proj,
 }
 
 impl Mlp {
@@ -349,8 +373,8 @@ impl Mlp {
     }
 
     pub(crate) fn forward(&self, x: &Tensor) -> Tensor {
-        let gate = project(&self.gate_proj, x).silu();
-        project(&self.down_proj, &(gate * project(&self.up_proj, x)))
+        let gate = self.gate_proj.forward(x).silu();
+        self.down_proj.forward(&(gate * self.up_proj.forward(x)))
     }
 }
 
@@ -377,6 +401,37 @@ impl DecoderLayer {
             ),
             mlp: Mlp::new(&vs / "mlp", c, init),
         }
+    }
+
+    /// The layer's projections by their module names under the layer (`self_attn.q_proj`,
+    /// `mlp.down_proj`, ...), in PEFT's order.
+    pub(crate) fn projections(&self) -> [(&'static str, &Proj); 7] {
+        let a = &self.self_attn;
+        let m = &self.mlp;
+        [
+            ("self_attn.q_proj", &a.q_proj),
+            ("self_attn.k_proj", &a.k_proj),
+            ("self_attn.v_proj", &a.v_proj),
+            ("self_attn.o_proj", &a.o_proj),
+            ("mlp.gate_proj", &m.gate_proj),
+            ("mlp.up_proj", &m.up_proj),
+            ("mlp.down_proj", &m.down_proj),
+        ]
+    }
+
+    /// [`DecoderLayer::projections`], mutably.
+    pub(crate) fn projections_mut(&mut self) -> [(&'static str, &mut Proj); 7] {
+        let a = &mut self.self_attn;
+        let m = &mut self.mlp;
+        [
+            ("self_attn.q_proj", &mut a.q_proj),
+            ("self_attn.k_proj", &mut a.k_proj),
+            ("self_attn.v_proj", &mut a.v_proj),
+            ("self_attn.o_proj", &mut a.o_proj),
+            ("mlp.gate_proj", &mut m.gate_proj),
+            ("mlp.up_proj", &mut m.up_proj),
+            ("mlp.down_proj", &mut m.down_proj),
+        ]
     }
 
     pub(crate) fn forward(
