@@ -652,18 +652,19 @@ impl super::PolicyModel {
                         ),
                     ));
                 }
-                let kind =
-                    match view.dtype() {
-                        safetensors::Dtype::F32 => Kind::Float,
-                        safetensors::Dtype::BF16 => Kind::BFloat16,
-                        safetensors::Dtype::F16 => Kind::Half,
-                        other => return Err(Error::model(
+                let kind = match view.dtype() {
+                    safetensors::Dtype::F32 => Kind::Float,
+                    safetensors::Dtype::BF16 => Kind::BFloat16,
+                    safetensors::Dtype::F16 => Kind::Half,
+                    other => {
+                        return Err(Error::model(
                             &head,
                             format!(
                                 "tensor `{name}` has dtype {other:?} (supported: F32, F16, BF16)"
                             ),
-                        )),
-                    };
+                        ))
+                    }
+                };
                 let src = Tensor::f_from_data_size(view.data(), &shape, kind)?;
                 tch::no_grad(|| {
                     let mut var = var.shallow_clone();
