@@ -202,7 +202,8 @@ fn train_with_sampler(
 ) -> Run {
     let started = Instant::now();
     let tmp = tempfile::tempdir().unwrap();
-    save_initial_policy(tmp.path(), lora.is_some());
+    let with_lora = lora.is_some();
+    save_initial_policy(tmp.path(), with_lora);
     let dir = tmp.path().to_path_buf();
     let (engine, _engine_join) = spawn_engine(
         {
@@ -314,7 +315,7 @@ fn train_with_sampler(
             }
             let published = publish(&learner, &engine).await;
             assert_eq!(published, stats.version);
-            if lora.is_some() && u == 0 {
+            if with_lora && u == 0 {
                 // Only the adapters travel: 2 layers x 7 projections x (A, B).
                 let sent = learner.state_dict().await.unwrap().tensors;
                 assert_eq!(sent.len(), 28);
