@@ -17,6 +17,7 @@
 mod cluster;
 mod distill;
 mod env;
+mod lora;
 mod metrics;
 mod model;
 mod rollout;
@@ -33,7 +34,7 @@ use std::path::{Path, PathBuf};
 use agent_r1_actors::learner::{
     AlgorithmConfig, CriticConfig, DistillConfig, LearnerConfig, MemoryConfig,
 };
-use agent_r1_actors::model::Placement;
+use agent_r1_actors::model::{LoraConfig, Placement};
 use agent_r1_actors::stall::StallConfig;
 use agent_r1_envs::access::BearerToken;
 use agent_r1_envs::config::{check_declared, key_docs, KeyDoc, Section};
@@ -162,6 +163,9 @@ pub struct TrainConfig {
     /// On-policy distillation from a teacher model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub distill: Option<DistillConfig>,
+    /// Train LoRA adapters beside the frozen base instead of the full weights.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lora: Option<LoraConfig>,
     /// How the learner bounds its memory.
     #[serde(default)]
     pub learner: MemoryConfig,
@@ -310,6 +314,7 @@ impl TrainConfig {
         self.critic.rules().map_err(placed("critic"))?;
         self.check_critic(files)?;
         self.check_distill(files)?;
+        self.check_lora(files)?;
         self.learner
             .fits(self.rollout.max_context_length)
             .map_err(placed("learner"))?;

@@ -13,6 +13,7 @@ use std::time::Duration;
 use agent_r1_actors::chat_template::{ChatTemplate, TemplateVars, QWEN2_5_CHAT_TEMPLATE};
 use agent_r1_actors::engine::{start_supervised, EngineConfig, EngineHandle, EngineRestartPolicy};
 use agent_r1_actors::engine_set::EngineSet;
+use agent_r1_actors::model::lora::AdapterSource;
 use agent_r1_actors::model::presets::{preset, shape, PRESETS};
 use agent_r1_actors::model::{write_config, ModelConfig, Placement, PolicyModel, SamplingParams};
 use agent_r1_actors::runtime::context_policy::Full;
@@ -109,11 +110,14 @@ pub fn synthetic(
 pub fn engine(
     rt: &tokio::runtime::Handle,
     model: &Path,
+    adapter: Option<&AdapterSource>,
     placement: Placement,
     config: EngineConfig,
 ) -> anyhow::Result<EngineHandle> {
     let dir: PathBuf = model.to_path_buf();
-    let load = Arc::new(move || PolicyModel::load(&dir, placement, false));
+    let adapter = adapter.cloned();
+    let load =
+        Arc::new(move || PolicyModel::load_adapted(&dir, placement, false, adapter.as_ref()));
     let planned = config.memory_fraction.is_some();
     let config_graphs = config.cuda_graphs;
     let (handle, _actor) = rt

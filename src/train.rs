@@ -280,12 +280,12 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
             "checkpoint": null,
         }));
     }
-    let start = StartPoint::load(&run_dir, resumed.as_ref(), &base.dir)?;
+    let start = StartPoint::load(&run_dir, resumed.as_ref(), &base.dir, cfg.adapter_source())?;
     let tokenizer = Arc::new(
         HfTokenizer::from_dir(&start.policy_dir)?
             .with_template_kwargs(cfg.model.chat_template_kwargs.clone())?,
     );
-    let engine = start_engines(rt.handle(), &cfg, &start.policy_dir)?;
+    let engine = start_engines(rt.handle(), &cfg, &start.policy_dir, start.adapter.as_ref())?;
     stall.engine(engine.stall_probe());
     // The asymmetric critic's prefix, checked on every task with the policy's tokenizer
     // before anything trains.

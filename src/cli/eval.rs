@@ -17,6 +17,7 @@ use crate::config::{FileCheck, TrainConfig};
 use crate::registries::Registries;
 use crate::train::{self, records::BatchSummary};
 use agent_r1_actors::engine::EngineConfig;
+use agent_r1_actors::model::lora::{AdapterSource, ADAPTER_CONFIG_FILE};
 use agent_r1_actors::tokenizer::HfTokenizer;
 use agent_r1_envs::envs::synthetic_multihop;
 use anyhow::Context;
@@ -31,6 +32,10 @@ pub(crate) struct EvalArgs {
     /// directory (its newest checkpoint that verifies).
     #[arg(long)]
     model: PathBuf,
+    /// A LoRA adapter of --model (PEFT's format) to evaluate with. A checkpoint whose policy
+    /// is an adapter needs none: its base is the one it was trained on.
+    #[arg(long)]
+    adapter: Option<PathBuf>,
     /// The env (default: the checkpoint's or --config's; synthetic_multihop otherwise).
     /// Envs other than synthetic_multihop need --config (for their data files).
     #[arg(long)]
@@ -74,6 +79,8 @@ pub(crate) struct EvalArgs {
 /// The policy to evaluate and the config it comes with.
 struct Resolved {
     policy: PathBuf,
+    /// The adapter the policy runs with, if any.
+    adapter: Option<AdapterSource>,
     checkpoint: Option<Checkpoint>,
     cfg: TrainConfig,
     /// Where `cfg` came from: `--config FILE`, `checkpoint`, or `default`.
@@ -145,6 +152,28 @@ fn resolve(a: &EvalArgs, registries: &Registries) -> anyhow::Result<Resolved> {
         Some(c) => c.path("policy"),
         None => dir.clone(),
     };
+    // A checkpoint of adapters holds the adapter; its base is the model it names.
+    let (policy, adapter) = match (&a.adapter, policy.join(ADAPTER_CONFIG_FILE).is_file()) {
+        (Some(adapter), _) => (policy, Some(adapter.clone())),
+        (None, true) => {
+            let text = std::fs::read_to_string(policy.join(ADAPTER_CONFIG_FILE))?;
+            let json: Value = serde_json::from_str(&text).with_context(|| {
+                format!("{}: not JSON", policy.join(ADAPTER_CONFIG_FILE).display())
+            })?;
+            let base = json["base_model_name_or_path"].as_str().with_context(|| {
+                format!(
+                    "{}: no base_model_name_or_path (pass the base as --model and this directory as --adapter)",
+                    policy.join(ADAPTER_CONFIG_FILE).display()
+                )
+            })?;
+            (PathBuf::from(base), Some(policy))
+        }
+        (None, false) => (policy, None),
+    };
+    let adapter = adapter.map(|dir| AdapterSource {
+        config: Default::default(),
+        from: Some(dir),
+    });
     anyhow::ensure!(
         policy.join("config.json").is_file(),
         "--model {}: {} (pass a Hugging Face model directory, a checkpoint RUN/checkpoints/step-K, or a run directory)",
@@ -198,6 +227,7 @@ fn resolve(a: &EvalArgs, registries: &Registries) -> anyhow::Result<Resolved> {
     cfg.model.preset = None;
     Ok(Resolved {
         policy,
+        adapter,
         checkpoint,
         cfg,
         config_source,
@@ -208,6 +238,7 @@ pub(crate) fn run(a: EvalArgs, registries: &Registries) -> anyhow::Result<()> {
     check_flags(&a, registries)?;
     let Resolved {
         policy,
+        adapter,
         checkpoint,
         cfg,
         config_source,
@@ -265,6 +296,7 @@ pub(crate) fn run(a: EvalArgs, registries: &Registries) -> anyhow::Result<()> {
     let engine = setup::engine(
         rt.handle(),
         &policy,
+        adapter.as_ref(),
         placement,
         EngineConfig {
             max_batch_rows: concurrency,

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use agent_r1_actors::device::parse_placement;
+use agent_r1_actors::model::lora::AdapterSource;
 use agent_r1_actors::model::{PolicyModel, SamplingParams};
 use agent_r1_actors::tokenizer::HfTokenizer;
 use agent_r1_envs::message::Message;
@@ -45,6 +46,10 @@ pub(crate) struct GenerateArgs {
     /// Print one JSON object: prompt_token_ids, token_ids, logprobs, text.
     #[arg(long)]
     json: bool,
+    /// A LoRA adapter of --model (PEFT's format, or a checkpoint's `policy` when adapters
+    /// trained) to generate with.
+    #[arg(long)]
+    adapter: Option<PathBuf>,
 }
 
 pub(crate) fn run(args: GenerateArgs) -> anyhow::Result<()> {
@@ -58,7 +63,11 @@ pub(crate) fn run(args: GenerateArgs) -> anyhow::Result<()> {
     params.validate()?;
     let placement = parse_placement(&args.device, &args.dtype)?;
     let tokenizer = HfTokenizer::from_dir(&args.model)?;
-    let model = PolicyModel::load(&args.model, placement, false)?;
+    let adapter = args.adapter.map(|dir| AdapterSource {
+        config: Default::default(),
+        from: Some(dir),
+    });
+    let model = PolicyModel::load_adapted(&args.model, placement, false, adapter.as_ref())?;
     let prompt_ids = if args.chat {
         tokenizer.encode_chat(&[Message::user(args.prompt.clone())], None, true)?
     } else {

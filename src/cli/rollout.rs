@@ -214,6 +214,7 @@ fn execute(
     let engine = setup::engine(
         rt.handle(),
         &a.model,
+        None,
         placement,
         EngineConfig {
             max_batch_rows: a.max_batch,

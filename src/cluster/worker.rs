@@ -239,7 +239,7 @@ pub async fn run(
         let rt = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
             let scenario = scenario(&cfg, &scenario_dir, &registries)?;
-            let engine = start_engines(&rt, &cfg, &dir)?;
+            let engine = start_engines(&rt, &cfg, &dir, None)?;
             let tokenizer = Arc::new(
                 HfTokenizer::from_dir(&dir)?
                     .with_template_kwargs(cfg.model.chat_template_kwargs.clone())?,

@@ -20,6 +20,10 @@ pub struct ModelSection {
     /// A built-in preset (`"tiny"`), created fresh in the run directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preset: Option<String>,
+    /// A PEFT LoRA adapter of this model to start from: the policy trains it (with its own
+    /// rank, alpha and targets) beside the frozen base.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter: Option<PathBuf>,
     /// `cpu`, `cuda`, `cuda:N` or `auto` (CUDA when visible).
     #[serde(default = "default_auto")]
     pub device: String,

@@ -1,6 +1,7 @@
 //! The model a run starts from: a preset made fresh, a directory, or a warm start on
 //! generated or the user's demonstrations; and the checkpoint it resumes.
 
+use agent_r1_actors::model::lora::AdapterSource;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -237,7 +238,11 @@ pub(super) fn own_warm_start(
 /// Where the loop starts: the policy to load, the training state, and the samples a
 /// checkpoint held that were not trained on yet.
 pub(super) struct StartPoint {
+    /// The model directory the policy loads (the base, when adapters train).
     pub(super) policy_dir: PathBuf,
+    /// The adapters the policy starts with: a checkpoint's, `model.adapter`'s or fresh ones
+    /// (`None`: the full weights train).
+    pub(super) adapter: Option<AdapterSource>,
     pub(super) state: TrainingState,
     pub(super) pending: Vec<Trajectory>,
     /// Episodes in flight at the checkpoint, with their finished steps.
@@ -253,6 +258,7 @@ impl StartPoint {
         run_dir: &Path,
         resumed: Option<&checkpoint::Checkpoint>,
         base_dir: &Path,
+        adapter: Option<AdapterSource>,
     ) -> anyhow::Result<Self> {
         let Some(c) = resumed else {
             // Rows of a life killed before its first checkpoint: this start writes them again.
@@ -264,6 +270,7 @@ impl StartPoint {
             }
             return Ok(Self {
                 policy_dir: base_dir.to_path_buf(),
+                adapter,
                 state: TrainingState::default(),
                 pending: vec![],
                 in_flight: vec![],
@@ -312,8 +319,21 @@ impl StartPoint {
             );
             None
         };
+        // With adapters, the checkpoint's policy is the adapter (PEFT's format) over the
+        // frozen base.
+        let (policy_dir, adapter) = match adapter {
+            Some(source) => (
+                base_dir.to_path_buf(),
+                Some(AdapterSource {
+                    from: Some(c.path("policy")),
+                    ..source
+                }),
+            ),
+            None => (c.path("policy"), None),
+        };
         Ok(Self {
-            policy_dir: c.path("policy"),
+            policy_dir,
+            adapter,
             state,
             pending,
             in_flight,

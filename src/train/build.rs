@@ -12,6 +12,7 @@ use agent_r1_actors::engine_set::EngineSet;
 use agent_r1_actors::learner::{
     BeforeUpdate, CriticPrefix, LearnerModels, LearnerRef, LearnerStart, CRITIC_DIR,
 };
+use agent_r1_actors::model::lora::AdapterSource;
 use agent_r1_actors::model::{Placement, PolicyModel};
 use agent_r1_actors::runtime::{LiveBoard, RolloutSetup};
 use agent_r1_actors::stall::{StallWatch, Watchdog};
@@ -118,6 +119,7 @@ pub(crate) fn start_engines(
     rt: &tokio::runtime::Handle,
     cfg: &TrainConfig,
     policy_dir: &Path,
+    adapter: Option<&AdapterSource>,
 ) -> anyhow::Result<EngineSet> {
     let r = &cfg.rollout;
     // Deterministic: one row, no reuse, so no token's arithmetic depends on another's.
@@ -147,7 +149,7 @@ pub(crate) fn start_engines(
             metrics_label: i.to_string(),
             ..config.clone()
         };
-        let engine = setup::engine(rt, policy_dir, placement, config)
+        let engine = setup::engine(rt, policy_dir, adapter, placement, config)
             .with_context(|| format!("engine {i} on {label}"))?;
         if many {
             eprintln!("engine {i} on {label}");
@@ -175,10 +177,28 @@ pub(super) async fn start_learner(
     let needs_critic = config.algorithm.estimator.needs_critic();
     let with_reference = config.algorithm.kl.active().is_some();
     let policy_dir = start.policy_dir.clone();
+    let adapter = start.adapter.clone();
+    if let Some(a) = &adapter {
+        let lora = a.resolved()?;
+        eprintln!(
+            "lora: rank {}, alpha {}, targets {}, from {}",
+            lora.rank,
+            lora.alpha,
+            lora.target_modules.resolve().unwrap_or_default().join(","),
+            a.from
+                .as_ref()
+                .map_or("fresh adapters".to_string(), |d| d.display().to_string())
+        );
+    }
+    // Where a checkpoint saved the policy (the adapter's directory when adapters train).
+    let saved_policy = adapter
+        .as_ref()
+        .and_then(|a| a.from.clone())
+        .unwrap_or_else(|| policy_dir.clone());
     // A separate critic resumes from its checkpoint (`policy/critic`), else starts from
     // `critic.model` or the policy's starting weights with a fresh value head.
     let critic_dir = (needs_critic && cfg.critic.separate).then(|| {
-        let saved = policy_dir.join(CRITIC_DIR);
+        let saved = saved_policy.join(CRITIC_DIR);
         if saved.join("config.json").is_file() {
             saved
         } else {
@@ -207,7 +227,12 @@ pub(super) async fn start_learner(
     let value_head_on_policy = needs_critic && critic_dir.is_none();
     let load = move || {
         tch::manual_seed(seed as i64);
-        let policy = PolicyModel::load(&policy_dir, placement, value_head_on_policy)?;
+        let policy = PolicyModel::load_adapted(
+            &policy_dir,
+            placement,
+            value_head_on_policy,
+            adapter.as_ref(),
+        )?;
         let critic = critic_dir
             .map(|dir| PolicyModel::load(&dir, placement, true))
             .transpose()?;

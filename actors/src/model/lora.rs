@@ -678,3 +678,58 @@ impl super::PolicyModel {
 
 /// Where [`super::PolicyModel::save_adapter`] keeps a value head.
 pub const VALUE_HEAD_FILE: &str = "value_head.safetensors";
+
+/// The adapters a policy starts with: fresh ones of `config`, or those saved in `from` (a
+/// PEFT adapter directory, or a checkpoint's), whose own `adapter_config.json` then decides.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdapterSource {
+    /// The settings of fresh adapters.
+    pub config: LoraConfig,
+    /// A saved adapter to start from.
+    pub from: Option<std::path::PathBuf>,
+}
+
+impl AdapterSource {
+    /// The settings the adapters will have: `from`'s when given, else `config`.
+    pub fn resolved(&self) -> Result<LoraConfig> {
+        match &self.from {
+            Some(dir) => read_adapter_config(dir),
+            None => Ok(self.config.clone()),
+        }
+    }
+}
+
+/// The LoRA settings of the adapter saved in `dir` (its `adapter_config.json`).
+pub fn read_adapter_config(dir: &Path) -> Result<LoraConfig> {
+    let path = dir.join(ADAPTER_CONFIG_FILE);
+    if !path.is_file() {
+        return Err(Error::model(
+            dir,
+            format!("no {ADAPTER_CONFIG_FILE} in the adapter directory"),
+        ));
+    }
+    let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+    let json: Value = serde_json::from_str(&text)
+        .map_err(|e| Error::model(&path, format!("not valid JSON: {e}")))?;
+    LoraConfig::from_peft_json(&path, &json)
+}
+
+impl super::PolicyModel {
+    /// [`super::PolicyModel::load`], then the adapters of `adapter` when given.
+    pub fn load_adapted(
+        dir: &Path,
+        placement: super::Placement,
+        value_head: bool,
+        adapter: Option<&AdapterSource>,
+    ) -> Result<Self> {
+        let mut model = Self::load(dir, placement, value_head)?;
+        match adapter {
+            Some(AdapterSource {
+                from: Some(from), ..
+            }) => model.load_adapter(from)?,
+            Some(AdapterSource { config, from: None }) => model.add_lora(config)?,
+            None => {}
+        }
+        Ok(model)
+    }
+}
