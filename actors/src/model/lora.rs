@@ -445,21 +445,17 @@ impl super::PolicyModel {
             .target_modules
             .resolve()
             .map_err(|why| Error::invalid("lora.target_modules", why))?;
-        let narrowest = self
-            .layers
-            .first_mut()
-            .map(|layer| {
-                layer
-                    .projections_mut()
-                    .into_iter()
-                    .filter(|(place, _)| targets.iter().any(|t| place.ends_with(t)))
-                    .map(|(place, p)| {
-                        let s = p.weight().size();
-                        (s[0].min(s[1]), place)
-                    })
-                    .min()
-            })
-            .flatten();
+        let narrowest = self.layers.first().and_then(|layer| {
+            layer
+                .projections()
+                .into_iter()
+                .filter(|(place, _)| targets.iter().any(|t| place.ends_with(t)))
+                .map(|(place, p)| {
+                    let s = p.weight().size();
+                    (s[0].min(s[1]), place)
+                })
+                .min()
+        });
         if let Some((width, place)) = narrowest {
             if config.rank as i64 > width {
                 return Err(Error::invalid(
