@@ -126,7 +126,9 @@ fn check_family(arch: &str, targets: &str) {
     let diff = max_abs_diff(&logits, &r["logits"]);
     println!("{arch}: PEFT's adapter, max |logit diff| = {diff:.3e}");
     assert!(diff < 1e-4, "{arch}: logits differ by {diff}");
-    let gen = model.generate(std::slice::from_ref(&ids), &greedy(16)).unwrap();
+    let gen = model
+        .generate(std::slice::from_ref(&ids), &greedy(16))
+        .unwrap();
     assert_eq!(
         gen[0].token_ids,
         ids_of(&r["greedy"]),
