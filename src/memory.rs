@@ -59,6 +59,12 @@ pub fn plan(
         // Planned for a machine without the models: a teacher of the policy's shape.
         (Some(_), ShapeSource::Shape(_)) => Some(model.clone()),
     };
+    // An adapter to start from has its own settings, read when it is at hand.
+    let lora = match (cfg.adapter_source(), source) {
+        (None, _) => None,
+        (Some(a), ShapeSource::Config) => Some(a.resolved()?),
+        (Some(a), ShapeSource::Shape(_)) => Some(a.config),
+    };
     let r = &cfg.rollout;
     // The engines that share the learner's device (`rollout.devices` may put them all
     // elsewhere); an engine on another device is that device's whole load.
@@ -77,6 +83,7 @@ pub fn plan(
         learner: &learner,
         separate_critic: critic.as_ref(),
         teacher: teacher.as_ref(),
+        lora: lora.as_ref(),
         engine: (engines > 0).then_some(EnginePlan {
             engines,
             rows: r.concurrency.max(1),

@@ -153,6 +153,40 @@ fn the_memory_plan_accepts_the_example_and_refuses_what_cannot_fit() {
         assert!(stderr.contains(term), "{term}: {stderr}");
     }
 
+    // Llama 3.1 8B with LoRA fits one 80 GB GPU beside its engine; the same config training
+    // the full weights does not (gradients, masters and AdamW moments of 8B parameters).
+    let lora = Path::new(ROOT).join("examples/hotpotqa_llama3.1_8b_lora.toml");
+    let check_8b = |path: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_agent-r1"))
+            .args([
+                "check-config",
+                path.to_str().unwrap(),
+                "--skip-machine-checks",
+            ])
+            .args(["--shape", "llama3.1-8b", "--device-memory-gib", "80"])
+            .current_dir(ROOT)
+            .output()
+            .unwrap()
+    };
+    let out = check_8b(&lora);
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("LoRA state (adapters, grads, AdamW)")
+            && !stderr.contains("AdamW moments (float32)")
+            && stderr.contains("memory: fits"),
+        "{stderr}"
+    );
+    let full_text = std::fs::read_to_string(&lora).unwrap();
+    let full_text = full_text.split("\n[lora]").next().unwrap();
+    let dir8 = tempfile::tempdir().unwrap();
+    let full = dir8.path().join("full.toml");
+    std::fs::write(&full, full_text).unwrap();
+    let out = check_8b(&full);
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("AdamW moments (float32)"), "{stderr}");
+
     let text = std::fs::read_to_string(&example).unwrap();
     let without = text.split("\n[learner]").next().unwrap();
     let dir = tempfile::tempdir().unwrap();

@@ -20,7 +20,7 @@ use std::fmt;
 use tch::{Device, Kind};
 
 use crate::learner::LearnerConfig;
-use crate::model::ModelConfig;
+use crate::model::{LoraConfig, ModelConfig};
 
 pub use engine_share::{EngineShare, ShareRequest};
 
@@ -65,6 +65,9 @@ pub struct PlanInput<'a> {
     pub separate_critic: Option<&'a ModelConfig>,
     /// A distillation teacher's architecture (`[distill]`), stored in `kind` like the policy.
     pub teacher: Option<&'a ModelConfig>,
+    /// LoRA adapters (`[lora]`): the base is frozen, so only the adapters have gradients
+    /// and optimizer state.
+    pub lora: Option<&'a LoraConfig>,
     /// The engines that share the device (as in `train`).
     pub engine: Option<EnginePlan>,
     /// Sampled tokens in the largest micro-batch when known (a benchmark's fixed shape);
@@ -139,21 +142,42 @@ impl MemoryPlan {
         let reduced = s < 4;
         let mut terms = Vec::new();
         let mut term = |name, bytes, knobs| terms.push(Term { name, bytes, knobs });
+        // The adapters are float32 whatever the base's precision: no master copies.
+        let adapters = input.lora.map_or(0, |lora| lora.parameters(m));
         term("policy weights", params * s, "");
-        term("policy gradients", params * s, "");
-        term(
-            "float32 master weights",
-            if reduced { params * 4 } else { 0 },
-            "",
-        );
-        term("AdamW moments (float32)", params * 8, "");
+        match input.lora {
+            Some(_) => {
+                term(
+                    "LoRA state (adapters, grads, AdamW)",
+                    adapters * 16,
+                    "lora.rank, lora.target_modules",
+                );
+            }
+            None => {
+                term("policy gradients", params * s, "");
+                term(
+                    "float32 master weights",
+                    if reduced { params * 4 } else { 0 },
+                    "",
+                );
+                term("AdamW moments (float32)", params * 8, "");
+            }
+        }
         // The padded tokens of the largest micro-batch.
         let tokens = match l.memory.max_tokens_per_micro_batch {
             0 => (l.algorithm.micro_batch_size * l.max_len) as u64,
             budget => budget as u64,
         };
-        let activations = |m: &ModelConfig| {
-            let layer = layer_activation_bytes_per_token(m, s) * tokens;
+        // Per token and layer, an adapter keeps its float32 input (a copy when the base is
+        // reduced) and its rank-wide intermediate.
+        let adapter_per_token: u64 = input.lora.map_or(0, |lora| {
+            lora.projection_widths(m)
+                .into_iter()
+                .map(|(inp, _)| if reduced { inp * 4 } else { 0 } + 2 * lora.rank as u64 * 4)
+                .sum()
+        });
+        let activations = |m: &ModelConfig, adapter_per_token: u64| {
+            let layer = (layer_activation_bytes_per_token(m, s) + adapter_per_token) * tokens;
             let h = m.hidden_size as u64;
             // The last norm's float32 input and its output.
             let top = tokens * h * (4 + s);
@@ -166,7 +190,7 @@ impl MemoryPlan {
                 (m.num_hidden_layers as u64 + 1) * layer + top
             }
         };
-        let policy_activations = activations(m);
+        let policy_activations = activations(m, adapter_per_token);
         term(
             "activations",
             policy_activations,
@@ -202,7 +226,7 @@ impl MemoryPlan {
             term("critic weights, gradients and optimizer", state, "");
             term(
                 "critic activations",
-                activations(c),
+                activations(c, 0),
                 "learner.recompute = true, learner.max_tokens_per_micro_batch",
             );
         }
@@ -228,7 +252,11 @@ impl MemoryPlan {
             );
         } else if let Some(e) = input.engine {
             let n = e.engines as u64;
-            term("engine weights", n * params * s, "rollout.devices");
+            term(
+                "engine weights",
+                n * (params * s + adapters * 4),
+                "rollout.devices",
+            );
             let kv_per_token = m.kv_bytes_per_token(s as usize) as u64;
             term(
                 "engine slots (KV)",
@@ -334,6 +362,7 @@ mod tests {
             learner,
             separate_critic: None,
             teacher: None,
+            lora: None,
             engine,
             action_tokens: None,
         })

@@ -14,6 +14,7 @@ use agent_r1_actors::learner::{
 };
 use agent_r1_actors::memory_plan::{MemoryPlan, PlanInput};
 use agent_r1_actors::model::generate::FinishReason;
+use agent_r1_actors::model::LoraConfig;
 use agent_r1_actors::trajectory::{EpisodeEnd, Step, Trajectory};
 use agent_r1_envs::task::Task;
 use serde_json::json;
@@ -83,6 +84,10 @@ pub(crate) struct LearnerBench {
     /// plan and the peak.
     #[arg(long)]
     distill: bool,
+    /// Train LoRA adapters of this rank (alpha twice the rank, every projection) beside the
+    /// frozen weights instead of the full weights; 0 trains the full weights.
+    #[arg(long, default_value_t = 0)]
+    lora_rank: usize,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -117,7 +122,15 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
         reset_peak_rss();
         tch::manual_seed(args.seed as i64);
         let critic = estimator.needs_critic();
-        let policy = choice.build(placement, critic)?;
+        let mut policy = choice.build(placement, critic)?;
+        let lora = (args.lora_rank > 0).then(|| LoraConfig {
+            rank: args.lora_rank,
+            alpha: 2.0 * args.lora_rank as f64,
+            ..LoraConfig::default()
+        });
+        if let Some(lora) = &lora {
+            policy.add_lora(lora)?;
+        }
         let config = LearnerConfig {
             algorithm: AlgorithmConfig {
                 estimator,
@@ -163,6 +176,7 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
             learner: &config,
             teacher: args.distill.then_some(&model_config),
             separate_critic: None,
+            lora: lora.as_ref(),
             engine: None,
             action_tokens: Some(rows_per_micro * args.steps * args.action_tokens),
         });
@@ -223,6 +237,7 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
         results.push(json!({
             "estimator": estimator.as_str(),
             "value_head": critic,
+            "lora_rank": args.lora_rank,
             "mean_update_s": mean,
             "best_update_s": best,
             "tokens_per_s": tokens / mean,

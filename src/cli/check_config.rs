@@ -43,7 +43,8 @@ pub(crate) struct CheckConfigArgs {
     #[arg(long)]
     device_memory_gib: Option<f64>,
     /// Plan memory with this built-in model shape instead of `model.dir`'s config (for a
-    /// machine without the model): qwen2.5-0.5b, qwen2.5-1.5b, qwen3-1.7b, llama3.2-1b.
+    /// machine without the model): qwen2.5-0.5b, qwen2.5-1.5b, qwen3-1.7b, llama3.2-1b,
+    /// qwen2.5-7b, llama3.1-8b.
     #[arg(long)]
     shape: Option<String>,
 }

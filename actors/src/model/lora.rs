@@ -729,3 +729,31 @@ impl super::PolicyModel {
         Ok(model)
     }
 }
+
+impl LoraConfig {
+    /// Parameters of the adapters on a model of `m`'s shape: `rank * (in + out)` per
+    /// targeted projection per layer.
+    pub fn parameters(&self, m: &super::ModelConfig) -> u64 {
+        self.projection_widths(m)
+            .into_iter()
+            .map(|(inp, out)| self.rank as u64 * (inp + out))
+            .sum::<u64>()
+            * m.num_hidden_layers as u64
+    }
+
+    /// `(in, out)` of each targeted projection of one layer of `m`.
+    pub fn projection_widths(&self, m: &super::ModelConfig) -> Vec<(u64, u64)> {
+        let h = m.hidden_size as u64;
+        let i = m.intermediate_size as u64;
+        let q = (m.num_attention_heads * m.head_dim) as u64;
+        let kv = (m.num_key_value_heads * m.head_dim) as u64;
+        let widths = [(h, q), (h, kv), (h, kv), (q, h), (h, i), (h, i), (i, h)];
+        let targets = self.target_modules.resolve().unwrap_or_default();
+        TARGETS
+            .iter()
+            .zip(widths)
+            .filter(|((name, _), _)| targets.contains(name))
+            .map(|(_, w)| w)
+            .collect()
+    }
+}

@@ -49,7 +49,14 @@ pub fn preset(name: &str, vocab_size: usize, eos_token_ids: Vec<u32>) -> Result<
 }
 
 /// Names of the real model shapes [`shape`] knows.
-pub const SHAPES: &[&str] = &["qwen2.5-0.5b", "qwen2.5-1.5b", "qwen3-1.7b", "llama3.2-1b"];
+pub const SHAPES: &[&str] = &[
+    "qwen2.5-0.5b",
+    "qwen2.5-1.5b",
+    "qwen3-1.7b",
+    "llama3.2-1b",
+    "qwen2.5-7b",
+    "llama3.1-8b",
+];
 
 /// The `config.json` of a real model's shape (layers, widths, heads, vocabulary, rope) and
 /// the tokenizer style of its family, without its weights. Token ids (`bos_token_id`,
@@ -88,6 +95,23 @@ pub fn shape(name: &str) -> Result<(ModelConfig, TokenizerStyle)> {
                                     "original_max_position_embeddings": 8192}}),
             TokenizerStyle::Llama3_1,
         ),
+        "qwen2.5-7b" => (
+            json!({"model_type": "qwen2", "vocab_size": 152064, "hidden_size": 3584,
+                   "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28,
+                   "num_key_value_heads": 4, "max_position_embeddings": 32768,
+                   "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": false}),
+            TokenizerStyle::Qwen2_5,
+        ),
+        "llama3.1-8b" => (
+            json!({"model_type": "llama", "vocab_size": 128256, "hidden_size": 4096,
+                   "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+                   "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 131072,
+                   "rms_norm_eps": 1e-5, "tie_word_embeddings": false,
+                   "rope_scaling": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                                    "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                    "original_max_position_embeddings": 8192}}),
+            TokenizerStyle::Llama3_1,
+        ),
         other => {
             return Err(Error::invalid(
                 "--shape",
@@ -111,6 +135,8 @@ mod tests {
             ("qwen2.5-1.5b", 1_543_714_304),
             ("qwen3-1.7b", 1_720_574_976),
             ("llama3.2-1b", 1_235_814_400),
+            ("qwen2.5-7b", 7_615_616_512),
+            ("llama3.1-8b", 8_030_261_248),
         ] {
             let (config, _) = shape(name).unwrap();
             assert_eq!(config.num_parameters(), params, "{name}");
