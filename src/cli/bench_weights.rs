@@ -26,6 +26,10 @@ pub(crate) struct WeightsBench {
     /// Where the published and fetched copies go (default: a temporary directory).
     #[arg(long)]
     scratch: Option<std::path::PathBuf>,
+    /// Publish what a LoRA run publishes: adapters of this rank on every projection (0: the
+    /// full weights).
+    #[arg(long, default_value_t = 0)]
+    lora_rank: usize,
 }
 
 pub(crate) fn run(args: WeightsBench) -> anyhow::Result<()> {
@@ -37,13 +41,24 @@ pub(crate) fn run(args: WeightsBench) -> anyhow::Result<()> {
     };
     let placement = parse_placement("cpu", "float32")?;
     tch::manual_seed(0);
-    let model = args.model.choice().build(placement, false)?;
-    let mut tensors: Vec<(String, tch::Tensor)> = model
-        .var_store()
-        .variables()
-        .into_iter()
-        .map(|(name, t)| (name, t.to_kind(kind)))
-        .collect();
+    let mut model = args.model.choice().build(placement, false)?;
+    let published = if args.lora_rank > 0 {
+        model.add_lora(&agent_r1_actors::model::LoraConfig {
+            rank: args.lora_rank,
+            alpha: 2.0 * args.lora_rank as f64,
+            ..Default::default()
+        })?;
+        // Adapters stay float32 whatever the base's precision.
+        model.adapter_variables()
+    } else {
+        model
+            .var_store()
+            .variables()
+            .into_iter()
+            .map(|(name, t)| (name, t.to_kind(kind)))
+            .collect()
+    };
+    let mut tensors: Vec<(String, tch::Tensor)> = published;
     tensors.sort_by(|a, b| a.0.cmp(&b.0));
     let params: i64 = tensors.iter().map(|(_, t)| t.numel() as i64).sum();
     let tmp = tempfile::tempdir().context("a scratch directory")?;
@@ -65,7 +80,11 @@ pub(crate) fn run(args: WeightsBench) -> anyhow::Result<()> {
     eprintln!(
         "model {}: {params} parameters as {}, served at {}",
         args.model.choice().name(),
-        args.dtype,
+        if args.lora_rank > 0 {
+            "float32 LoRA adapters"
+        } else {
+            &args.dtype
+        },
         server.url()
     );
     for version in 1..=args.versions {
