@@ -188,6 +188,13 @@ fn every_shape_loads_in_transformers() {
         "Qwen2ForCausalLM",
         Check::ConfigOnly,
     );
+    check_shape(&python, "qwen2.5-7b", "Qwen2ForCausalLM", Check::ConfigOnly);
+    check_shape(
+        &python,
+        "llama3.1-8b",
+        "LlamaForCausalLM",
+        Check::ConfigOnly,
+    );
 }
 
 #[test]
