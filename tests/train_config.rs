@@ -34,6 +34,7 @@ fn every_example_config_parses_and_validates() {
             "demo_async.toml",
             "external_agent.toml",
             "grpo.toml",
+            "hotpotqa_llama3.1_8b_lora.toml",
             "hotpotqa_qwen2.5.toml",
             "long_horizon.toml",
             "long_horizon_full.toml",
