@@ -173,7 +173,7 @@ impl MemoryPlan {
         let adapter_per_token: u64 = input.lora.map_or(0, |lora| {
             lora.projection_widths(m)
                 .into_iter()
-                .map(|(inp, _)| if reduced { inp * 4 } else { 0 } + 2 * lora.rank as u64 * 4)
+                .map(|(_, inp, _)| if reduced { inp * 4 } else { 0 } + 2 * lora.rank as u64 * 4)
                 .sum()
         });
         let activations = |m: &ModelConfig, adapter_per_token: u64| {

@@ -17,7 +17,7 @@ use crate::config::{FileCheck, TrainConfig};
 use crate::registries::Registries;
 use crate::train::{self, records::BatchSummary};
 use agent_r1_actors::engine::EngineConfig;
-use agent_r1_actors::model::lora::{AdapterSource, ADAPTER_CONFIG_FILE};
+use agent_r1_actors::model::lora::{read_adapter_base, AdapterSource, ADAPTER_CONFIG_FILE};
 use agent_r1_actors::tokenizer::HfTokenizer;
 use agent_r1_envs::envs::synthetic_multihop;
 use anyhow::Context;
@@ -156,11 +156,7 @@ fn resolve(a: &EvalArgs, registries: &Registries) -> anyhow::Result<Resolved> {
     let (policy, adapter) = match (&a.adapter, policy.join(ADAPTER_CONFIG_FILE).is_file()) {
         (Some(adapter), _) => (policy, Some(adapter.clone())),
         (None, true) => {
-            let text = std::fs::read_to_string(policy.join(ADAPTER_CONFIG_FILE))?;
-            let json: Value = serde_json::from_str(&text).with_context(|| {
-                format!("{}: not JSON", policy.join(ADAPTER_CONFIG_FILE).display())
-            })?;
-            let base = json["base_model_name_or_path"].as_str().with_context(|| {
+            let base = read_adapter_base(&policy)?.with_context(|| {
                 format!(
                     "{}: no base_model_name_or_path (pass the base as --model and this directory as --adapter)",
                     policy.join(ADAPTER_CONFIG_FILE).display()

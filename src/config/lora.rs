@@ -1,7 +1,7 @@
 //! `[lora]` and `model.adapter`: which adapters the policy trains, checked against each other,
 //! the cluster and (when it exists) the model's shapes before anything loads.
 
-use agent_r1_actors::model::lora::{read_adapter_config, AdapterSource, LoraConfig, TARGETS};
+use agent_r1_actors::model::lora::{read_adapter_config, AdapterSource, LoraConfig};
 use agent_r1_actors::model::ModelConfig;
 use agent_r1_envs::config::Section;
 
@@ -72,26 +72,8 @@ impl TrainConfig {
         let Ok((c, _)) = ModelConfig::from_file(&dir.join("config.json")) else {
             return Ok(()); // `model.dir`'s own check names what is wrong with it
         };
-        let q = (c.num_attention_heads * c.head_dim) as i64;
-        let kv = (c.num_key_value_heads * c.head_dim) as i64;
-        let (h, i) = (c.hidden_size as i64, c.intermediate_size as i64);
-        let widths = [
-            h.min(q),
-            h.min(kv),
-            h.min(kv),
-            q.min(h),
-            h.min(i),
-            h.min(i),
-            i.min(h),
-        ];
-        let targets = lora.target_modules.resolve().unwrap_or_default();
-        let narrowest = TARGETS
-            .iter()
-            .zip(widths)
-            .filter(|((name, _), _)| targets.contains(name))
-            .min_by_key(|(_, w)| *w);
-        match narrowest {
-            Some(((name, _), width)) if lora.rank as i64 > width => Err(ConfigError::range(
+        match lora.rank_too_wide(&c) {
+            Some((name, width)) => Err(ConfigError::range(
                 "lora.rank",
                 lora.rank,
                 &format!(
@@ -99,7 +81,7 @@ impl TrainConfig {
                     dir.display()
                 ),
             )),
-            _ => Ok(()),
+            None => Ok(()),
         }
     }
 }

@@ -364,25 +364,25 @@ impl LoraAdapter {
     }
 }
 
-/// The adapter tensors of a PEFT weights file, by the model's own variable names (PEFT's
-/// prefix removed), checked against `expected` (name to shape): every expected tensor present
-/// with its shape, nothing else.
-pub(crate) fn read_adapter_tensors(
+/// The tensors of one safetensors file by the model's own variable names (`prefix` removed),
+/// checked against `expected` (name to shape): every expected tensor present with its shape,
+/// nothing else; `hint` says in each refusal what a mismatch likely means.
+pub(crate) fn read_expected_tensors(
     path: &Path,
+    prefix: &str,
     expected: &BTreeMap<String, Vec<i64>>,
+    hint: &str,
 ) -> Result<BTreeMap<String, Tensor>> {
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
     let st = safetensors::SafeTensors::deserialize(&bytes)
         .map_err(|e| Error::model(path, format!("not a safetensors file: {e}")))?;
     let mut out = BTreeMap::new();
     for (name, view) in st.tensors() {
-        let ours = name.strip_prefix(PEFT_PREFIX).unwrap_or(&name).to_string();
+        let ours = name.strip_prefix(prefix).unwrap_or(&name).to_string();
         let Some(shape) = expected.get(&ours) else {
             return Err(Error::model(
                 path,
-                format!(
-                    "unexpected tensor `{name}`: not an adapter of the targeted projections of this base"
-                ),
+                format!("unexpected tensor `{name}` ({hint})"),
             ));
         };
         let got: Vec<i64> = view.shape().iter().map(|&d| d as i64).collect();
@@ -390,21 +390,19 @@ pub(crate) fn read_adapter_tensors(
             return Err(Error::model(
                 path,
                 format!(
-                    "tensor `{name}` has shape {got:?}, but this base and the adapter's config imply {shape:?} (an adapter for another base?)"
+                    "tensor `{name}` has shape {got:?}, but this base implies {shape:?} ({hint})"
                 ),
             ));
         }
-        let kind = match view.dtype() {
-            safetensors::Dtype::F32 => Kind::Float,
-            safetensors::Dtype::F16 => Kind::Half,
-            safetensors::Dtype::BF16 => Kind::BFloat16,
-            other => {
-                return Err(Error::model(
-                    path,
-                    format!("tensor `{name}` has dtype {other:?} (supported: F32, F16, BF16)"),
-                ))
-            }
-        };
+        let kind = super::weights::kind_of(view.dtype()).ok_or_else(|| {
+            Error::model(
+                path,
+                format!(
+                    "tensor `{name}` has dtype {:?} (supported: F32, F16, BF16, F64)",
+                    view.dtype()
+                ),
+            )
+        })?;
         out.insert(ours, Tensor::f_from_data_size(view.data(), &got, kind)?);
     }
     let missing: BTreeSet<&String> = expected.keys().filter(|k| !out.contains_key(*k)).collect();
@@ -412,7 +410,7 @@ pub(crate) fn read_adapter_tensors(
         return Err(Error::model(
             path,
             format!(
-                "{} adapter tensor(s) missing, first `{PEFT_PREFIX}{first}` (the adapter's target_modules and this base disagree)",
+                "{} tensor(s) missing, first `{prefix}{first}` ({hint})",
                 missing.len()
             ),
         ));
@@ -445,27 +443,14 @@ impl super::PolicyModel {
             .target_modules
             .resolve()
             .map_err(|why| Error::invalid("lora.target_modules", why))?;
-        let narrowest = self.layers.first().and_then(|layer| {
-            layer
-                .projections()
-                .into_iter()
-                .filter(|(place, _)| targets.iter().any(|t| place.ends_with(t)))
-                .map(|(place, p)| {
-                    let s = p.weight().size();
-                    (s[0].min(s[1]), place)
-                })
-                .min()
-        });
-        if let Some((width, place)) = narrowest {
-            if config.rank as i64 > width {
-                return Err(Error::invalid(
-                    "lora.rank",
-                    format!(
-                        "got {}; allowed: 1..={width} (`{place}` is {width} wide on its narrower side)",
-                        config.rank
-                    ),
-                ));
-            }
+        if let Some((name, width)) = config.rank_too_wide(&self.config) {
+            return Err(Error::invalid(
+                "lora.rank",
+                format!(
+                    "got {}; allowed: 1..={width} (`{name}` is {width} wide on its narrower side)",
+                    config.rank
+                ),
+            ));
         }
         for (name, t) in self.vs.variables() {
             if !name.starts_with(super::VALUE_HEAD) {
@@ -588,23 +573,10 @@ impl super::PolicyModel {
     /// name as the base's directory, and every tensor has the shape this base implies. Each
     /// refusal is one line naming the file and the key or tensor.
     pub fn load_adapter(&mut self, dir: &Path) -> Result<()> {
-        let path = dir.join(ADAPTER_CONFIG_FILE);
-        if !path.is_file() {
-            return Err(Error::model(
-                dir,
-                format!("no {ADAPTER_CONFIG_FILE} in the adapter directory"),
-            ));
-        }
-        let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
-        let json: Value = serde_json::from_str(&text)
-            .map_err(|e| Error::model(&path, format!("not valid JSON: {e}")))?;
+        let (path, json) = read_adapter_json(dir)?;
         let config = LoraConfig::from_peft_json(&path, &json)?;
-        if let (Some(named), Some(base)) = (
-            json.get("base_model_name_or_path").and_then(Value::as_str),
-            &self.base_dir,
-        ) {
-            let ours = model_stem(&base.display().to_string());
-            if !named.is_empty() && model_stem(named) != ours {
+        if let (Some(named), Some(base)) = (adapter_base_name(&json), &self.base_dir) {
+            if !named.is_empty() && model_stem(named) != model_stem(&base.display().to_string()) {
                 return Err(Error::model(
                     &path,
                     format!(
@@ -616,58 +588,33 @@ impl super::PolicyModel {
         }
         self.add_lora(&config)
             .map_err(|e| Error::model(&path, e.to_string()))?;
-        let expected: BTreeMap<String, Vec<i64>> = self
-            .adapter_variables()
-            .into_iter()
-            .map(|(name, t)| (name, t.size()))
-            .collect();
-        let loaded = read_adapter_tensors(&dir.join(ADAPTER_WEIGHTS_FILE), &expected)?;
+        let shapes = |vars: Vec<(String, Tensor)>| -> BTreeMap<String, Vec<i64>> {
+            vars.into_iter().map(|(name, t)| (name, t.size())).collect()
+        };
+        let mut loaded = read_expected_tensors(
+            &dir.join(ADAPTER_WEIGHTS_FILE),
+            PEFT_PREFIX,
+            &shapes(self.adapter_variables()),
+            "an adapter for another base, or target_modules that disagree with it?",
+        )?;
+        let head = dir.join(VALUE_HEAD_FILE);
+        if self.has_value_head() && head.is_file() {
+            let vars = self.vs.variables().into_iter();
+            let head_vars = vars.filter(|(name, _)| name.starts_with(super::VALUE_HEAD));
+            loaded.extend(read_expected_tensors(
+                &head,
+                "",
+                &shapes(head_vars.collect()),
+                "a value head of another model?",
+            )?);
+        }
         let vars = self.vs.variables();
         tch::no_grad(|| {
             for (name, value) in &loaded {
                 let mut var = vars[name].shallow_clone();
-                var.copy_(&value.to_kind(Kind::Float).to_device(var.device()));
+                var.copy_(&value.to_kind(var.kind()).to_device(var.device()));
             }
         });
-        let head = dir.join(VALUE_HEAD_FILE);
-        if self.has_value_head() && head.is_file() {
-            let bytes = std::fs::read(&head).map_err(|e| Error::io(&head, e))?;
-            let st = safetensors::SafeTensors::deserialize(&bytes)
-                .map_err(|e| Error::model(&head, format!("not a safetensors file: {e}")))?;
-            for (name, view) in st.tensors() {
-                let var = vars
-                    .get(&name)
-                    .ok_or_else(|| Error::model(&head, format!("unexpected tensor `{name}`")))?;
-                let shape: Vec<i64> = view.shape().iter().map(|&d| d as i64).collect();
-                if shape != var.size() {
-                    return Err(Error::model(
-                        &head,
-                        format!(
-                            "tensor `{name}` has shape {shape:?}, expected {:?}",
-                            var.size()
-                        ),
-                    ));
-                }
-                let kind = match view.dtype() {
-                    safetensors::Dtype::F32 => Kind::Float,
-                    safetensors::Dtype::BF16 => Kind::BFloat16,
-                    safetensors::Dtype::F16 => Kind::Half,
-                    other => {
-                        return Err(Error::model(
-                            &head,
-                            format!(
-                                "tensor `{name}` has dtype {other:?} (supported: F32, F16, BF16)"
-                            ),
-                        ))
-                    }
-                };
-                let src = Tensor::f_from_data_size(view.data(), &shape, kind)?;
-                tch::no_grad(|| {
-                    let mut var = var.shallow_clone();
-                    var.copy_(&src.to_kind(var.kind()).to_device(var.device()))
-                });
-            }
-        }
         Ok(())
     }
 }
@@ -695,8 +642,8 @@ impl AdapterSource {
     }
 }
 
-/// The LoRA settings of the adapter saved in `dir` (its `adapter_config.json`).
-pub fn read_adapter_config(dir: &Path) -> Result<LoraConfig> {
+/// `dir`'s `adapter_config.json`: its path and its JSON.
+fn read_adapter_json(dir: &Path) -> Result<(std::path::PathBuf, Value)> {
     let path = dir.join(ADAPTER_CONFIG_FILE);
     if !path.is_file() {
         return Err(Error::model(
@@ -707,7 +654,23 @@ pub fn read_adapter_config(dir: &Path) -> Result<LoraConfig> {
     let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
     let json: Value = serde_json::from_str(&text)
         .map_err(|e| Error::model(&path, format!("not valid JSON: {e}")))?;
+    Ok((path, json))
+}
+
+fn adapter_base_name(json: &Value) -> Option<&str> {
+    json.get("base_model_name_or_path").and_then(Value::as_str)
+}
+
+/// The LoRA settings of the adapter saved in `dir` (its `adapter_config.json`).
+pub fn read_adapter_config(dir: &Path) -> Result<LoraConfig> {
+    let (path, json) = read_adapter_json(dir)?;
     LoraConfig::from_peft_json(&path, &json)
+}
+
+/// The base the adapter saved in `dir` names (`base_model_name_or_path`), if any.
+pub fn read_adapter_base(dir: &Path) -> Result<Option<String>> {
+    let (_, json) = read_adapter_json(dir)?;
+    Ok(adapter_base_name(&json).map(String::from))
 }
 
 impl super::PolicyModel {
@@ -736,13 +699,13 @@ impl LoraConfig {
     pub fn parameters(&self, m: &super::ModelConfig) -> u64 {
         self.projection_widths(m)
             .into_iter()
-            .map(|(inp, out)| self.rank as u64 * (inp + out))
+            .map(|(_, inp, out)| self.rank as u64 * (inp + out))
             .sum::<u64>()
             * m.num_hidden_layers as u64
     }
 
-    /// `(in, out)` of each targeted projection of one layer of `m`.
-    pub fn projection_widths(&self, m: &super::ModelConfig) -> Vec<(u64, u64)> {
+    /// `(module name, in, out)` of each targeted projection of one layer of `m`.
+    pub fn projection_widths(&self, m: &super::ModelConfig) -> Vec<(&'static str, u64, u64)> {
         let h = m.hidden_size as u64;
         let i = m.intermediate_size as u64;
         let q = (m.num_attention_heads * m.head_dim) as u64;
@@ -753,7 +716,18 @@ impl LoraConfig {
             .iter()
             .zip(widths)
             .filter(|((name, _), _)| targets.contains(name))
-            .map(|(_, w)| w)
+            .map(|((name, _), (inp, out))| (*name, inp, out))
             .collect()
+    }
+
+    /// The narrowest targeted projection of `m` (its name and narrower side) when `rank` is
+    /// wider than it.
+    pub fn rank_too_wide(&self, m: &super::ModelConfig) -> Option<(&'static str, u64)> {
+        self.projection_widths(m)
+            .into_iter()
+            .map(|(name, inp, out)| (inp.min(out), name))
+            .min()
+            .filter(|(width, _)| self.rank as u64 > *width)
+            .map(|(width, name)| (name, width))
     }
 }

@@ -45,7 +45,7 @@ pub fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(shards.into_iter().map(|s| dir.join(s)).collect())
 }
 
-fn kind_of(dtype: Dtype) -> Option<Kind> {
+pub(crate) fn kind_of(dtype: Dtype) -> Option<Kind> {
     Some(match dtype {
         Dtype::F32 => Kind::Float,
         Dtype::F16 => Kind::Half,
