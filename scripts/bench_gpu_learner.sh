@@ -24,7 +24,10 @@
 # (128 + 64) = 1024 tokens per trajectory, 512 trained on; UPDATES (3 timed, after one
 # untimed warm-up), MICRO_BATCH_SIZE (8), MINI_BATCH_SIZE (0 = the whole batch in one
 # optimizer step), LOGITS_CHUNK_TOKENS (1024), SEED (0), RECOMPUTE (0; 1 = activation
-# checkpointing in both).
+# checkpointing in both), LORA_RANK (0; R = LoRA adapters of rank R on every projection,
+# alpha 2R, beside the frozen weights: agent-r1's `[lora]` against PEFT's on the same model).
+#
+#   LORA_RANK=16 scripts/bench_gpu_learner.sh             # GPU: LoRA, agent-r1 against PEFT
 #
 # Micro-batch 8 = the whole 8-trajectory batch in one forward/backward of 8,192 tokens: it is
 # agent-r1's default micro_batch_size, gives both implementations their largest matrix
@@ -107,6 +110,11 @@ FLAGS=(--model "$MODEL_DIR" --estimators grpo --device "$DEVICE" --dtype "$DTYPE
 # RECOMPUTE=1: both recompute each decoder layer in the backward (activation checkpointing);
 # needs an agent-r1 with `bench learner --recompute`.
 if [ "${RECOMPUTE:-0}" = 1 ]; then FLAGS+=(--recompute); fi
+# LORA_RANK=R: both train rank-R adapters beside the frozen weights (PEFT on the PyTorch side).
+if [ "${LORA_RANK:-0}" != 0 ]; then
+  FLAGS+=(--lora-rank "$LORA_RANK")
+  "$PY" -c 'import peft' || { echo "bench_gpu_learner: $PY lacks peft (LORA_RANK needs it)" >&2; exit 2; }
+fi
 
 GPU_INDEX=0
 [[ $DEVICE == cuda:* ]] && GPU_INDEX=${DEVICE#cuda:}
@@ -213,7 +221,9 @@ print(f"learner, GRPO: {d['model']} ({d['parameters']:,} parameters), "
       f"{d['trajectories']} trajectories x {d['tokens_per_trajectory']} tokens "
       f"({d['action_tokens_per_trajectory']} trained on), micro-batch {d['micro_batch_size']}, "
       f"mini-batch {d['mini_batch_size'] or 'all'}, {n_updates} timed "
-      f"update{'s' if n_updates != 1 else ''}, {device} {d['dtype']}")
+      f"update{'s' if n_updates != 1 else ''}, {device} {d['dtype']}"
+      + (f", LoRA rank {rows['agent-r1'][1]['lora_rank']} (PyTorch: PEFT)"
+         if rows["agent-r1"][1].get("lora_rank") else ""))
 print(f"memory: {how}")
 print(f"{'implementation':<16}{'tokens/s':>12}{'mean s/update':>15}{mem:>14}{'policy loss (1st)':>20}")
 for name, (_, r, _) in rows.items():
@@ -232,7 +242,8 @@ rel = abs(la - lp) / max(abs(lp), 1e-30)
 print(f"speed  agent-r1 / pytorch: {speed:.3f}  (needs >= 0.90)")
 print(f"memory agent-r1 / pytorch: {memory:.3f}  (needs <= 1.00)")
 print(f"policy loss of the first update: relative difference {rel:.2e}"
-      f" (float32 on CPU agrees to ~1e-6; bf16 differs by kernel rounding)")
+      f" (float32 on CPU agrees to ~1e-6; bf16 differs by kernel rounding; with LoRA each"
+      f" side draws its own A, so the warm-up update leaves them ~1e-4 apart)")
 fast, lean = speed >= 0.90, memory <= 1.00
 ok = fast and lean
 why = [] if ok else ([] if fast else [f"speed {speed:.3f} < 0.90"]) + ([] if lean else [f"memory {memory:.3f} > 1.00"])

@@ -73,6 +73,10 @@ def parse_args(argv=None):
     p.add_argument("--recompute", action="store_true",
                    help="recompute each decoder layer in the backward (transformers' "
                         "gradient checkpointing), as agent-r1's --recompute")
+    p.add_argument("--lora-rank", type=int, default=0,
+                   help="train PEFT LoRA adapters of this rank (alpha twice the rank, every "
+                        "projection: target_modules='all-linear') beside the frozen weights; "
+                        "0 trains the full weights")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     a = p.parse_args(argv)
@@ -437,6 +441,13 @@ def main(argv=None):
         else:
             model.gradient_checkpointing_enable(
                 gradient_checkpointing_kwargs={"use_reentrant": False})
+    if args.lora_rank > 0:
+        import peft
+        # Injects the adapters into `model` itself (float32, as agent-r1's) and freezes the
+        # rest, so the learner below trains the adapters alone.
+        peft.get_peft_model(model, peft.LoraConfig(
+            r=args.lora_rank, lora_alpha=2 * args.lora_rank, lora_dropout=0.0,
+            target_modules="all-linear"))
     vocab = model.config.vocab_size
     batch = synthetic_batch(args, vocab)
     tokens_per_trajectory = args.prompt_tokens + args.steps * (args.action_tokens
@@ -496,6 +507,7 @@ def main(argv=None):
         "micro_batch_size": args.micro_batch_size,
         "logits_chunk_tokens": args.logits_chunk_tokens,
         "recompute": args.recompute,
+        "lora_rank": args.lora_rank,
         "results": [result],
     }
     if args.json:

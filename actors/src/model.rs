@@ -26,7 +26,7 @@ use tch::{Device, Kind, Tensor};
 
 pub use config::ModelConfig;
 pub use kv_cache::{KeyLengths, KvCache, KvStore};
-pub use lora::LoraConfig;
+pub use lora::{LoraConfig, TargetModules};
 pub use recompute::LayerCheckpoints;
 pub use sampling::SamplingParams;
 

@@ -14,7 +14,7 @@ use agent_r1_actors::learner::{
 };
 use agent_r1_actors::memory_plan::{MemoryPlan, PlanInput};
 use agent_r1_actors::model::generate::FinishReason;
-use agent_r1_actors::model::LoraConfig;
+use agent_r1_actors::model::{LoraConfig, TargetModules};
 use agent_r1_actors::trajectory::{EpisodeEnd, Step, Trajectory};
 use agent_r1_envs::task::Task;
 use serde_json::json;
@@ -88,6 +88,9 @@ pub(crate) struct LearnerBench {
     /// frozen weights instead of the full weights; 0 trains the full weights.
     #[arg(long, default_value_t = 0)]
     lora_rank: usize,
+    /// The projections that get adapters (PEFT's names, comma-separated, or `all-linear`).
+    #[arg(long, default_value = "all-linear", value_delimiter = ',')]
+    lora_targets: Vec<String>,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -126,6 +129,10 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
         let lora = (args.lora_rank > 0).then(|| LoraConfig {
             rank: args.lora_rank,
             alpha: 2.0 * args.lora_rank as f64,
+            target_modules: match args.lora_targets.as_slice() {
+                [all] if all == "all-linear" => TargetModules::default(),
+                list => TargetModules::List(list.to_vec()),
+            },
             ..LoraConfig::default()
         });
         if let Some(lora) = &lora {

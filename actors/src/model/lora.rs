@@ -339,6 +339,14 @@ impl LoraAdapter {
 
     /// `y + scale * B A dropout(x)`, computed in float32 and rounded to `y`'s precision, as
     /// PEFT's `Linear.forward` does.
+    ///
+    /// A float32 `y` is added to in place (one `addmm_`, the scale folded into the rank-wide
+    /// intermediate): the adapter then allocates nothing as wide as the projection's output.
+    /// Out-of-place, each adapted projection of a training pass frees two such temporaries
+    /// between tensors autograd keeps; on a CPU, where the binary keeps freed blocks in
+    /// malloc's heaps, the heap fragments around them (measured at the qwen2.5-0.5b shape:
+    /// 1.9 GB free but held in the heap at the peak of an update with adapters on every
+    /// projection).
     pub(crate) fn add_to(&self, y: Tensor, x: &Tensor) -> Tensor {
         let x = x.to_kind(Kind::Float);
         let x = if self.dropout > 0.0 && self.training.load(Ordering::Relaxed) {
@@ -346,15 +354,17 @@ impl LoraAdapter {
         } else {
             x
         };
-        let delta = x
-            .linear::<Tensor>(&self.a, None)
-            .linear::<Tensor>(&self.b, None)
-            * self.scale;
+        let ax = x.linear::<Tensor>(&self.a, None) * self.scale;
         let kind = y.kind();
-        if kind == Kind::Float {
-            y + delta
+        if kind == Kind::Float && y.is_contiguous() {
+            let rank = self.a.size()[0];
+            let out = self.b.size()[0];
+            let _ = y
+                .view([-1, out])
+                .addmm_(&ax.reshape([-1, rank]), &self.b.tr());
+            y
         } else {
-            (y + delta).to_kind(kind)
+            (y + ax.linear::<Tensor>(&self.b, None)).to_kind(kind)
         }
     }
 
