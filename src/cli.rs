@@ -19,6 +19,7 @@ pub(crate) mod bench_weights;
 pub(crate) mod check_config;
 pub(crate) mod eval;
 pub(crate) mod eval_answers;
+pub(crate) mod export;
 pub(crate) mod generate;
 pub(crate) mod init_model;
 pub(crate) mod rollout;
@@ -63,6 +64,9 @@ enum Command {
     Eval(eval::EvalArgs),
     /// Score predictions with the official HotpotQA answer metrics (em, f1, precision, recall).
     EvalAnswers(eval_answers::EvalAnswersArgs),
+    /// Write a LoRA adapter merged into its base as a Hugging Face model directory
+    /// (`--merge --adapter DIR --out DIR`).
+    Export(export::ExportArgs),
     /// Generate a continuation of a prompt with a model directory.
     Generate(generate::GenerateArgs),
     /// Run episodes through the actor runtime and write their trajectories.
@@ -109,6 +113,7 @@ pub fn main(registries: Registries) -> ! {
         Command::Eval(args) => eval::run(args, &registries),
         Command::EvalAnswers(args) => eval_answers::run(args),
         Command::Generate(args) => generate::run(args),
+        Command::Export(args) => export::run(args),
         Command::InitModel(args) => init_model::run(args),
         Command::Rollout(args) => rollout::run_rollout_cmd(args),
         Command::Sft(args) => sft::run(args, &registries),

@@ -1,6 +1,7 @@
 //! `agent-r1 train` with `[lora]` through the binary, on the tiny config: the run trains
 //! adapters beside the frozen base, its checkpoints hold the adapter in PEFT's format (no
-//! full weights), a restart resumes from it, and `eval` runs the checkpoint on its base.
+//! full weights), a restart resumes from it, `eval` runs the checkpoint on its base, and
+//! `export --merge` writes a plain model that generates what base and adapter generate.
 //! Bad LoRA settings are refused by `check-config` and `train` alike, in one line.
 
 use std::path::{Path, PathBuf};
@@ -119,6 +120,98 @@ fn a_lora_run_checkpoints_the_adapter_resumes_from_it_and_evaluates_it() {
     ]);
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains("\"em\""), "{out}");
+
+    // export --merge writes a plain model that generates what base + adapter generate. The
+    // tiny run's rewards leave B at zero, so the checkpoint's adapter gets random B first
+    // (a merge of a zero update would show nothing).
+    let policy = tmp.path().join("adapter");
+    std::fs::create_dir_all(&policy).unwrap();
+    let trained = run.join("checkpoints/step-3/policy");
+    std::fs::copy(
+        trained.join("adapter_config.json"),
+        policy.join("adapter_config.json"),
+    )
+    .unwrap();
+    tch::manual_seed(7);
+    let tensors: Vec<(String, tch::Tensor)> =
+        tch::Tensor::read_safetensors(trained.join("adapter_model.safetensors"))
+            .unwrap()
+            .into_iter()
+            .map(|(name, t)| {
+                let t = if name.contains("lora_B") {
+                    t.randn_like() * 0.1
+                } else {
+                    t
+                };
+                (name, t)
+            })
+            .collect();
+    tch::Tensor::write_safetensors(&tensors, policy.join("adapter_model.safetensors")).unwrap();
+    let merged = tmp.path().join("merged");
+    let export = |extra: &[&str]| {
+        let mut args = vec![
+            "export",
+            "--merge",
+            "--adapter",
+            policy.to_str().unwrap(),
+            "--out",
+            merged.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        agent_r1(&args)
+    };
+    let (code, out, err) = export(&[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(last_json(&out)["rank"], 8, "{out}");
+    assert!(merged.join("config.json").is_file() && merged.join("tokenizer.json").is_file());
+    assert!(!merged.join("adapter_config.json").exists());
+    let generate = |model: &Path, adapter: Option<&Path>| {
+        let mut args = vec![
+            "generate",
+            "--model",
+            model.to_str().unwrap(),
+            "--prompt",
+            "the capital of",
+            "--max-new-tokens",
+            "12",
+            "--temperature",
+            "0",
+            "--device",
+            "cpu",
+            "--json",
+        ];
+        if let Some(a) = adapter {
+            args.extend(["--adapter", a.to_str().unwrap()]);
+        }
+        let (code, out, err) = agent_r1(&args);
+        assert_eq!(code, Some(0), "{err}");
+        last_json(&out)
+    };
+    let adapted = generate(&base, Some(&policy));
+    let exported = generate(&merged, None);
+    let plain = generate(&base, None);
+    assert_eq!(adapted["token_ids"], exported["token_ids"]);
+    let logprobs = |v: &Value| -> Vec<f64> {
+        v["logprobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect()
+    };
+    let (a, e) = (logprobs(&adapted), logprobs(&exported));
+    assert!(
+        a.iter().zip(&e).all(|(x, y)| (x - y).abs() < 1e-4),
+        "{a:?} vs {e:?}"
+    );
+    // The merge changed the weights: the base alone scores its tokens otherwise.
+    assert_ne!(logprobs(&plain), a);
+    // An existing model is not overwritten without --force.
+    let (code, _, err) = export(&[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--force"), "{err}");
+    let (code, _, err) = export(&["--force"]);
+    assert_eq!(code, Some(0), "{err}");
 }
 
 #[test]
