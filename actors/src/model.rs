@@ -280,6 +280,21 @@ impl PolicyModel {
         &self.config
     }
 
+    /// The precision the loaded directory's `config.json` says its weights are stored in
+    /// (`dtype`, as [`write_config`] writes it, or transformers' older `torch_dtype`);
+    /// float32 when it names none this crate saves.
+    pub fn stored_kind(&self) -> Kind {
+        let name = self
+            .raw_config
+            .get("dtype")
+            .or_else(|| self.raw_config.get("torch_dtype"))
+            .and_then(|v| v.as_str());
+        [Kind::BFloat16, Kind::Half]
+            .into_iter()
+            .find(|&k| weights::dtype_name(k).is_ok_and(|(_, n)| Some(n) == name))
+            .unwrap_or(Kind::Float)
+    }
+
     /// Device and precision.
     pub fn placement(&self) -> Placement {
         self.placement

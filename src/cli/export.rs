@@ -50,10 +50,10 @@ pub(crate) fn run(args: ExportArgs) -> anyhow::Result<()> {
         base.display()
     );
     let dtype = match args.dtype.as_str() {
-        "auto" => stored_kind(&base)?,
-        "bf16" | "bfloat16" => Kind::BFloat16,
-        "float16" | "fp16" => Kind::Half,
-        "float32" | "fp32" => Kind::Float,
+        "auto" => None,
+        "bf16" | "bfloat16" => Some(Kind::BFloat16),
+        "float16" | "fp16" => Some(Kind::Half),
+        "float32" | "fp32" => Some(Kind::Float),
         other => anyhow::bail!(
             "--dtype: unknown dtype `{other}` (allowed: auto, bf16, float16, float32)"
         ),
@@ -77,8 +77,8 @@ pub(crate) fn run(args: ExportArgs) -> anyhow::Result<()> {
     let model = PolicyModel::load_adapted(&base, Placement::default(), false, Some(&adapter))?;
     let lora = model
         .lora()
-        .context("the adapter attached no projections")?
-        .clone();
+        .context("the adapter attached no projections")?;
+    let dtype = dtype.unwrap_or_else(|| model.stored_kind());
     model.save_as(&args.out, Some(&base), dtype)?;
     println!(
         "{}",
@@ -93,24 +93,4 @@ pub(crate) fn run(args: ExportArgs) -> anyhow::Result<()> {
         })
     );
     Ok(())
-}
-
-/// The precision `dir`'s `config.json` says its weights are stored in (`torch_dtype`, or
-/// `dtype` as newer transformers write it); float32 when it says none.
-fn stored_kind(dir: &std::path::Path) -> anyhow::Result<Kind> {
-    let path = dir.join("config.json");
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let json: serde_json::Value =
-        serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
-    let name = json
-        .get("torch_dtype")
-        .or_else(|| json.get("dtype"))
-        .and_then(|v| v.as_str())
-        .unwrap_or("float32");
-    Ok(match name {
-        "bfloat16" => Kind::BFloat16,
-        "float16" => Kind::Half,
-        _ => Kind::Float,
-    })
 }
