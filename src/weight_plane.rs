@@ -8,6 +8,10 @@
 //!          WeightServer: GET /weights/latest, /weights/v3/manifest.json, /weights/v3/FILE (Range)
 //! worker:  Fetcher::fetch(version) -> DEST/v00000003/ verified file by file, then load_tensors
 //! ```
+//!
+//! A LoRA run also publishes its frozen base once, at `ROOT/base` (`/weights/base/FILE`); its
+//! versions then hold the adapters alone, and a worker fetches the base once
+//! (`Fetcher::fetch_base_pinned`).
 
 mod fetch;
 mod manifest;
@@ -15,8 +19,8 @@ mod server;
 
 pub use fetch::{Fetched, Fetcher, FetcherConfig};
 pub use manifest::{
-    load_policy, load_tensors, publish, publish_dir, FileEntry, Manifest, PublishedVersion,
-    MANIFEST_FILE,
+    load_policy, load_tensors, publish, publish_base, publish_dir, FileEntry, Manifest,
+    PublishedVersion, BASE_DIR, MANIFEST_FILE,
 };
 pub use server::WeightServer;
 

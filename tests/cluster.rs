@@ -24,6 +24,8 @@ use serde_json::Value;
 mod debian;
 #[path = "support/http_get.rs"]
 mod http_get;
+#[path = "support/run_log.rs"]
+mod run_log;
 #[path = "support/tiny_run.rs"]
 mod tiny_run;
 #[path = "support/trainer.rs"]
@@ -303,6 +305,72 @@ fn a_worker_swapping_weights_for_longer_than_a_lease_keeps_its_membership() {
         2 * EPISODES_PER_UPDATE,
         "{summary}"
     );
+}
+
+#[test]
+fn with_lora_the_worker_fetches_the_base_once_and_samples_with_each_versions_adapters() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config_with(
+        dir.path(),
+        "127.0.0.1",
+        0,
+        3,
+        1,
+        "\n[lora]\nrank = 4\nalpha = 8\n",
+    );
+    let run = dir.path().join("run");
+    let mut train = Trainer::start(&cfg, &run, false);
+    let port = listening_port(&mut train);
+    let a = worker(dir.path(), port, "a", "cookie", &[]);
+    let (code, train_out, train_log) = train.finish();
+    assert_eq!(code, Some(0), "train failed:\n{train_log}");
+    let (a_code, _, a_log) = a.finish();
+    assert_eq!(a_code, Some(0), "worker a failed:\n{a_log}");
+    assert!(
+        train_log.contains("cluster: the frozen base published once for workers"),
+        "{train_log}"
+    );
+    // The base crossed once; every version is the adapters alone.
+    assert_eq!(a_log.matches("the frozen base:").count(), 1, "{a_log}");
+    let summary = last_json(&train_out);
+    assert_eq!(summary["updates"], 3, "{summary}");
+    assert_eq!(
+        summary["cluster"]["accepted"],
+        3 * EPISODES_PER_UPDATE,
+        "{summary}"
+    );
+    let manifest = |dir: PathBuf| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap()
+    };
+    let bytes = |m: &Value| -> u64 {
+        m["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["bytes"].as_u64().unwrap())
+            .sum()
+    };
+    let base = manifest(run.join("weights/base"));
+    let latest = manifest(run.join("weights/v00000003"));
+    let names: Vec<&str> = latest["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"adapter_model.safetensors") && !names.contains(&"model.safetensors"),
+        "{names:?}"
+    );
+    assert!(bytes(&latest) * 10 < bytes(&base), "{latest} vs {base}");
+    // The worker sampled every update with the adapters the learner had: its log-probs
+    // are the learner's recomputation (float32 CPU), also after the adapters have moved.
+    let rows = run_log::jsonl(&run.join("metrics.jsonl"));
+    assert_eq!(rows.len(), 3);
+    for row in &rows {
+        let worst = row["mismatch"]["abs_max"].as_f64().unwrap();
+        assert!(worst <= 1e-5, "update {}: |Δ log-prob| {worst}", row["step"]);
+    }
 }
 
 /// Two network namespaces joined by a veth pair: `t` (10.77.0.1) and `w` (10.77.0.2),

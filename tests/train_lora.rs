@@ -46,7 +46,21 @@ fn a_lora_run_checkpoints_the_adapter_resumes_from_it_and_evaluates_it() {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
     let lora = "rank = 8\nalpha = 16\ntarget_modules = [\"q_proj\", \"v_proj\", \"up_proj\"]";
-    let cfg = config(tmp.path(), 2, lora);
+    // A KL term in the loss: its reference is the frozen base with the adapters off.
+    let kl_on = |cfg: PathBuf| {
+        let text = std::fs::read_to_string(&cfg).unwrap();
+        assert!(text.contains("[algorithm.kl]\nplacement = \"off\""));
+        std::fs::write(
+            &cfg,
+            text.replace(
+                "[algorithm.kl]\nplacement = \"off\"",
+                "[algorithm.kl]\nplacement = \"loss\"\ncoef = 0.01",
+            ),
+        )
+        .unwrap();
+        cfg
+    };
+    let cfg = kl_on(config(tmp.path(), 2, lora));
     let (code, out, err) = agent_r1(&[
         "train",
         "--config",
@@ -60,6 +74,21 @@ fn a_lora_run_checkpoints_the_adapter_resumes_from_it_and_evaluates_it() {
         "{err}"
     );
     assert_eq!(last_json(&out)["updates"], 2);
+    assert!(
+        err.contains("kl reference: the frozen base with the adapters off"),
+        "{err}"
+    );
+    let kls: Vec<f64> = std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["kl"]
+                .as_f64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(kls.len(), 2, "{kls:?}");
+    assert!(kls.iter().all(|k| k.is_finite() && *k >= 0.0), "{kls:?}");
     let policy = run.join("checkpoints/step-2/policy");
     let files: Vec<String> = std::fs::read_dir(&policy)
         .unwrap()
@@ -90,7 +119,7 @@ fn a_lora_run_checkpoints_the_adapter_resumes_from_it_and_evaluates_it() {
     );
 
     // A restart continues from the checkpoint's adapter.
-    let cfg3 = config(tmp.path(), 3, lora);
+    let cfg3 = kl_on(config(tmp.path(), 3, lora));
     let (code, out, err) = agent_r1(&[
         "train",
         "--config",

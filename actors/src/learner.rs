@@ -38,4 +38,4 @@ pub use critic_prefix::CriticPrefix;
 pub use distill::{DistillCombine, DistillConfig};
 pub use handle::{spawn_learner, spawn_learner_with, BeforeUpdate, LearnerHandle, PolicyWeights};
 pub use stats::{DistillStats, Mismatch, UpdateStats};
-pub use trainer::{check_rewards, Learner, LearnerModels, CRITIC_DIR};
+pub use trainer::{check_rewards, Learner, LearnerModels, Reference, CRITIC_DIR};

@@ -4,7 +4,8 @@
 //! Each term counts what this crate's code keeps at the learner's peak, the end of a
 //! micro-batch's forward pass and the start of its backward pass, when every persistent
 //! buffer exists at once: the policy's weights, gradients, float32 master copy and AdamW
-//! moments; a separate critic's of the same; the frozen reference; the engine's copy of the
+//! moments; a separate critic's of the same; the frozen reference (none with LoRA: the policy's
+//! base with its adapters off is the reference); the engine's copy of the
 //! weights, its slots and its parked-KV pool (reserved when it starts); and the micro-batch's
 //! activations and vocabulary-logits chunk. The activation term follows the decoder's code
 //! (`model/layers.rs`): what autograd saves per token and layer (the float32 residual stream
@@ -230,9 +231,10 @@ impl MemoryPlan {
                 "learner.recompute = true, learner.max_tokens_per_micro_batch",
             );
         }
+        // With LoRA the reference is the policy's frozen base with its adapters off.
         term(
             "reference model",
-            if l.algorithm.kl.active().is_some() {
+            if l.algorithm.kl.active().is_some() && input.lora.is_none() {
                 params * s
             } else {
                 0
@@ -388,6 +390,37 @@ mod tests {
         let f = plan(&l, Kind::Float, None);
         assert_eq!(bytes(&f, "float32 master weights"), 0);
         assert_eq!(bytes(&f, "policy weights"), 4 * n);
+    }
+
+    #[test]
+    fn a_lora_run_keeps_no_reference_copy() {
+        let (model, _) = shape("qwen2.5-1.5b").unwrap();
+        let l = LearnerConfig {
+            algorithm: AlgorithmConfig {
+                kl: KlConfig {
+                    placement: crate::learner::KlPlacement::Loss,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let lora = LoraConfig::default();
+        let with = |lora| {
+            MemoryPlan::predict(&PlanInput {
+                device: Device::Cuda(0),
+                model: &model,
+                kind: Kind::BFloat16,
+                learner: &l,
+                separate_critic: None,
+                teacher: None,
+                lora,
+                engine: None,
+                action_tokens: None,
+            })
+        };
+        assert_eq!(bytes(&with(None), "reference model"), 2 * 1_543_714_304);
+        assert_eq!(bytes(&with(Some(&lora)), "reference model"), 0);
     }
 
     #[test]

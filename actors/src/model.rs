@@ -17,7 +17,6 @@ pub mod sampling;
 pub mod weights;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -81,8 +80,8 @@ pub struct PolicyModel {
     residual: Kind,
     /// The attached LoRA adapters' settings (the base is then frozen).
     lora: Option<LoraConfig>,
-    /// Training passes (adapter dropout on) or not, read by the adapters.
-    training: Arc<AtomicBool>,
+    /// Training passes (adapter dropout on) and adapters off, read by the adapters.
+    lora_switches: Arc<lora::LoraSwitches>,
     /// The directory the weights were loaded from (an adapter's `base_model_name_or_path`).
     base_dir: Option<PathBuf>,
 }
@@ -215,7 +214,7 @@ impl PolicyModel {
             rotary,
             residual: placement.kind,
             lora: None,
-            training: Arc::new(AtomicBool::new(false)),
+            lora_switches: Arc::default(),
             base_dir: None,
         })
     }

@@ -10,9 +10,9 @@ mod learner_common;
 
 use agent_r1_actors::learner::{
     AlgorithmConfig, Estimator, KlConfig, KlPlacement, Learner, LearnerConfig, LearnerModels,
-    MemoryConfig, UpdateStats,
+    MemoryConfig, Reference, UpdateStats,
 };
-use agent_r1_actors::model::{Placement, PolicyModel};
+use agent_r1_actors::model::{LoraConfig, Placement, PolicyModel};
 use agent_r1_actors::trajectory::Trajectory;
 use learner_common::{model_config, trajectory, TestStep, INIT};
 use tch::{Kind, Tensor};
@@ -70,7 +70,7 @@ fn learner(config: LearnerConfig) -> Learner {
         LearnerModels {
             policy,
             critic: Some(critic),
-            reference: Some(reference),
+            reference: Some(Reference::Model(Box::new(reference))),
             teacher: None,
             critic_prefix: None,
         },
@@ -185,4 +185,97 @@ fn a_token_budget_below_the_longest_sequence_is_refused() {
     .to_string();
     assert!(e.contains("max_tokens_per_micro_batch"), "{e}");
     assert!(e.contains("4096"), "{e}");
+}
+
+/// A LoRA learner over fixed seeded base weights whose KL reference is either a second copy
+/// of the base or the policy's own base with its adapters off.
+fn lora_learner(reference_is_base: bool) -> Learner {
+    let _guard = INIT.lock().unwrap_or_else(|e| e.into_inner());
+    let base_model = || {
+        tch::manual_seed(21);
+        PolicyModel::new(model_config(), Placement::default(), false).unwrap()
+    };
+    let mut policy = base_model();
+    let reference = if reference_is_base {
+        Reference::PolicyBase
+    } else {
+        Reference::Model(Box::new(base_model()))
+    };
+    tch::manual_seed(22);
+    policy
+        .add_lora(&LoraConfig {
+            rank: 4,
+            alpha: 8.0,
+            ..LoraConfig::default()
+        })
+        .unwrap();
+    let config = LearnerConfig {
+        algorithm: AlgorithmConfig {
+            estimator: Estimator::Grpo,
+            actor_lr: 1e-2,
+            ..base().algorithm
+        },
+        ..base()
+    };
+    Learner::new(
+        LearnerModels {
+            policy,
+            critic: None,
+            reference: Some(reference),
+            teacher: None,
+            critic_prefix: None,
+        },
+        config,
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_lora_policys_base_with_adapters_off_is_the_kl_reference_without_a_copy() {
+    let run = |reference_is_base| {
+        let mut l = lora_learner(reference_is_base);
+        let stats: Vec<UpdateStats> = (0..3).map(|_| l.update(batch()).unwrap()).collect();
+        (stats, flat(&l))
+    };
+    let (copy_stats, copy_weights) = run(false);
+    let (base_stats, base_weights) = run(true);
+    // Fresh adapters change nothing; from the second mini-batch on the adapters have moved
+    // and the policy diverges from its base.
+    for (i, (c, b)) in copy_stats.iter().zip(&base_stats).enumerate() {
+        let (c, b) = (c.kl.unwrap(), b.kl.unwrap());
+        eprintln!("update {i}: kl to a copy {c:e}, to the base with adapters off {b:e}");
+        assert!(c > 0.0, "update {i}: the adapters did not move");
+        assert!((c - b).abs() <= 1e-9, "update {i}: kl {c} against {b}");
+    }
+    // The adapters are on again after the reference pass: both runs train the same weights.
+    let diff = (&copy_weights - &base_weights)
+        .abs()
+        .max()
+        .double_value(&[]);
+    assert!(diff <= 1e-9, "weights differ by {diff}");
+}
+
+#[test]
+fn the_policys_base_is_no_reference_without_adapters() {
+    let _guard = INIT.lock().unwrap_or_else(|e| e.into_inner());
+    let policy = PolicyModel::new(model_config(), Placement::default(), false).unwrap();
+    let err = Learner::new(
+        LearnerModels {
+            policy,
+            critic: None,
+            reference: Some(Reference::PolicyBase),
+            teacher: None,
+            critic_prefix: None,
+        },
+        LearnerConfig {
+            algorithm: AlgorithmConfig {
+                estimator: Estimator::Grpo,
+                ..base().algorithm
+            },
+            ..base()
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("LoRA adapters"), "{err}");
 }

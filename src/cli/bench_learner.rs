@@ -9,10 +9,10 @@
 
 use agent_r1_actors::device::parse_placement;
 use agent_r1_actors::learner::{
-    AlgorithmConfig, DistillCombine, DistillConfig, Estimator, KlConfig, Learner, LearnerConfig,
-    LearnerModels, MemoryConfig,
+    AlgorithmConfig, DistillCombine, DistillConfig, Estimator, KlConfig, KlPlacement, Learner,
+    LearnerConfig, LearnerModels, MemoryConfig, Reference,
 };
-use agent_r1_actors::memory_plan::{MemoryPlan, PlanInput};
+use agent_r1_actors::memory_plan::{MemoryPlan, PlanInput, Term};
 use agent_r1_actors::model::generate::FinishReason;
 use agent_r1_actors::model::{LoraConfig, TargetModules};
 use agent_r1_actors::trajectory::{EpisodeEnd, Step, Trajectory};
@@ -91,6 +91,14 @@ pub(crate) struct LearnerBench {
     /// The projections that get adapters (PEFT's names, comma-separated, or `all-linear`).
     #[arg(long, default_value = "all-linear", value_delimiter = ',')]
     lora_targets: Vec<String>,
+    /// A KL term in the loss towards the start weights: with LoRA the reference is the
+    /// policy's frozen base with its adapters off, without it a second copy of the weights.
+    #[arg(long)]
+    kl: bool,
+    /// With --kl and LoRA, keep the reference as a second copy of the base instead (what the
+    /// base with adapters off saves).
+    #[arg(long, requires = "kl")]
+    kl_reference_copy: bool,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -112,6 +120,10 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
                 .map_err(|_| anyhow::anyhow!("--estimators: unknown estimator `{name}`"))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
+    anyhow::ensure!(
+        !args.kl_reference_copy || args.lora_rank > 0,
+        "--kl-reference-copy compares references of a LoRA policy: give --lora-rank too"
+    );
     let placement = parse_placement(&args.device, &args.dtype)?;
     let choice = args.model.choice();
     let model_config = choice.config()?;
@@ -135,6 +147,14 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
             },
             ..LoraConfig::default()
         });
+        let reference = match (args.kl, lora.is_some() && !args.kl_reference_copy) {
+            (false, _) => None,
+            (true, true) => Some(Reference::PolicyBase),
+            (true, false) => {
+                tch::manual_seed(args.seed as i64);
+                Some(Reference::Model(Box::new(choice.build(placement, false)?)))
+            }
+        };
         if let Some(lora) = &lora {
             policy.add_lora(lora)?;
         }
@@ -145,7 +165,14 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
                 mini_batch_size: args.mini_batch_size,
                 micro_batch_size: args.micro_batch_size,
                 actor_lr: 1e-6,
-                kl: KlConfig::OFF,
+                kl: if args.kl {
+                    KlConfig {
+                        placement: KlPlacement::Loss,
+                        ..Default::default()
+                    }
+                } else {
+                    KlConfig::OFF
+                },
                 critic_warmup_updates: 0,
                 ..Default::default()
             },
@@ -176,7 +203,7 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
             budget => (budget / tokens_per_trajectory).max(1),
         }
         .min(args.trajectories);
-        let plan = MemoryPlan::predict(&PlanInput {
+        let mut plan = MemoryPlan::predict(&PlanInput {
             device: placement.device,
             model: &model_config,
             kind: placement.kind,
@@ -187,11 +214,21 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
             engine: None,
             action_tokens: Some(rows_per_micro * args.steps * args.action_tokens),
         });
+        if args.kl_reference_copy {
+            // What the planner would count for a reference of its own (a LoRA run never keeps
+            // one).
+            plan.terms.push(Term {
+                name: "reference model",
+                bytes: model_config.num_parameters() as u64
+                    * placement.kind.elt_size_in_bytes() as u64,
+                knobs: "",
+            });
+        }
         let mut learner = Learner::new(
             LearnerModels {
                 policy,
                 critic: None,
-                reference: None,
+                reference,
                 teacher,
                 critic_prefix: None,
             },
@@ -245,6 +282,11 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
             "estimator": estimator.as_str(),
             "value_head": critic,
             "lora_rank": args.lora_rank,
+            "kl_reference": match (args.kl, lora.is_some() && !args.kl_reference_copy) {
+                (false, _) => None,
+                (true, true) => Some("policy base, adapters off"),
+                (true, false) => Some("copy"),
+            },
             "mean_update_s": mean,
             "best_update_s": best,
             "tokens_per_s": tokens / mean,

@@ -50,6 +50,8 @@ pub struct CoordinatorArgs {
     pub version: u64,
     /// The SHA-256 of its manifest.
     pub manifest_sha256: String,
+    /// With LoRA: the SHA-256 of the frozen base's manifest.
+    pub base_manifest_sha256: Option<String>,
     /// Versions a worker's weights may lag the current one and still get leases (0: sync).
     pub staleness: u64,
     /// Lease period.
@@ -230,6 +232,7 @@ impl State {
                 weights_token: self.args.weights_token.clone(),
                 version: self.version,
                 manifest_sha256: self.args.manifest_sha256.clone(),
+                base_manifest_sha256: self.args.base_manifest_sha256.clone(),
                 heartbeat_ms: self.args.heartbeat.as_millis() as u64,
             },
         );
@@ -488,6 +491,7 @@ mod tests {
             weights_token: None,
             version: 0,
             manifest_sha256: String::new(),
+            base_manifest_sha256: None,
             staleness: 0,
             lease: Duration::from_secs(10),
             heartbeat: Duration::from_secs(1),

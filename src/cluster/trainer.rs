@@ -22,7 +22,7 @@ use super::wire::ClusterMsg;
 use super::{read_cookie, Node};
 use crate::config::{ClusterSection, TrainConfig, TrainMode};
 use crate::file_digest::sha256_file;
-use crate::weight_plane::{publish_dir, WeightServer, MANIFEST_FILE};
+use crate::weight_plane::{publish_base, publish_dir, WeightServer, MANIFEST_FILE};
 
 /// The trainer's cluster stage.
 pub struct TrainerCluster {
@@ -60,6 +60,25 @@ impl TrainerCluster {
         let server = WeightServer::start(weights_listen, access, &root)
             .with_context(|| format!("cluster.weights_listen = {weights_listen}"))?;
         let weights_url = section.weights_url.clone().unwrap_or_else(|| server.url());
+        // With LoRA each version is the adapters alone; the frozen base they adapt is
+        // published once beside them.
+        let base_manifest_sha256 = match cfg.adapter_source() {
+            Some(_) => {
+                let (root, base) = (root.clone(), tokenizer_dir.to_path_buf());
+                let published = tokio::task::spawn_blocking(move || publish_base(&root, &base))
+                    .await
+                    .context("publishing the base panicked")??;
+                let manifest = published.dir.join(MANIFEST_FILE);
+                let (_, sha256) = sha256_file(&manifest)
+                    .with_context(|| format!("{}: cannot read", manifest.display()))?;
+                eprintln!(
+                    "cluster: the frozen base published once for workers ({:.1} MB); versions hold the adapters alone",
+                    published.manifest.bytes() as f64 / 1e6
+                );
+                Some(sha256)
+            }
+            None => None,
+        };
         let cookie_file = section.cookie_file.clone().context("cluster.cookie_file")?;
         let cookie = read_cookie(&cookie_file).context("cluster.cookie_file")?;
         let listen: SocketAddr = section.listen.parse()?;
@@ -82,6 +101,7 @@ impl TrainerCluster {
             // Set by the first publication, before any worker can join.
             version,
             manifest_sha256: String::new(),
+            base_manifest_sha256,
             staleness,
             lease: section.lease(),
             heartbeat: section.heartbeat(),

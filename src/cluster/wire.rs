@@ -43,6 +43,10 @@ pub enum Wire {
         /// The SHA-256 of that version's manifest on the weight server (which pins every
         /// file's digest: the weight server itself is not trusted).
         manifest_sha256: String,
+        /// With LoRA: the SHA-256 of the frozen base's manifest (`/weights/base/`), fetched
+        /// once; each version then holds the adapters alone.
+        #[serde(default)]
+        base_manifest_sha256: Option<String>,
         /// How often the worker renews its leases, milliseconds.
         heartbeat_ms: u64,
     },

@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use agent_r1_actors::engine_set::EngineSet;
+use agent_r1_actors::model::lora::{read_adapter_config, AdapterSource, PEFT_PREFIX};
 use agent_r1_actors::runtime::{EpisodeRequest, LiveBoard, RolloutService, RETRY_BIT};
 use agent_r1_actors::stall::StallWatch;
 use agent_r1_actors::tokenizer::HfTokenizer;
@@ -123,6 +124,7 @@ struct Welcome {
     weights_token: Option<String>,
     version: u64,
     manifest_sha256: String,
+    base_manifest_sha256: Option<String>,
     heartbeat: Duration,
 }
 
@@ -231,17 +233,33 @@ pub async fn run(
         welcome.manifest_sha256.clone(),
     )
     .await?;
+    // With LoRA, the versions are adapters over a frozen base fetched once.
+    let base = match &welcome.base_manifest_sha256 {
+        Some(sha256) => Some(fetch_base(fetcher.clone(), sha256.clone()).await?),
+        None => None,
+    };
     let scenario_dir = args.dir.join("env");
     let registries = args.registries.clone();
     let (engine, scenario, tokenizer) = {
         let cfg = cfg.clone();
-        let dir = first.clone();
+        let (first, base) = (first.clone(), base.clone());
         let rt = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
             let scenario = scenario(&cfg, &scenario_dir, &registries)?;
-            let engine = start_engines(&rt, &cfg, &dir, None)?;
+            // The adapters' settings come with each version; the weights arrive by swap.
+            let (model_dir, adapter) = match &base {
+                Some(base) => (
+                    base.clone(),
+                    Some(AdapterSource {
+                        config: read_adapter_config(&first)?,
+                        from: None,
+                    }),
+                ),
+                None => (first.clone(), None),
+            };
+            let engine = start_engines(&rt, &cfg, &model_dir, adapter.as_ref())?;
             let tokenizer = Arc::new(
-                HfTokenizer::from_dir(&dir)?
+                HfTokenizer::from_dir(&model_dir)?
                     .with_template_kwargs(cfg.model.chat_template_kwargs.clone())?,
             );
             Ok((engine, scenario, tokenizer))
@@ -504,8 +522,8 @@ async fn wait_welcome(
                 tell_coordinator(Wire::Hello { worker: args.name.clone(), slots: args.concurrency.unwrap_or(0) as u32, version: None });
             }
             wire = inbox.recv() => match wire {
-                Some(Wire::Welcome { config, weights_url, weights_token, version, manifest_sha256, heartbeat_ms }) => {
-                    return Ok(Welcome { config, weights_url, weights_token, version, manifest_sha256, heartbeat: Duration::from_millis(heartbeat_ms.max(10)) });
+                Some(Wire::Welcome { config, weights_url, weights_token, version, manifest_sha256, base_manifest_sha256, heartbeat_ms }) => {
+                    return Ok(Welcome { config, weights_url, weights_token, version, manifest_sha256, base_manifest_sha256, heartbeat: Duration::from_millis(heartbeat_ms.max(10)) });
                 }
                 Some(Wire::Stop) => anyhow::bail!("the trainer finished the run before this worker joined"),
                 Some(_) => {}
@@ -572,12 +590,33 @@ async fn fetch(
     Ok(fetched.dir)
 }
 
+/// Fetches a LoRA run's frozen base, its manifest checked against the SHA-256 the trainer
+/// announced, off the runtime's threads (once: a base already here is kept).
+async fn fetch_base(fetcher: Arc<Fetcher>, manifest_sha256: String) -> anyhow::Result<PathBuf> {
+    let fetched = tokio::task::spawn_blocking(move || fetcher.fetch_base_pinned(&manifest_sha256))
+        .await
+        .context("the base's fetch panicked")??;
+    eprintln!(
+        "the frozen base: {:.1} MB ({:.1} MB received)",
+        fetched.manifest.bytes() as f64 / 1e6,
+        fetched.bytes_received as f64 / 1e6
+    );
+    Ok(fetched.dir)
+}
+
 /// Loads a fetched version and swaps it into every engine, verified tensor by tensor on
-/// arrival and as served.
+/// arrival and as served. A LoRA version's tensors are PEFT's: named as the model names its
+/// adapters once PEFT's prefix is off.
 async fn swap(engine: &EngineSet, version: u64, dir: &Path) -> anyhow::Result<()> {
     let dir = dir.to_path_buf();
     let (tensors, digest) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-        let tensors = load_policy(&dir)?;
+        let tensors: Vec<(String, tch::Tensor)> = load_policy(&dir)?
+            .into_iter()
+            .map(|(name, t)| match name.strip_prefix(PEFT_PREFIX) {
+                Some(own) => (own.to_string(), t),
+                None => (name, t),
+            })
+            .collect();
         let digest = WeightDigest::of(&tensors)?;
         Ok((tensors, digest))
     })

@@ -29,12 +29,6 @@ impl TrainConfig {
             lora.rules()
                 .map_err(|e| ConfigError::from(e.under("lora")))?;
         }
-        if self.adapter_source().is_some() && self.cluster.enabled() {
-            return Err(ConfigError::new(
-                "lora",
-                "LoRA with remote workers ([cluster]) is not supported yet: remove [lora] / model.adapter or [cluster]",
-            ));
-        }
         let Some(dir) = &self.model.adapter else {
             return self.check_rank(self.lora.as_ref(), files);
         };

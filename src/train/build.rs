@@ -10,7 +10,7 @@ use anyhow::Context;
 use agent_r1_actors::engine::EngineConfig;
 use agent_r1_actors::engine_set::EngineSet;
 use agent_r1_actors::learner::{
-    BeforeUpdate, CriticPrefix, LearnerModels, LearnerRef, LearnerStart, CRITIC_DIR,
+    BeforeUpdate, CriticPrefix, LearnerModels, LearnerRef, LearnerStart, Reference, CRITIC_DIR,
 };
 use agent_r1_actors::model::lora::AdapterSource;
 use agent_r1_actors::model::{Placement, PolicyModel};
@@ -212,6 +212,12 @@ pub(super) async fn start_learner(
         eprintln!("critic: a separate model, from {}", dir.display());
     }
     let reference_dir = reference_dir.to_path_buf();
+    // With adapters on the reference's own weights, the reference is the policy's frozen base
+    // with its adapters off: no second copy of the base.
+    let reference_is_base = adapter.is_some() && policy_dir == reference_dir;
+    if with_reference && reference_is_base {
+        eprintln!("kl reference: the frozen base with the adapters off");
+    }
     let teacher_dir = match &cfg.distill {
         Some(d) => {
             // `check-config`'s rules compared a configured model directory already; a policy
@@ -236,10 +242,14 @@ pub(super) async fn start_learner(
         let critic = critic_dir
             .map(|dir| PolicyModel::load(&dir, placement, true))
             .transpose()?;
-        let reference = if with_reference {
-            Some(PolicyModel::load(&reference_dir, placement, false)?)
-        } else {
-            None
+        let reference = match (with_reference, reference_is_base) {
+            (false, _) => None,
+            (true, true) => Some(Reference::PolicyBase),
+            (true, false) => Some(Reference::Model(Box::new(PolicyModel::load(
+                &reference_dir,
+                placement,
+                false,
+            )?))),
         };
         let teacher = teacher_dir
             .map(|dir| PolicyModel::load(&dir, placement, false))

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
-use super::manifest::{version_dir, Manifest, MANIFEST_FILE};
+use super::manifest::{version_dir, Manifest, BASE_DIR, MANIFEST_FILE};
 use super::{io_error, WeightPlaneError};
 use crate::file_digest::{hex, sha256_state};
 
@@ -45,6 +45,12 @@ pub struct Fetcher {
     agent: ureq::Agent,
     /// `Authorization` header value, when the server wants a bearer token.
     authorization: Option<String>,
+}
+
+/// Where a manifest's files are on the server (`/weights/SEGMENT/FILE`) and go here.
+struct Place {
+    segment: String,
+    dir: PathBuf,
 }
 
 /// A version fetched and verified.
@@ -169,9 +175,34 @@ impl Fetcher {
         self.fetch_manifest(manifest)
     }
 
+    /// Fetches a LoRA run's frozen base (published once beside the versions, its manifest
+    /// with the SHA-256 `manifest_sha256` the trainer announced) into `DEST/base`, unless it
+    /// is already there; verified file by file.
+    pub fn fetch_base_pinned(&self, manifest_sha256: &str) -> Result<Fetched, WeightPlaneError> {
+        let manifest = self.manifest_pinned(BASE_DIR, Some(manifest_sha256))?;
+        let place = Place {
+            segment: BASE_DIR.to_string(),
+            dir: self.dest.join(BASE_DIR),
+        };
+        // A base fetched for another run (or another base) is fetched again.
+        let here = std::fs::read(place.dir.join(MANIFEST_FILE)).ok();
+        if here.is_some_and(|bytes| hex(&Sha256::digest(&bytes)) != manifest_sha256) {
+            let _ = std::fs::remove_dir_all(&place.dir);
+        }
+        self.fetch_into(manifest, place)
+    }
+
     fn fetch_manifest(&self, manifest: Manifest) -> Result<Fetched, WeightPlaneError> {
+        let place = Place {
+            segment: format!("v{}", manifest.version),
+            dir: version_dir(&self.dest, manifest.version),
+        };
+        self.fetch_into(manifest, place)
+    }
+
+    fn fetch_into(&self, manifest: Manifest, place: Place) -> Result<Fetched, WeightPlaneError> {
         let began = Instant::now();
-        let dir = version_dir(&self.dest, manifest.version);
+        let dir = place.dir.clone();
         let mut fetched = Fetched {
             manifest: manifest.clone(),
             dir: dir.clone(),
@@ -184,10 +215,10 @@ impl Fetcher {
             fetched.seconds = began.elapsed().as_secs_f64();
             return Ok(fetched);
         }
-        let staging = self.dest.join(format!(".v{:08}.partial", manifest.version));
+        let staging = self.dest.join(format!(".{}.partial", place.segment));
         std::fs::create_dir_all(&staging).map_err(io_error(&staging))?;
         for entry in &manifest.files {
-            self.fetch_file(&manifest, entry, &staging, &mut fetched)?;
+            self.fetch_file(&manifest, &place.segment, entry, &staging, &mut fetched)?;
         }
         let text = serde_json::to_vec_pretty(&manifest).expect("a manifest serializes");
         let path = staging.join(MANIFEST_FILE);
@@ -209,12 +240,13 @@ impl Fetcher {
     fn fetch_file(
         &self,
         manifest: &Manifest,
+        segment: &str,
         entry: &super::FileEntry,
         staging: &Path,
         fetched: &mut Fetched,
     ) -> Result<(), WeightPlaneError> {
         let path = staging.join(&entry.name);
-        let url = format!("{}/weights/v{}/{}", self.base, manifest.version, entry.name);
+        let url = format!("{}/weights/{segment}/{}", self.base, entry.name);
         let mut last_error = None;
         // The digest of what is on disk, kept up to date as bytes arrive, so a verified file
         // is read once; `hashed` is how many bytes it covers.

@@ -12,6 +12,8 @@ use crate::file_digest::sha256_file;
 pub const WEIGHTS_FILE: &str = "model.safetensors";
 /// The manifest beside it.
 pub const MANIFEST_FILE: &str = "manifest.json";
+/// Where [`publish_base`] puts a LoRA run's frozen base, beside the versions.
+pub const BASE_DIR: &str = "base";
 
 /// What a version holds, as the trainer wrote it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -151,6 +153,36 @@ fn staging_dir(root: &Path, version: u64) -> Result<PathBuf, WeightPlaneError> {
     Ok(staging)
 }
 
+/// Publishes a LoRA run's frozen base, the model directory `src` (left as it is; its plain
+/// files are hard-linked where the filesystem allows, else copied), once at `ROOT/base`:
+/// each version then holds the adapters alone, and a worker fetches the base once. Its
+/// manifest says version 0.
+pub fn publish_base(root: &Path, src: &Path) -> Result<PublishedVersion, WeightPlaneError> {
+    std::fs::create_dir_all(root).map_err(io_error(root))?;
+    let staging = root.join(format!(".{BASE_DIR}.partial"));
+    let _ = std::fs::remove_dir_all(&staging);
+    std::fs::create_dir_all(&staging).map_err(io_error(&staging))?;
+    for entry in std::fs::read_dir(src).map_err(io_error(src))? {
+        let entry = entry.map_err(io_error(src))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if entry.path().is_file()
+            && plain_name(&name)
+            && name != MANIFEST_FILE
+            && !name.starts_with('.')
+        {
+            let to = staging.join(&name);
+            if std::fs::hard_link(entry.path(), &to).is_err() {
+                std::fs::copy(entry.path(), &to).map_err(io_error(&to))?;
+            }
+        }
+    }
+    let manifest = write_manifest(&staging, 0)?;
+    let dir = root.join(BASE_DIR);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::rename(&staging, &dir).map_err(io_error(&dir))?;
+    Ok(PublishedVersion { dir, manifest })
+}
+
 /// Digests the staged files, writes the manifest, renames the directory into place and
 /// prunes old versions.
 fn finish(
@@ -159,6 +191,19 @@ fn finish(
     staging: &Path,
     keep: usize,
 ) -> Result<PublishedVersion, WeightPlaneError> {
+    let manifest = write_manifest(staging, version)?;
+    let dir = version_dir(root, version);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::rename(staging, &dir).map_err(io_error(&dir))?;
+    let all = versions(root);
+    for old in &all[..all.len().saturating_sub(keep.max(1))] {
+        let _ = std::fs::remove_dir_all(version_dir(root, *old));
+    }
+    Ok(PublishedVersion { dir, manifest })
+}
+
+/// Digests the files in `staging` and writes their manifest beside them.
+fn write_manifest(staging: &Path, version: u64) -> Result<Manifest, WeightPlaneError> {
     let mut names: Vec<String> = std::fs::read_dir(staging)
         .map_err(io_error(staging))?
         .flatten()
@@ -179,14 +224,7 @@ fn finish(
     let text = serde_json::to_vec_pretty(&manifest).expect("a manifest serializes");
     let manifest_path = staging.join(MANIFEST_FILE);
     std::fs::write(&manifest_path, text).map_err(io_error(&manifest_path))?;
-    let dir = version_dir(root, version);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::rename(staging, &dir).map_err(io_error(&dir))?;
-    let all = versions(root);
-    for old in &all[..all.len().saturating_sub(keep.max(1))] {
-        let _ = std::fs::remove_dir_all(version_dir(root, *old));
-    }
-    Ok(PublishedVersion { dir, manifest })
+    Ok(manifest)
 }
 
 /// Reads a version's tensors back (names as published).

@@ -15,7 +15,7 @@ use hyper::header::{
 use hyper::{Method, Request, Response, StatusCode};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
-use super::manifest::{plain_name, version_dir, versions, MANIFEST_FILE};
+use super::manifest::{plain_name, version_dir, versions, BASE_DIR, MANIFEST_FILE};
 use super::WeightPlaneError;
 use agent_r1_envs::access::Access;
 
@@ -102,6 +102,7 @@ async fn respond(req: Request<Incoming>, root: &Path) -> Response<Body> {
             Some(&v) => (version_dir(root, v), MANIFEST_FILE.to_string()),
             None => return text(StatusCode::NOT_FOUND, "no version published yet\n".into()),
         },
+        Some((BASE_DIR, name)) if plain_name(name) => (root.join(BASE_DIR), name.to_string()),
         Some((v, name)) => {
             let version = v.strip_prefix('v').and_then(|n| n.parse::<u64>().ok());
             match version {

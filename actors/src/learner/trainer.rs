@@ -36,13 +36,24 @@ pub struct LearnerModels {
     /// A separate critic (a `PolicyModel` with a value head), as verl's PPO uses.
     pub critic: Option<PolicyModel>,
     /// The frozen reference policy for the KL term (required when `kl` is configured).
-    pub reference: Option<PolicyModel>,
+    pub reference: Option<Reference>,
     /// The asymmetric critic's prefix: what the separate critic reads before each row
     /// (only with a separate critic).
     pub critic_prefix: Option<Box<dyn CriticPrefix>>,
     /// The frozen teacher of on-policy distillation (required with `distill`), with the
     /// policy's vocabulary.
     pub teacher: Option<PolicyModel>,
+}
+
+/// The frozen policy the KL term measures the policy against.
+#[derive(Debug)]
+pub enum Reference {
+    /// A model of its own, frozen by the learner.
+    Model(Box<PolicyModel>),
+    /// The LoRA policy's own frozen base, computed with its adapters off: the same
+    /// log-probabilities as a second copy of the base, without the copy's memory. Only for a
+    /// policy with adapters.
+    PolicyBase,
 }
 
 /// Where values come from.
@@ -95,7 +106,7 @@ pub struct Learner {
     config: LearnerConfig,
     policy: PolicyModel,
     critic: Critic,
-    reference: Option<PolicyModel>,
+    reference: Option<Reference>,
     critic_prefix: Option<Box<dyn CriticPrefix>>,
     teacher: Option<PolicyModel>,
     actor_opt: ParamOptimizer,
@@ -216,7 +227,10 @@ impl Learner {
         for model in [
             Some(&mut policy),
             critic.as_mut(),
-            reference.as_mut(),
+            match reference.as_mut() {
+                Some(Reference::Model(r)) => Some(&mut **r),
+                _ => None,
+            },
             teacher.as_mut(),
         ]
         .into_iter()
@@ -267,8 +281,16 @@ impl Learner {
                 "a KL term is configured but no reference model was given",
             ));
         }
-        if let Some(r) = reference.as_mut() {
-            r.var_store_mut().freeze();
+        match reference.as_mut() {
+            Some(Reference::Model(r)) => r.var_store_mut().freeze(),
+            Some(Reference::PolicyBase) if policy.lora().is_none() => {
+                return Err(Error::invalid(
+                    "reference",
+                    "the policy's base is the reference only for a policy with LoRA adapters; \
+                     give the reference as a model of its own",
+                ))
+            }
+            _ => {}
         }
         match (&config.distill, teacher.as_mut()) {
             (Some(_), None) => {
@@ -552,7 +574,12 @@ impl Learner {
                     let _ = values.get_or_insert_with(full).index_copy_(0, &idx, &v);
                 }
                 if let Some(reference) = reference {
-                    let lp = self.action_logprobs(reference, &mb, batch.cols());
+                    let lp = match reference {
+                        Reference::Model(model) => self.action_logprobs(model, &mb, batch.cols()),
+                        Reference::PolicyBase => self.policy.with_adapters_off(|| {
+                            self.action_logprobs(&self.policy, &mb, batch.cols())
+                        }),
+                    };
                     let _ = refs.get_or_insert_with(full).index_copy_(0, &idx, &lp);
                 }
                 let lp = self.action_logprobs(&self.policy, &mb, batch.cols());

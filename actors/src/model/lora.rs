@@ -309,8 +309,18 @@ pub(crate) struct LoraAdapter {
     pub(crate) b: Tensor,
     pub(crate) scale: f64,
     dropout: f64,
-    /// The model's training switch: dropout applies only while it is on.
-    training: Arc<AtomicBool>,
+    /// The model's switches: dropout applies only in training passes; no adapter applies
+    /// while they are off.
+    switches: Arc<LoraSwitches>,
+}
+
+/// Switches a model's adapters read on every pass.
+#[derive(Debug, Default)]
+pub(crate) struct LoraSwitches {
+    /// Training passes (adapter dropout applies).
+    pub(crate) training: AtomicBool,
+    /// The adapters are skipped: the model computes its frozen base alone.
+    pub(crate) off: AtomicBool,
 }
 
 impl LoraAdapter {
@@ -321,7 +331,7 @@ impl LoraAdapter {
         inp: i64,
         out: i64,
         config: &LoraConfig,
-        training: Arc<AtomicBool>,
+        switches: Arc<LoraSwitches>,
     ) -> Self {
         let r = config.rank as i64;
         let device = vs.device();
@@ -333,7 +343,7 @@ impl LoraAdapter {
             b: (&vs / "lora_B").add("weight", b, true),
             scale: config.scale(),
             dropout: config.dropout,
-            training,
+            switches,
         }
     }
 
@@ -348,8 +358,11 @@ impl LoraAdapter {
     /// 1.9 GB free but held in the heap at the peak of an update with adapters on every
     /// projection).
     pub(crate) fn add_to(&self, y: Tensor, x: &Tensor) -> Tensor {
+        if self.switches.off.load(Ordering::Relaxed) {
+            return y;
+        }
         let x = x.to_kind(Kind::Float);
-        let x = if self.dropout > 0.0 && self.training.load(Ordering::Relaxed) {
+        let x = if self.dropout > 0.0 && self.switches.training.load(Ordering::Relaxed) {
             x.dropout(self.dropout, true)
         } else {
             x
@@ -468,7 +481,6 @@ impl super::PolicyModel {
             }
         }
         let root = self.vs.root();
-        let training = self.training.clone();
         for (i, layer) in self.layers.iter_mut().enumerate() {
             for (place, proj) in layer.projections_mut() {
                 if !targets.iter().any(|t| place.ends_with(t)) {
@@ -479,7 +491,13 @@ impl super::PolicyModel {
                 for part in place.split('.') {
                     path = &path / part;
                 }
-                proj.adapter = Some(LoraAdapter::new(path, s[1], s[0], config, training.clone()));
+                proj.adapter = Some(LoraAdapter::new(
+                    path,
+                    s[1],
+                    s[0],
+                    config,
+                    self.lora_switches.clone(),
+                ));
             }
         }
         self.lora = Some(config.clone());
@@ -493,7 +511,22 @@ impl super::PolicyModel {
 
     /// Training passes (adapter dropout applies) or not.
     pub fn set_training(&self, on: bool) {
-        self.training.store(on, Ordering::Relaxed);
+        self.lora_switches.training.store(on, Ordering::Relaxed);
+    }
+
+    /// Runs `f` with the adapters skipped: the frozen base alone computes, which is the KL
+    /// reference of a LoRA run (no second copy of the base is kept for it). The adapters
+    /// are back on when `f` returns or unwinds.
+    pub fn with_adapters_off<R>(&self, f: impl FnOnce() -> R) -> R {
+        struct On<'a>(&'a LoraSwitches);
+        impl Drop for On<'_> {
+            fn drop(&mut self) {
+                self.0.off.store(false, Ordering::Relaxed);
+            }
+        }
+        self.lora_switches.off.store(true, Ordering::Relaxed);
+        let _on = On(&self.lora_switches);
+        f()
     }
 
     /// The adapters' variables by name, sorted (empty without LoRA).

@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use agent_r1_actors::learner::{
-    spawn_learner, LearnerConfig, LearnerHandle, LearnerModels, PolicyWeights,
+    spawn_learner, LearnerConfig, LearnerHandle, LearnerModels, PolicyWeights, Reference,
 };
 use agent_r1_actors::model::generate::FinishReason;
 use agent_r1_actors::model::{ModelConfig, Placement, PolicyModel};
@@ -62,7 +62,11 @@ pub fn load_models(
         tch::manual_seed(11);
         let policy = PolicyModel::load(&dir, Placement::default(), value_head)?;
         let reference = if reference {
-            Some(PolicyModel::load(&dir, Placement::default(), false)?)
+            Some(Reference::Model(Box::new(PolicyModel::load(
+                &dir,
+                Placement::default(),
+                false,
+            )?)))
         } else {
             None
         };
