@@ -369,7 +369,11 @@ fn with_lora_the_worker_fetches_the_base_once_and_samples_with_each_versions_ada
     assert_eq!(rows.len(), 3);
     for row in &rows {
         let worst = row["mismatch"]["abs_max"].as_f64().unwrap();
-        assert!(worst <= 1e-5, "update {}: |Δ log-prob| {worst}", row["step"]);
+        assert!(
+            worst <= 1e-5,
+            "update {}: |Δ log-prob| {worst}",
+            row["step"]
+        );
     }
 }
 

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use agent_r1::weight_plane::{
-    load_tensors, publish, Fetcher, FetcherConfig, WeightPlaneError, WeightServer,
+    load_tensors, publish, publish_base, Fetcher, FetcherConfig, WeightPlaneError, WeightServer,
 };
 use agent_r1_envs::access::Access;
 use tch::{Kind, Tensor};
@@ -340,6 +340,63 @@ fn a_file_corrupted_at_the_source_fails_every_attempt_and_leaves_no_version() {
     assert!(
         !dest.join("v00000009").exists(),
         "no unverified version is kept"
+    );
+}
+
+#[test]
+fn a_lora_runs_base_is_published_once_beside_the_versions_and_fetched_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("model");
+    std::fs::create_dir_all(model.join("critic")).unwrap();
+    let base = tensors(3);
+    Tensor::write_safetensors(&base, model.join("model.safetensors")).unwrap();
+    std::fs::write(model.join("config.json"), "{}").unwrap();
+    let root = tmp.path().join("published");
+    let published = publish_base(&root, &model).unwrap();
+    // The model directory is left as it was; its subdirectories are not part of the base.
+    assert!(model.join("model.safetensors").is_file());
+    let mut names: Vec<&str> = published
+        .manifest
+        .files
+        .iter()
+        .map(|f| f.name.as_str())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["config.json", "model.safetensors"]);
+    // The versions beside it hold what changes, and `latest` is still the newest version.
+    publish(&root, 5, &tensors(4)[2..], 2).unwrap();
+    let server = WeightServer::start(
+        "127.0.0.1:0".parse().unwrap(),
+        Access::unauthenticated(),
+        &root,
+    )
+    .unwrap();
+    let (_, announced) =
+        agent_r1::file_digest::sha256_file(&published.dir.join("manifest.json")).unwrap();
+    let worker = tmp.path().join("worker");
+    let f = fetcher(&server.url(), &worker);
+    assert_eq!(f.latest().unwrap().version, 5);
+    let wrong = format!("{:064x}", 2);
+    let e = f.fetch_base_pinned(&wrong).unwrap_err();
+    assert!(e.to_string().contains("announced"), "{e}");
+    let fetched = f.fetch_base_pinned(&announced).unwrap();
+    assert_eq!(fetched.bytes_received, published.manifest.bytes());
+    assert_same(
+        &base,
+        &Tensor::read_safetensors(fetched.dir.join("model.safetensors")).unwrap(),
+    );
+    // Fetched once: a second fetch (a worker that rejoins) downloads nothing.
+    assert_eq!(f.fetch_base_pinned(&announced).unwrap().bytes_received, 0);
+    // Another run's base in its place is replaced.
+    std::fs::write(model.join("config.json"), "{\"other\": 1}").unwrap();
+    let republished = publish_base(&root, &model).unwrap();
+    let (_, other) =
+        agent_r1::file_digest::sha256_file(&republished.dir.join("manifest.json")).unwrap();
+    let again = f.fetch_base_pinned(&other).unwrap();
+    assert_eq!(again.bytes_received, republished.manifest.bytes());
+    assert_eq!(
+        std::fs::read_to_string(again.dir.join("config.json")).unwrap(),
+        "{\"other\": 1}"
     );
 }
 
