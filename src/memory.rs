@@ -82,6 +82,7 @@ pub fn plan(
         kind: placement.kind,
         learner: &learner,
         separate_critic: critic.as_ref(),
+        critic_lora: cfg.critic.lora.as_ref().filter(|_| critic.is_some()),
         teacher: teacher.as_ref(),
         lora: lora.as_ref(),
         engine: (engines > 0).then_some(EnginePlan {

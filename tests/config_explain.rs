@@ -142,7 +142,7 @@ fn explain_covers_every_key_of_the_examples_and_its_defaults_are_the_defaults() 
         TrainConfig::from_toml_str(&documented).unwrap_or_else(|e| panic!("{e}\n{documented}"));
     let plain = TrainConfig::from_toml_str(
         "[model]\npreset = \"tiny\"\n[env]\nname = \"synthetic_multihop\"\n[env.world]\n[warm_start.bad_habit]\n\
-         [distill]\nteacher = \"teacher\"\n[lora]\n",
+         [distill]\nteacher = \"teacher\"\n[lora]\n[critic.lora]\n",
     )
     .unwrap();
     assert_eq!(from_docs, plain);

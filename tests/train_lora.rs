@@ -243,6 +243,88 @@ fn a_lora_run_checkpoints_the_adapter_resumes_from_it_and_evaluates_it() {
     assert_eq!(code, Some(0), "{err}");
 }
 
+/// A full-weights policy and a separate critic with LoRA: PPO with a critic of adapters and a
+/// value head on its frozen base.
+fn critic_lora_config(dir: &Path, updates: u64, critic: &str) -> PathBuf {
+    let text = format!(
+        "{}\n[checkpoint]\nevery = 1\nkeep_last = 3\n\n{critic}\n",
+        tiny_run::tiny_config(dir, updates, 2, 4).replace(
+            "estimator = \"grpo\"",
+            "estimator = \"gae\"\ncritic_warmup_updates = 0\ncritic_lr = 1e-3",
+        )
+    );
+    let path = dir.join(format!("critic-{updates}.toml"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn a_separate_critic_trains_lora_adapters_checkpoints_them_and_resumes_from_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let critic = "[critic]\nseparate = true\n\n[critic.lora]\nrank = 4\nalpha = 8";
+    let run_to = |updates: u64, extra: &[&str]| {
+        let cfg = critic_lora_config(tmp.path(), updates, critic);
+        let mut args = vec!["train", "--config", cfg.to_str().unwrap()];
+        args.extend(["--out", run.to_str().unwrap()]);
+        args.extend(extra);
+        agent_r1(&args)
+    };
+    let (code, out, err) = run_to(2, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("with LoRA rank 4 (fresh adapters)"), "{err}");
+    assert_eq!(last_json(&out)["updates"], 2);
+    let saved = run.join("checkpoints/step-2/policy/critic");
+    for file in [
+        "adapter_config.json",
+        "adapter_model.safetensors",
+        "value_head.safetensors",
+    ] {
+        assert!(
+            saved.join(file).is_file(),
+            "{file} missing in {}",
+            saved.display()
+        );
+    }
+    assert!(!saved.join("model.safetensors").exists());
+    let losses: Vec<f64> = std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["value_loss"]
+                .as_f64()
+                .unwrap()
+        })
+        .collect();
+    assert!(
+        losses.len() == 2 && losses.iter().all(|l| l.is_finite()),
+        "{losses:?}"
+    );
+    // The adapters trained: B started at zero.
+    let adapters = tch::Tensor::read_safetensors(saved.join("adapter_model.safetensors")).unwrap();
+    let moved = adapters
+        .iter()
+        .filter(|(name, _)| name.contains("lora_B"))
+        .any(|(_, t)| t.abs().max().double_value(&[]) > 0.0);
+    assert!(moved, "no lora_B moved");
+
+    // A restart continues from the checkpoint's critic adapters, on the same frozen base.
+    let (code, out, err) = run_to(3, &["--resume"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("resumed from step 2"), "{err}");
+    assert!(err.contains("step-2/policy/critic)"), "{err}");
+    assert_eq!(last_json(&out)["updates"], 3, "{out}");
+
+    // Only a separate critic reads [critic.lora].
+    let cfg = critic_lora_config(tmp.path(), 1, "[critic.lora]\nrank = 4");
+    let (code, _, err) = agent_r1(&["check-config", cfg.to_str().unwrap()]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("critic.lora") && err.contains("separate = true"),
+        "{err}"
+    );
+}
+
 #[test]
 fn bad_lora_settings_are_refused_in_one_line() {
     let tmp = tempfile::tempdir().unwrap();

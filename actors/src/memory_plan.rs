@@ -64,6 +64,8 @@ pub struct PlanInput<'a> {
     /// A separate critic's architecture; `None` for no critic or a value head on the
     /// policy's trunk.
     pub separate_critic: Option<&'a ModelConfig>,
+    /// LoRA adapters on the separate critic (`[critic.lora]`).
+    pub critic_lora: Option<&'a LoraConfig>,
     /// A distillation teacher's architecture (`[distill]`), stored in `kind` like the policy.
     pub teacher: Option<&'a ModelConfig>,
     /// LoRA adapters (`[lora]`): the base is frozen, so only the adapters have gradients
@@ -171,12 +173,13 @@ impl MemoryPlan {
         };
         // Per token and layer, an adapter keeps its float32 input (a copy when the base is
         // reduced) and its rank-wide intermediate.
-        let adapter_per_token: u64 = input.lora.map_or(0, |lora| {
+        let adapter_bytes = |lora: &LoraConfig, m: &ModelConfig| -> u64 {
             lora.projection_widths(m)
                 .into_iter()
                 .map(|(_, inp, _)| if reduced { inp * 4 } else { 0 } + 2 * lora.rank as u64 * 4)
                 .sum()
-        });
+        };
+        let adapter_per_token: u64 = input.lora.map_or(0, |lora| adapter_bytes(lora, m));
         let activations = |m: &ModelConfig, adapter_per_token: u64| {
             let layer = (layer_activation_bytes_per_token(m, s) + adapter_per_token) * tokens;
             let h = m.hidden_size as u64;
@@ -223,11 +226,19 @@ impl MemoryPlan {
         }
         if let Some(c) = input.separate_critic {
             let p = c.num_parameters() as u64;
-            let state = p * (2 * s + 8 + if reduced { 4 } else { 0 });
-            term("critic weights, gradients and optimizer", state, "");
+            let (state, adapter_per_token) = match input.critic_lora {
+                // A frozen base and float32 adapters with their gradients and AdamW moments.
+                Some(lora) => (p * s + lora.parameters(c) * 16, adapter_bytes(lora, c)),
+                None => (p * (2 * s + 8 + if reduced { 4 } else { 0 }), 0),
+            };
+            term(
+                "critic weights, gradients and optimizer",
+                state,
+                "critic.lora",
+            );
             term(
                 "critic activations",
-                activations(c, 0),
+                activations(c, adapter_per_token),
                 "learner.recompute = true, learner.max_tokens_per_micro_batch",
             );
         }
@@ -363,6 +374,7 @@ mod tests {
             kind,
             learner,
             separate_critic: None,
+            critic_lora: None,
             teacher: None,
             lora: None,
             engine,
@@ -413,6 +425,7 @@ mod tests {
                 kind: Kind::BFloat16,
                 learner: &l,
                 separate_critic: None,
+                critic_lora: None,
                 teacher: None,
                 lora,
                 engine: None,
@@ -421,6 +434,39 @@ mod tests {
         };
         assert_eq!(bytes(&with(None), "reference model"), 2 * 1_543_714_304);
         assert_eq!(bytes(&with(Some(&lora)), "reference model"), 0);
+    }
+
+    #[test]
+    fn a_critic_with_lora_keeps_its_base_frozen() {
+        let (model, _) = shape("qwen2.5-1.5b").unwrap();
+        let l = LearnerConfig::default();
+        let lora = LoraConfig::default();
+        let with = |critic_lora| {
+            MemoryPlan::predict(&PlanInput {
+                device: Device::Cuda(0),
+                model: &model,
+                kind: Kind::BFloat16,
+                learner: &l,
+                separate_critic: Some(&model),
+                critic_lora,
+                teacher: None,
+                lora: None,
+                engine: None,
+                action_tokens: None,
+            })
+        };
+        let n = model.num_parameters() as u64;
+        let name = "critic weights, gradients and optimizer";
+        // bf16 weights and gradients, float32 masters and moments.
+        assert_eq!(bytes(&with(None), name), n * 16);
+        assert_eq!(
+            bytes(&with(Some(&lora)), name),
+            n * 2 + lora.parameters(&model) * 16
+        );
+        assert!(
+            bytes(&with(Some(&lora)), "critic activations")
+                > bytes(&with(None), "critic activations")
+        );
     }
 
     #[test]

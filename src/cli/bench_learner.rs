@@ -210,6 +210,7 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
             learner: &config,
             teacher: args.distill.then_some(&model_config),
             separate_critic: None,
+            critic_lora: None,
             lora: lora.as_ref(),
             engine: None,
             action_tokens: Some(rows_per_micro * args.steps * args.action_tokens),

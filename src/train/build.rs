@@ -12,7 +12,7 @@ use agent_r1_actors::engine_set::EngineSet;
 use agent_r1_actors::learner::{
     BeforeUpdate, CriticPrefix, LearnerModels, LearnerRef, LearnerStart, Reference, CRITIC_DIR,
 };
-use agent_r1_actors::model::lora::AdapterSource;
+use agent_r1_actors::model::lora::{AdapterSource, ADAPTER_CONFIG_FILE};
 use agent_r1_actors::model::{Placement, PolicyModel};
 use agent_r1_actors::runtime::{LiveBoard, RolloutSetup};
 use agent_r1_actors::stall::{StallWatch, Watchdog};
@@ -197,19 +197,46 @@ pub(super) async fn start_learner(
         .unwrap_or_else(|| policy_dir.clone());
     // A separate critic resumes from its checkpoint (`policy/critic`), else starts from
     // `critic.model` or the policy's starting weights with a fresh value head.
+    // A critic with LoRA keeps its frozen base (`critic.model`, else the model the run started
+    // from) and resumes its adapters (and value head) from the checkpoint.
     let critic_dir = (needs_critic && cfg.critic.separate).then(|| {
         let saved = saved_policy.join(CRITIC_DIR);
-        if saved.join("config.json").is_file() {
-            saved
-        } else {
-            cfg.critic
-                .model
-                .clone()
-                .unwrap_or_else(|| policy_dir.clone())
+        match &cfg.critic.lora {
+            Some(lora) => {
+                let from = saved.join(ADAPTER_CONFIG_FILE).is_file().then_some(saved);
+                let base = cfg
+                    .critic
+                    .model
+                    .clone()
+                    .unwrap_or_else(|| reference_dir.to_path_buf());
+                let adapter = AdapterSource {
+                    config: lora.clone(),
+                    from,
+                };
+                (base, Some(adapter))
+            }
+            None if saved.join("config.json").is_file() => (saved, None),
+            None => (
+                cfg.critic
+                    .model
+                    .clone()
+                    .unwrap_or_else(|| policy_dir.clone()),
+                None,
+            ),
         }
     });
-    if let Some(dir) = &critic_dir {
-        eprintln!("critic: a separate model, from {}", dir.display());
+    if let Some((dir, adapter)) = &critic_dir {
+        match adapter {
+            Some(a) => eprintln!(
+                "critic: a separate model, from {}, with LoRA rank {} ({})",
+                dir.display(),
+                a.config.rank,
+                a.from
+                    .as_ref()
+                    .map_or("fresh adapters".to_string(), |d| d.display().to_string())
+            ),
+            None => eprintln!("critic: a separate model, from {}", dir.display()),
+        }
     }
     let reference_dir = reference_dir.to_path_buf();
     // With adapters on the reference's own weights, the reference is the policy's frozen base
@@ -240,7 +267,9 @@ pub(super) async fn start_learner(
             adapter.as_ref(),
         )?;
         let critic = critic_dir
-            .map(|dir| PolicyModel::load(&dir, placement, true))
+            .map(|(dir, adapter)| {
+                PolicyModel::load_adapted(&dir, placement, true, adapter.as_ref())
+            })
             .transpose()?;
         let reference = match (with_reference, reference_is_base) {
             (false, _) => None,

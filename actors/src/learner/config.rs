@@ -12,6 +12,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::algo::{KlKind, LossAgg, PpoClip, RolloutCorrection};
+use crate::model::LoraConfig;
 use crate::Result;
 
 /// How advantages are estimated from a batch.
@@ -312,6 +313,10 @@ pub struct CriticConfig {
     /// The longest a rendered prefix may be, in tokens.
     #[schemars(range(min = 1))]
     pub prefix_max_tokens: usize,
+    /// LoRA on the separate critic (`[critic.lora]`): adapters and the value head train
+    /// beside its frozen base, as `[lora]` does for the policy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lora: Option<LoraConfig>,
 }
 
 impl Default for CriticConfig {
@@ -321,12 +326,29 @@ impl Default for CriticConfig {
             model: None,
             prefix: None,
             prefix_max_tokens: 256,
+            lora: None,
         }
     }
 }
 
 impl Section for CriticConfig {
     fn rules(&self) -> std::result::Result<(), ConfigError> {
+        if let Some(lora) = &self.lora {
+            if !self.separate {
+                return Err(ConfigError::new(
+                    "lora",
+                    "is only read by a separate critic: set `separate = true` (a value head on \
+                     the policy's trunk trains with the policy's [lora])",
+                ));
+            }
+            lora.rules().map_err(|e| e.under("lora"))?;
+            if lora.dropout > 0.0 {
+                return Err(ConfigError::new(
+                    "lora.dropout",
+                    format!("got {}; allowed: 0 on the critic's adapters", lora.dropout),
+                ));
+            }
+        }
         if self.model.is_some() && !self.separate {
             return Err(ConfigError::new(
                 "model",
