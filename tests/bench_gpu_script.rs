@@ -144,3 +144,46 @@ fn the_gpu_mismatch_script_runs_on_the_cpu() {
     let max = row["abs_max"].as_f64().unwrap();
     assert!((0.0..1e-4).contains(&max), "float32 gap is rounding: {row}");
 }
+
+/// `scripts/gpu_lora_8b.sh` (a short LoRA run at the Llama 3.1 8B shape, its plan beside its
+/// measured peak) as far as a CPU allows: the tiny preset, one update.
+#[test]
+fn the_gpu_lora_run_script_runs_on_the_cpu() {
+    let out = tempfile::tempdir().unwrap();
+    let run = Command::new("bash")
+        .arg("scripts/gpu_lora_8b.sh")
+        .current_dir(ROOT)
+        .env("DEVICE", "cpu")
+        .env("SHAPE", "tiny")
+        .env("UPDATES", "1")
+        .env("BATCH", "2")
+        .env("GROUP", "2")
+        .env("TURNS", "2")
+        .env("RESPONSE", "16")
+        .env("CONCURRENCY", "4")
+        .env("LORA_RANK", "4")
+        .env("BIN", env!("CARGO_BIN_EXE_agent-r1"))
+        .env("OUT", out.path())
+        .env("OMP_NUM_THREADS", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    for needle in [
+        "LoRA rank 4",
+        "LoRA state (adapters, grads, AdamW)",
+        "predicted peak",
+        "measured peak:",
+        "measured / planned:",
+    ] {
+        assert!(stdout.contains(needle), "{needle:?} not in {stdout}");
+    }
+    // The KL term's reference is the base with the adapters off: the plan holds no copy.
+    assert!(!stdout.contains("reference model"), "{stdout}");
+    let rows = std::fs::read_to_string(out.path().join("run/metrics.jsonl")).unwrap();
+    assert_eq!(rows.lines().count(), 1, "{rows}");
+}

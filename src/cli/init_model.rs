@@ -19,7 +19,7 @@ pub(crate) struct InitModelArgs {
     preset: String,
     /// A real model's shape, randomly initialised, with a byte-level BPE tokenizer of its
     /// exact vocabulary size in its family's style: qwen2.5-0.5b, qwen2.5-1.5b, qwen3-1.7b,
-    /// llama3.2-1b.
+    /// llama3.2-1b, qwen2.5-7b, llama3.1-8b.
     #[arg(long)]
     shape: Option<String>,
     /// Stored weight precision of a --shape model: bf16 (as released), float16 or float32.
