@@ -16,7 +16,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_agent-r1");
 
 fn config(dir: &Path, updates: u64, lora: &str) -> PathBuf {
     let text = format!(
-        "{}\n[checkpoint]\nevery = 1\nkeep_last = 3\n\n[lora]\n{lora}\n",
+        "{}\n[checkpoint]\nevery = 1\nkeep_last = 3\n\n[metrics]\nenabled = false\n\n[lora]\n{lora}\n",
         tiny_run::tiny_config(dir, updates, 2, 4)
     );
     let path = dir.join(format!("train-{updates}.toml"));
@@ -247,7 +247,7 @@ fn a_lora_run_checkpoints_the_adapter_resumes_from_it_and_evaluates_it() {
 /// value head on its frozen base.
 fn critic_lora_config(dir: &Path, updates: u64, critic: &str) -> PathBuf {
     let text = format!(
-        "{}\n[checkpoint]\nevery = 1\nkeep_last = 3\n\n{critic}\n",
+        "{}\n[checkpoint]\nevery = 1\nkeep_last = 3\n\n[metrics]\nenabled = false\n\n{critic}\n",
         tiny_run::tiny_config(dir, updates, 2, 4).replace(
             "estimator = \"grpo\"",
             "estimator = \"gae\"\ncritic_warmup_updates = 0\ncritic_lr = 1e-3",
