@@ -147,13 +147,21 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
             },
             ..LoraConfig::default()
         });
-        let reference = match (args.kl, lora.is_some() && !args.kl_reference_copy) {
-            (false, _) => None,
-            (true, true) => Some(Reference::PolicyBase),
-            (true, false) => {
+        // The KL reference as `train` keeps it (the LoRA policy's own base), or a copy.
+        let kl_reference = args
+            .kl
+            .then_some(if lora.is_some() && !args.kl_reference_copy {
+                "policy base, adapters off"
+            } else {
+                "copy"
+            });
+        let reference = match kl_reference {
+            None => None,
+            Some("copy") => {
                 tch::manual_seed(args.seed as i64);
                 Some(Reference::Model(Box::new(choice.build(placement, false)?)))
             }
+            Some(_) => Some(Reference::PolicyBase),
         };
         if let Some(lora) = &lora {
             policy.add_lora(lora)?;
@@ -283,11 +291,7 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
             "estimator": estimator.as_str(),
             "value_head": critic,
             "lora_rank": args.lora_rank,
-            "kl_reference": match (args.kl, lora.is_some() && !args.kl_reference_copy) {
-                (false, _) => None,
-                (true, true) => Some("policy base, adapters off"),
-                (true, false) => Some("copy"),
-            },
+            "kl_reference": kl_reference,
             "mean_update_s": mean,
             "best_update_s": best,
             "tokens_per_s": tokens / mean,
