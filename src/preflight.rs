@@ -137,11 +137,25 @@ pub fn preflight(cfg: &TrainConfig, registries: &Registries) -> Result<Preflight
         })?)),
         None => None,
     };
-    if let Some(tokenizer) = &tokenizer {
-        report.longest_prompt = longest_prompt(cfg, registries, tokenizer.clone(), &train, &test)?;
+    // The env the run builds, built once: its reset renders the prompts, and a generating
+    // env's tasks are checked like a dataset's.
+    let env = if tokenizer.is_some() || cfg.critic.prefix.is_some() {
+        run_env(cfg, registries)?
+    } else {
+        None
+    };
+    let tasks: Vec<Task> = train
+        .iter()
+        .chain(&test)
+        .chain(env.iter().flat_map(|e| &e.generated))
+        .cloned()
+        .collect();
+    // Workflows build their own prompts: no env renders one.
+    if let (Some(tokenizer), Some(env)) = (&tokenizer, &env) {
+        report.longest_prompt =
+            longest_prompt(cfg, registries, tokenizer.clone(), env.env.as_ref(), &tasks)?;
     }
     if cfg.critic.prefix.is_some() {
-        let tasks = every_task(cfg, registries, &train, &test)?;
         let longest = match &tokenizer {
             Some(tokenizer) => {
                 let prefix = TemplatePrefix::new(&cfg.critic, tokenizer.clone())?
@@ -180,25 +194,36 @@ pub fn preflight(cfg: &TrainConfig, registries: &Registries) -> Result<Preflight
     Ok(report)
 }
 
-/// The tasks of the run: the dataset files', and those the env generates.
-fn every_task(
-    cfg: &TrainConfig,
-    registries: &Registries,
-    train: &[Task],
-    test: &[Task],
-) -> Result<Vec<Task>, ConfigError> {
-    let mut tasks: Vec<Task> = train.iter().chain(test).cloned().collect();
-    if registries.envs.generates_tasks(&cfg.env.name)
-        && !registries.workflows.contains(&cfg.env.name)
-    {
+/// The env a run builds, with the tasks it generates (none for a dataset env).
+struct RunEnv {
+    env: Box<dyn Env>,
+    generated: Vec<Task>,
+}
+
+/// The env the run builds; `None` for a workflow, which builds none.
+fn run_env(cfg: &TrainConfig, registries: &Registries) -> Result<Option<RunEnv>, ConfigError> {
+    if registries.workflows.contains(&cfg.env.name) {
+        return Ok(None);
+    }
+    let options = cfg.run_env_options(registries);
+    let env_error = |e: agent_r1_envs::Error| ConfigError::new("env", e.to_string());
+    Ok(Some(if registries.envs.generates_tasks(&cfg.env.name) {
         let env = registries
             .envs
-            .create_generated(&cfg.env.name, &cfg.run_env_options(registries))
-            .map_err(|e| ConfigError::new("env", e.to_string()))?;
-        tasks.extend(env.tasks(Split::Train));
-        tasks.extend(env.tasks(Split::Test));
-    }
-    Ok(tasks)
+            .create_generated(&cfg.env.name, &options)
+            .map_err(env_error)?;
+        let mut generated = env.tasks(Split::Train);
+        generated.extend(env.tasks(Split::Test));
+        RunEnv { env, generated }
+    } else {
+        RunEnv {
+            env: registries
+                .envs
+                .create(&cfg.env.name, &options)
+                .map_err(env_error)?,
+            generated: Vec::new(),
+        }
+    }))
 }
 
 /// Every dataset file, read as the run reads it.
@@ -312,35 +337,14 @@ fn read_corpora(
 
 /// The longest prompt the run's env renders from the tasks, held to
 /// `rollout.max_prompt_length` (and the context length less room for a turn), as the
-/// episode holds it. Workflows build their own prompts: `None`.
+/// episode holds it. `None` when there are no tasks.
 fn longest_prompt(
     cfg: &TrainConfig,
     registries: &Registries,
     tokenizer: Arc<HfTokenizer>,
-    train: &[Task],
-    test: &[Task],
+    env: &dyn Env,
+    tasks: &[Task],
 ) -> Result<Option<LongestPrompt>, ConfigError> {
-    if registries.workflows.contains(&cfg.env.name) {
-        return Ok(None);
-    }
-    let options = cfg.run_env_options(registries);
-    let env_error = |e: agent_r1_envs::Error| ConfigError::new("env", e.to_string());
-    let (env, generated): (Box<dyn Env>, Vec<Task>) =
-        if registries.envs.generates_tasks(&cfg.env.name) {
-            let env = registries
-                .envs
-                .create_generated(&cfg.env.name, &options)
-                .map_err(env_error)?;
-            let mut tasks = env.tasks(Split::Train);
-            tasks.extend(env.tasks(Split::Test));
-            (env, tasks)
-        } else {
-            let env = registries
-                .envs
-                .create(&cfg.env.name, &options)
-                .map_err(env_error)?;
-            (env, Vec::new())
-        };
     let specs = cfg
         .tools_config(None)
         .specs(&registries.tools)
@@ -348,7 +352,7 @@ fn longest_prompt(
     let renderer = TurnRenderer::new(tokenizer, specs, cfg.model.tool_call_format)
         .map_err(|e| ConfigError::new("model.dir", e.to_string()))?;
     let mut prompts = Vec::new();
-    for task in train.iter().chain(test).chain(&generated) {
+    for task in tasks {
         let messages = env.reset(task).map_err(|e| {
             ConfigError::new(
                 "env",

@@ -31,6 +31,8 @@ use serde_json::Value;
 mod run_log;
 #[path = "support/trainer.rs"]
 mod trainer;
+#[path = "../actors/tests/support/venv.rs"]
+mod venv;
 
 use run_log::{jsonl_if_any, open_groups_held, resume_line};
 use trainer::{newest_checkpoint, SplitMix, Trainer};
@@ -81,16 +83,6 @@ impl Effects {
     }
 }
 
-fn venv_python() -> PathBuf {
-    let python = Path::new(ROOT).join(".venv/bin/python");
-    assert!(
-        python.is_file(),
-        "{} is missing: run `make venv` (or `make test`)",
-        python.display()
-    );
-    python
-}
-
 /// The python tool's interpreter: a Python program that appends the call's key to the
 /// attempts log and writes a file named by the key (a key's file is written once: the
 /// write is exclusive), then runs the snippet in a fresh interpreter.
@@ -118,7 +110,7 @@ else:
         os.fsync(f.fileno())
 os.execv(sys.executable, [sys.executable] + sys.argv[1:])
 "#,
-        python = venv_python().display(),
+        python = venv::python_required(&[]).display(),
         attempts = format!("{}.attempts", effects.python.display()),
         files = effects.files.display().to_string(),
         log = effects.python.display().to_string(),
@@ -212,7 +204,7 @@ every = 0
 [metrics]
 address = "127.0.0.1:0"
 "#,
-        python = venv_python().display(),
+        python = venv::python_required(&[]).display(),
         server = Path::new(ROOT)
             .join("envs/tests/py/mcp_sdk_server.py")
             .display(),

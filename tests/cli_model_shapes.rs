@@ -14,7 +14,7 @@
 //! failure under CI. Each shape is written, checked and deleted in turn, in /dev/shm where
 //! there is one.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use agent_r1::setup::write_shape_files;
@@ -23,27 +23,8 @@ use agent_r1_actors::tokenizer::HfTokenizer;
 use agent_r1_envs::message::Message;
 use serde_json::{json, Value};
 
-fn venv_python() -> Option<PathBuf> {
-    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
-    let ok = Command::new(&python)
-        .args(["-c", "import transformers, torch"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if ok {
-        Some(python)
-    } else if std::env::var_os("CI").is_some() {
-        panic!(
-            "{} with transformers is required under CI",
-            python.display()
-        );
-    } else {
-        eprintln!(
-            "SKIPPED: no transformers in {} (run `make venv`)",
-            python.display()
-        );
-        None
-    }
-}
+#[path = "../actors/tests/support/venv.rs"]
+mod venv;
 
 fn transformers_view(python: &Path, dir: &Path, ids: &[u32], logits: bool) -> Value {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/check_shape.py");
@@ -178,7 +159,9 @@ fn check_shape(python: &Path, shape: &str, architecture: &str, check: Check) {
 
 #[test]
 fn every_shape_loads_in_transformers() {
-    let Some(python) = venv_python() else { return };
+    let Some(python) = venv::python_or_skip(&["transformers", "torch"]) else {
+        return;
+    };
     check_shape(&python, "qwen2.5-0.5b", "Qwen2ForCausalLM", Check::Logits);
     check_shape(&python, "llama3.2-1b", "LlamaForCausalLM", Check::Logits);
     check_shape(&python, "qwen3-1.7b", "Qwen3ForCausalLM", Check::ConfigOnly);

@@ -64,6 +64,20 @@ pub fn parse_placement_elsewhere(device: &str, dtype: &str) -> Result<Placement>
     placement_on(device, dtype)
 }
 
+/// The dtype a model's weights are written in (`init-model`, `export`, weight benches):
+/// `bf16`, `float16` or `float32`, any device.
+pub fn parse_storage_dtype(name: &str) -> Result<Kind> {
+    match name {
+        "bf16" | "bfloat16" => Ok(Kind::BFloat16),
+        "float16" | "fp16" | "half" => Ok(Kind::Half),
+        "float32" | "f32" | "fp32" => Ok(Kind::Float),
+        other => Err(Error::invalid(
+            "--dtype",
+            format!("unknown dtype `{other}` (allowed: bf16, float16, float32)"),
+        )),
+    }
+}
+
 fn placement_on(device: Device, dtype: &str) -> Result<Placement> {
     let kind = match (dtype, device) {
         ("float32" | "f32" | "fp32", _) => Kind::Float,
@@ -98,6 +112,14 @@ mod tests {
         let e = parse_device("tpu").unwrap_err().to_string();
         assert!(e.contains("--device") && e.contains("tpu"), "{e}");
         assert!(parse_placement("cpu", "bf16").is_err());
+        assert_eq!(parse_storage_dtype("bfloat16").unwrap(), Kind::BFloat16);
+        assert_eq!(parse_storage_dtype("fp16").unwrap(), Kind::Half);
+        assert_eq!(parse_storage_dtype("float32").unwrap(), Kind::Float);
+        let e = parse_storage_dtype("int8").unwrap_err().to_string();
+        assert!(
+            e.contains("--dtype") && e.contains("int8") && e.contains("bf16"),
+            "{e}"
+        );
         assert_eq!(parse_placement("cpu", "auto").unwrap().kind, Kind::Float);
     }
 }

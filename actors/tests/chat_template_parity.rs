@@ -20,28 +20,8 @@ use agent_r1_envs::message::Message;
 use agent_r1_envs::tool_call::ToolCallFormat;
 use serde_json::{json, Value};
 
-/// The venv python, or why there is none.
-fn venv_python() -> Result<PathBuf, String> {
-    let venv = std::env::var_os("AGENT_R1_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv"));
-    let python = venv.join("bin/python");
-    if !python.exists() {
-        return Err(format!("{} does not exist", python.display()));
-    }
-    let probe = Command::new(&python)
-        .args(["-c", "import transformers, jinja2"])
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", python.display()))?;
-    if !probe.status.success() {
-        return Err(format!(
-            "{} cannot import transformers: {}",
-            python.display(),
-            String::from_utf8_lossy(&probe.stderr)
-        ));
-    }
-    Ok(python)
-}
+#[path = "support/venv.rs"]
+mod venv;
 
 fn tools() -> Vec<Value> {
     vec![
@@ -207,18 +187,8 @@ fn cases(dirs: &BTreeMap<&str, PathBuf>) -> Vec<Case> {
 
 #[test]
 fn chat_template_matches_transformers() {
-    let python = match venv_python() {
-        Ok(p) => p,
-        Err(why) => {
-            if std::env::var_os("CI").is_some() {
-                panic!("chat template parity needs the project venv with transformers: {why}");
-            }
-            eprintln!(
-                "\n!!!!!!!! SKIPPED chat_template_matches_transformers: {why}\n\
-                 !!!!!!!! run `make venv` to check chat-template parity with transformers\n"
-            );
-            return;
-        }
+    let Some(python) = venv::python_or_skip(&["transformers", "jinja2"]) else {
+        return;
     };
 
     let work = tempfile::tempdir().unwrap();

@@ -17,28 +17,8 @@ use agent_r1_actors::model::{LoraConfig, Placement, PolicyModel, SamplingParams}
 use serde_json::Value;
 use tch::Tensor;
 
-fn venv_python() -> Option<PathBuf> {
-    let venv = std::env::var_os("AGENT_R1_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv"));
-    let python = venv.join("bin/python");
-    let ok = Command::new(&python)
-        .args(["-c", "import peft, transformers, torch"])
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if ok {
-        Some(python)
-    } else if std::env::var_os("CI").is_some() {
-        panic!(
-            "{} with peft is required under CI (run `make test`)",
-            python.display()
-        );
-    } else {
-        eprintln!("SKIPPED: no peft in {} (run `make venv`)", python.display());
-        None
-    }
-}
+#[path = "support/venv.rs"]
+mod venv;
 
 fn py_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py")
@@ -95,7 +75,9 @@ fn greedy(n: usize) -> SamplingParams {
 }
 
 fn check_family(arch: &str, targets: &str) {
-    let Some(python) = venv_python() else { return };
+    let Some(python) = venv::python_or_skip(&["peft", "transformers", "torch"]) else {
+        return;
+    };
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let script = py_dir().join("lora_reference.py");
@@ -243,7 +225,9 @@ fn one_line_naming(e: &str, needles: &[&str]) {
 
 #[test]
 fn adapters_for_another_base_and_unsupported_settings_are_refused() {
-    let Some(python) = venv_python() else { return };
+    let Some(python) = venv::python_or_skip(&["peft", "transformers", "torch"]) else {
+        return;
+    };
     let tmp = tempfile::tempdir().unwrap();
     let script = py_dir().join("lora_reference.py");
     for arch in ["llama", "qwen3"] {

@@ -14,31 +14,8 @@ use std::process::{Command, Stdio};
 use agent_r1_actors::model::{ModelConfig, Placement, PolicyModel, SamplingParams};
 use serde_json::Value;
 
-fn venv_python() -> Option<PathBuf> {
-    let venv = std::env::var_os("AGENT_R1_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv"));
-    let python = venv.join("bin/python");
-    let ok = Command::new(&python)
-        .args(["-c", "import transformers, torch"])
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if ok {
-        Some(python)
-    } else if std::env::var_os("CI").is_some() {
-        panic!(
-            "{} with transformers is required under CI (run `make test`)",
-            python.display()
-        );
-    } else {
-        eprintln!(
-            "SKIPPED: no transformers in {} (run `make venv`)",
-            python.display()
-        );
-        None
-    }
-}
+#[path = "support/venv.rs"]
+mod venv;
 
 fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/model_reference.py")
@@ -131,7 +108,7 @@ fn transformers_logits(python: &Path, dir: &Path, ids: &[u32]) -> Value {
 }
 
 fn check_arch(arch: &str) -> Option<Value> {
-    let python = venv_python()?;
+    let python = venv::python_or_skip(&["transformers", "torch"])?;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join(arch);
     let r = reference(&python, &dir, arch);
@@ -227,7 +204,9 @@ fn llama31_rope_scaling_is_applied_past_the_original_context() {
 
 #[test]
 fn saved_checkpoint_loads_in_transformers_with_same_logits() {
-    let Some(python) = venv_python() else { return };
+    let Some(python) = venv::python_or_skip(&["transformers", "torch"]) else {
+        return;
+    };
     tch::manual_seed(3);
     let config = ModelConfig::from_json(&serde_json::json!({
         "model_type": "qwen2", "vocab_size": 200, "hidden_size": 48, "intermediate_size": 96,

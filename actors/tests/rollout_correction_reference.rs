@@ -6,7 +6,7 @@
 //! mutant must differ from agent-r1's outputs by more than that on these batches, so a
 //! mistake in any one term would be caught.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use agent_r1_actors::algo::{
@@ -16,24 +16,14 @@ use agent_r1_actors::algo::{
 use serde_json::{json, Value};
 use tch::{Kind, Tensor};
 
+#[path = "support/venv.rs"]
+mod venv;
+
 const TOLERANCE: f64 = 1e-6;
 
 /// Within the tolerance (false for NaN).
 fn agrees(a: f64, b: f64) -> bool {
     (a - b).abs() <= TOLERANCE
-}
-
-fn venv_python() -> PathBuf {
-    let venv = std::env::var_os("AGENT_R1_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv"));
-    let python = venv.join("bin/python");
-    assert!(
-        python.exists(),
-        "{} is missing: run `make venv`",
-        python.display()
-    );
-    python
 }
 
 fn flat(t: &Tensor) -> Vec<f64> {
@@ -192,7 +182,7 @@ fn estimators_and_corrections_equal_the_published_formulas_and_every_term_matter
     std::fs::write(&input, serde_json::to_vec(&cases).unwrap()).unwrap();
     let script =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/rollout_correction_reference.py");
-    let out = Command::new(venv_python())
+    let out = Command::new(venv::python_required(&[]))
         .arg(&script)
         .arg(&input)
         .output()

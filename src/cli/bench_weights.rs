@@ -9,7 +9,7 @@ use serde_json::json;
 
 use crate::cli::bench_support::ModelFlags;
 use crate::weight_plane::{load_tensors, publish, Fetcher, FetcherConfig, WeightServer};
-use agent_r1_actors::device::parse_placement;
+use agent_r1_actors::device::{parse_placement, parse_storage_dtype};
 use agent_r1_envs::access::Access;
 
 /// Flags of `agent-r1 bench weights`.
@@ -34,11 +34,7 @@ pub(crate) struct WeightsBench {
 
 pub(crate) fn run(args: WeightsBench) -> anyhow::Result<()> {
     anyhow::ensure!(args.versions > 0, "--versions must be at least 1");
-    let kind = match args.dtype.as_str() {
-        "float32" | "f32" | "fp32" => tch::Kind::Float,
-        "bf16" | "bfloat16" => tch::Kind::BFloat16,
-        other => anyhow::bail!("--dtype {other:?}: allowed float32, bf16"),
-    };
+    let kind = parse_storage_dtype(&args.dtype)?;
     let placement = parse_placement("cpu", "float32")?;
     tch::manual_seed(0);
     let mut model = args.model.choice().build(placement, false)?;

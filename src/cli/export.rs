@@ -3,10 +3,10 @@
 
 use std::path::PathBuf;
 
+use agent_r1_actors::device::parse_storage_dtype;
 use agent_r1_actors::model::lora::{read_adapter_base, AdapterSource};
 use agent_r1_actors::model::{Placement, PolicyModel};
 use anyhow::Context;
-use tch::Kind;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct ExportArgs {
@@ -51,11 +51,9 @@ pub(crate) fn run(args: ExportArgs) -> anyhow::Result<()> {
     );
     let dtype = match args.dtype.as_str() {
         "auto" => None,
-        "bf16" | "bfloat16" => Some(Kind::BFloat16),
-        "float16" | "fp16" => Some(Kind::Half),
-        "float32" | "fp32" => Some(Kind::Float),
-        other => anyhow::bail!(
-            "--dtype: unknown dtype `{other}` (allowed: auto, bf16, float16, float32)"
+        name => Some(
+            parse_storage_dtype(name)
+                .map_err(|e| anyhow::anyhow!("{e}, or auto (the base's own)"))?,
         ),
     };
     if args.out.join("config.json").exists() && !args.force {

@@ -7,9 +7,9 @@
 
 use std::path::PathBuf;
 
+use agent_r1_actors::device::parse_storage_dtype;
 use agent_r1_actors::model::presets::SHAPES;
 use anyhow::Context;
-use tch::Kind;
 
 /// Flags of `agent-r1 init-model`.
 #[derive(Debug, clap::Args)]
@@ -59,14 +59,7 @@ pub(crate) fn run(args: InitModelArgs) -> anyhow::Result<()> {
                 "--shape: unknown shape `{shape}` (allowed: {})",
                 SHAPES.join(", ")
             );
-            let dtype = match args.dtype.as_str() {
-                "bf16" | "bfloat16" => Kind::BFloat16,
-                "float16" | "fp16" => Kind::Half,
-                "float32" | "fp32" => Kind::Float,
-                other => anyhow::bail!(
-                    "--dtype: unknown dtype `{other}` (allowed: bf16, float16, float32)"
-                ),
-            };
+            let dtype = parse_storage_dtype(&args.dtype)?;
             crate::setup::init_shape(
                 shape,
                 &args.out,

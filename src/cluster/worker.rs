@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use agent_r1_actors::engine_set::EngineSet;
-use agent_r1_actors::model::lora::{read_adapter_config, AdapterSource, PEFT_PREFIX};
+use agent_r1_actors::model::lora::{read_adapter_config, AdapterSource};
 use agent_r1_actors::runtime::{EpisodeRequest, LiveBoard, RolloutService, RETRY_BIT};
 use agent_r1_actors::stall::StallWatch;
 use agent_r1_actors::tokenizer::HfTokenizer;
@@ -605,18 +605,11 @@ async fn fetch_base(fetcher: Arc<Fetcher>, manifest_sha256: String) -> anyhow::R
 }
 
 /// Loads a fetched version and swaps it into every engine, verified tensor by tensor on
-/// arrival and as served. A LoRA version's tensors are PEFT's: named as the model names its
-/// adapters once PEFT's prefix is off.
+/// arrival and as served.
 async fn swap(engine: &EngineSet, version: u64, dir: &Path) -> anyhow::Result<()> {
     let dir = dir.to_path_buf();
     let (tensors, digest) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-        let tensors: Vec<(String, tch::Tensor)> = load_policy(&dir)?
-            .into_iter()
-            .map(|(name, t)| match name.strip_prefix(PEFT_PREFIX) {
-                Some(own) => (own.to_string(), t),
-                None => (name, t),
-            })
-            .collect();
+        let tensors = load_policy(&dir)?;
         let digest = WeightDigest::of(&tensors)?;
         Ok((tensors, digest))
     })

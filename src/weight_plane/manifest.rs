@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+use agent_r1_actors::model::lora::PEFT_PREFIX;
 use serde::{Deserialize, Serialize};
 use tch::Tensor;
 
@@ -237,7 +238,9 @@ pub fn load_tensors(dir: &Path) -> Result<Vec<(String, Tensor)>, WeightPlaneErro
 }
 
 /// Reads the policy tensors of a version published by [`publish_dir`] (every safetensors
-/// file, names sorted, a value head left out): what an engine's weight update takes.
+/// file, names sorted, a value head left out): what an engine's weight update takes. A LoRA
+/// version's tensors are PEFT's; they come back named as the model names its adapters, with
+/// PEFT's prefix off.
 pub fn load_policy(dir: &Path) -> Result<Vec<(String, Tensor)>, WeightPlaneError> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(io_error(dir))?
@@ -254,7 +257,11 @@ pub fn load_policy(dir: &Path) -> Result<Vec<(String, Tensor)>, WeightPlaneError
         })?;
         tensors.extend(
             read.into_iter()
-                .filter(|(name, _)| !name.starts_with(agent_r1_actors::model::VALUE_HEAD)),
+                .filter(|(name, _)| !name.starts_with(agent_r1_actors::model::VALUE_HEAD))
+                .map(|(name, t)| match name.strip_prefix(PEFT_PREFIX) {
+                    Some(own) => (own.to_string(), t),
+                    None => (name, t),
+                }),
         );
     }
     tensors.sort_by(|a, b| a.0.cmp(&b.0));

@@ -585,7 +585,7 @@ impl Learner {
                 let lp = self.action_logprobs(&self.policy, &mb, batch.cols());
                 let _ = prox.index_copy_(0, &idx, &lp);
             }
-            (values, refs, Some(prox))
+            (values, refs, prox)
         });
         let (teacher_logprobs, teacher_seconds) = match &self.teacher {
             Some(teacher) => {
@@ -678,17 +678,10 @@ impl Learner {
         &self,
         batch: &TrainBatch,
         train_mask: Tensor,
-        prox: Option<&Tensor>,
+        prox: &Tensor,
         stats: &mut UpdateStats,
     ) -> Result<Corrected> {
         let behavior = &batch.old_logprobs;
-        let Some(prox) = prox else {
-            return Ok(Corrected {
-                train_mask,
-                anchor: behavior.shallow_clone(),
-                weight: None,
-            });
-        };
         let rc = &self.config.algorithm.rollout_correction;
         let on = train_mask.ne(0);
         let current = self.version.min(i64::MAX as u64) as i64;
@@ -843,7 +836,7 @@ impl Learner {
             train_mask,
             anchor,
             weight,
-        } = self.correct(&batch, train_mask, prox_logprobs.as_ref(), &mut stats)?;
+        } = self.correct(&batch, train_mask, &prox_logprobs, &mut stats)?;
         let mut rewards = batch.token_rewards.shallow_clone();
         let mut kl_in_reward: Option<(Tensor, f64)> = None;
         if let (Some(kl), Some(reference)) = (self.config.algorithm.kl.active(), &ref_logprobs) {
@@ -884,10 +877,10 @@ impl Learner {
             None => (advantages, returns),
             Some(l) => (l.to_rows(&advantages), returns.map(|r| l.to_rows(&r))),
         };
-        let advantages = match (&self.config.distill, &teacher_logprobs, &prox_logprobs) {
-            (Some(d), Some(teacher), Some(student)) => {
+        let advantages = match (&self.config.distill, &teacher_logprobs) {
+            (Some(d), Some(teacher)) => {
                 let (k, distill) =
-                    reverse_kl_advantage(student, teacher, &batch.action_mask, d.coef)?;
+                    reverse_kl_advantage(&prox_logprobs, teacher, &batch.action_mask, d.coef)?;
                 stats.distill = Some(DistillStats {
                     reverse_kl: algo::masked_mean(&k, &train_mask)?.double_value(&[]),
                     teacher_tokens_per_second: stats.tokens as f64 / teacher_seconds.max(1e-9),
@@ -1225,8 +1218,9 @@ struct Prepass {
     old_values: Option<Tensor>,
     /// The reference's log-probabilities (with a KL term).
     ref_logprobs: Option<Tensor>,
-    /// The policy's own log-probabilities before any step (decoupled PPO).
-    prox_logprobs: Option<Tensor>,
+    /// The policy's own log-probabilities before any step: the sampler/trainer gap, decoupled
+    /// PPO's proximal policy and distillation's student.
+    prox_logprobs: Tensor,
     /// The teacher's log-probabilities of the sampled tokens (distillation).
     teacher_logprobs: Option<Tensor>,
     /// Seconds the teacher's forward passes took.
