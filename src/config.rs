@@ -28,8 +28,7 @@ mod tools;
 mod warm_start;
 
 use std::collections::BTreeMap;
-use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use agent_r1_actors::learner::{
     AlgorithmConfig, CriticConfig, DistillConfig, LearnerConfig, MemoryConfig,
@@ -42,6 +41,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+/// The one config error type (the envs crate's): file, key, line and column, given versus allowed.
+pub use agent_r1_envs::config::ConfigError;
 pub use cluster::{ClusterSection, ClusterTls};
 pub use distill::check_teacher;
 pub use env::EnvSection;
@@ -52,66 +53,6 @@ pub use run::{CheckpointSection, EvalSection, TrainMode, TrainingSection};
 pub use warm_start::{BadHabitSection, WarmStartSection};
 
 use crate::registries::Registries;
-
-/// One problem with a config: where (`key`, and `line`/`column` when the TOML parser knows
-/// them) and what (given versus allowed, in `message`).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub struct ConfigError {
-    /// The file, when the config came from one.
-    pub file: Option<PathBuf>,
-    /// Dotted key path, e.g. `algorithm.ppo_epochs` (empty for a document-level error).
-    pub key: String,
-    /// 1-based line and column of the offending text, when known.
-    pub position: Option<(usize, usize)>,
-    /// What was given and what is allowed.
-    pub message: String,
-}
-
-impl ConfigError {
-    pub(crate) fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            file: None,
-            key: key.into(),
-            position: None,
-            message: message.into(),
-        }
-    }
-
-    /// `key`: got `given`; allowed: `allowed`.
-    fn range(key: &str, given: impl fmt::Display, allowed: &str) -> Self {
-        Self::new(key, format!("got {given}; allowed: {allowed}"))
-    }
-
-    pub(crate) fn in_file(mut self, file: &Path) -> Self {
-        self.file = Some(file.to_path_buf());
-        self
-    }
-}
-
-impl From<agent_r1_envs::config::ConfigError> for ConfigError {
-    fn from(e: agent_r1_envs::config::ConfigError) -> Self {
-        Self::new(e.key, e.message)
-    }
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if let Some(file) = &self.file {
-            write!(f, "{}", file.display())?;
-            if let Some((line, column)) = self.position {
-                write!(f, ":{line}:{column}")?;
-            }
-            write!(f, ": ")?;
-        } else if let Some((line, column)) = self.position {
-            write!(f, "line {line}, column {column}: ")?;
-        }
-        if self.key.is_empty() {
-            write!(f, "{}", self.message)
-        } else {
-            write!(f, "`{}`: {}", self.key, self.message)
-        }
-    }
-}
 
 /// Keys that moved, with where to: an old config gets told where the key went.
 const MOVED_KEYS: &[(&str, &str)] = &[
@@ -300,9 +241,7 @@ impl TrainConfig {
     /// directory and dataset files exist.
     pub fn validate(&self, files: FileCheck, registries: &Registries) -> Result<(), ConfigError> {
         check_declared(self)?;
-        let placed = |section: &'static str| {
-            move |e: agent_r1_envs::config::ConfigError| ConfigError::from(e.under(section))
-        };
+        let placed = |section: &'static str| move |e: ConfigError| e.under(section);
         self.model.rules().map_err(placed("model"))?;
         self.model.check_files(files)?;
         self.env.check(files, registries)?;
@@ -324,7 +263,7 @@ impl TrainConfig {
             return Err(ConfigError::range(
                 "rollout.group_size",
                 self.rollout.group_size,
-                &format!(
+                format!(
                     ">= 2 with algorithm.estimator = {:?} (it compares episodes within a group)",
                     estimator.as_str()
                 ),
@@ -370,8 +309,7 @@ impl TrainConfig {
         let Some(d) = &self.distill else {
             return Ok(());
         };
-        d.rules()
-            .map_err(|e| ConfigError::from(e.under("distill")))?;
+        d.rules().map_err(|e| e.under("distill"))?;
         match (files, &self.model.dir) {
             (FileCheck::Skip, _) => Ok(()),
             (FileCheck::Require, Some(policy)) => distill::check_teacher(policy, &d.teacher),
@@ -506,12 +444,10 @@ impl TrainConfig {
 
 /// Turns a toml/serde error into a [`ConfigError`] with the key path and line/column.
 fn toml_error(text: &str, key: &str, e: &toml::de::Error) -> ConfigError {
-    let position = e.span().map(|span| line_column(text, span.start));
-    ConfigError {
-        file: None,
-        key: key.to_string(),
-        position,
-        message: e.message().trim().replace('\n', "; "),
+    let error = ConfigError::new(key, e.message().trim().replace('\n', "; "));
+    match e.span().map(|span| line_column(text, span.start)) {
+        Some((line, column)) => error.at(line, column),
+        None => error,
     }
 }
 

@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
+use crate::config::ConfigError;
 use agent_r1_actors::learner::{CriticConfig, CriticPrefix};
 use agent_r1_actors::tokenizer::HfTokenizer;
-use agent_r1_envs::config::ConfigError;
 use agent_r1_envs::task::Task;
 use agent_r1_envs::task_template::TaskTemplate;
 

@@ -137,19 +137,25 @@ pub fn preflight(cfg: &TrainConfig, registries: &Registries) -> Result<Preflight
         })?)),
         None => None,
     };
-    // The env the run builds, built once: its reset renders the prompts, and a generating
-    // env's tasks are checked like a dataset's.
-    let env = if tokenizer.is_some() || cfg.critic.prefix.is_some() {
+    // The env the run builds, built once: its reset renders the prompts (with a tokenizer),
+    // and a generating env's tasks are checked like a dataset's (for the critic's prefix).
+    let generates = registries.envs.generates_tasks(&cfg.env.name);
+    let env = if tokenizer.is_some() || (cfg.critic.prefix.is_some() && generates) {
         run_env(cfg, registries)?
     } else {
         None
     };
-    let tasks: Vec<Task> = train
-        .iter()
-        .chain(&test)
-        .chain(env.iter().flat_map(|e| &e.generated))
-        .cloned()
-        .collect();
+    let checks_tasks = (tokenizer.is_some() && env.is_some()) || cfg.critic.prefix.is_some();
+    let tasks: Vec<Task> = if checks_tasks {
+        train
+            .iter()
+            .chain(&test)
+            .chain(env.iter().flat_map(|e| &e.generated))
+            .cloned()
+            .collect()
+    } else {
+        Vec::new()
+    };
     // Workflows build their own prompts: no env renders one.
     if let (Some(tokenizer), Some(env)) = (&tokenizer, &env) {
         report.longest_prompt =

@@ -57,8 +57,8 @@ pub(crate) use build::{rollout_setups, start_engines};
 pub use evaluate::{evaluate_tasks, write_trajectories};
 use scenario::{inject_scenario_faults, log_scenario};
 pub use scenario::{scenario, Scenario};
-pub use summary::summary_table;
 use summary::{engine_summary, log_line, progress_bar, summarize, write_plots};
+pub use summary::{summary_table, EngineSummary, RunSummary};
 use update::{publish, republish_after_restarts};
 
 use std::path::PathBuf;
@@ -77,7 +77,7 @@ use agent_r1_envs::call_journal::CallJournal;
 use agent_r1_envs::task::Task;
 use anyhow::Context;
 use sampler::Sampler;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::cluster::trainer::TrainerCluster;
 use crate::config::{FileCheck, TrainConfig};
@@ -220,7 +220,7 @@ impl Run {}
 /// tasks, the base model (a preset and the warm start), the start point (policy, state,
 /// pending samples), the engine, the supervised learner, the rollout service, the loop, the
 /// summary.
-pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
+pub fn run(args: &TrainArgs) -> anyhow::Result<RunSummary> {
     let started = Instant::now();
     let cfg = args.config.load(&args.registries)?;
     // What the run will read is read before anything is created (as `check-config` does).
@@ -249,13 +249,11 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
             eprintln!(
                 "stopped by a signal while building the env and tools ({e:#}); nothing was trained"
             );
-            return Ok(json!({
-                "updates": 0,
-                "interrupted": true,
-                "wall_s": started.elapsed().as_secs_f64(),
-                "run_dir": run_dir.display().to_string(),
-                "checkpoint": null,
-            }));
+            return Ok(RunSummary::stopped_before_training(
+                run_dir,
+                Value::Null,
+                started.elapsed().as_secs_f64(),
+            ));
         }
         Err(e) => return Err(e),
     };
@@ -271,14 +269,11 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
         &stop,
     )?;
     if base.interrupted {
-        return Ok(json!({
-            "updates": 0,
-            "interrupted": true,
-            "warm_start": base.warm,
-            "wall_s": started.elapsed().as_secs_f64(),
-            "run_dir": run_dir.display().to_string(),
-            "checkpoint": null,
-        }));
+        return Ok(RunSummary::stopped_before_training(
+            run_dir,
+            base.warm,
+            started.elapsed().as_secs_f64(),
+        ));
     }
     let start = StartPoint::load(&run_dir, resumed.as_ref(), &base.dir, cfg.adapter_source())?;
     let tokenizer = Arc::new(
@@ -374,12 +369,14 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<Value> {
     run.learner.shutdown();
     let interrupted = outcome?;
     let engines = engine_summary(&run.engine, rt.block_on(run.engine.stats_each()).ok());
-    let mut summary = summarize(&run, interrupted, &sampled?.summary, base.warm)?;
-    summary["engines"] = engines;
-    if let Some(cluster) = cluster {
-        summary["cluster"] = json!(cluster);
-    }
-    Ok(summary)
+    summarize(
+        &run,
+        interrupted,
+        &sampled?.summary,
+        base.warm,
+        engines,
+        cluster,
+    )
 }
 
 /// The exit code of a run failed by the stall detector.

@@ -4,7 +4,7 @@
 //! `tool_call_id`s its template requires) each run a real episode of the built-in tool env
 //! through the runtime, with the real engine, their family's tokenizer and chat template, and
 //! a real tool. The env reads the calls in the model's own format: its default system prompt
-//! shows that format, and the `format` reward and `tool_calls` metric count the calls as the
+//! shows that format, and the `format` reward and `tool_calls_written` metric count the calls as the
 //! model wrote them.
 //!
 //! The models are tiny and random, then taught one episode by supervised steps on the exact
@@ -278,7 +278,7 @@ fn run_family(style: TokenizerStyle, family: &str, format: ToolCallFormat, calls
     // answer turn, and the answer.
     let format_score = if calls == 1 { 1.0 } else { 0.5 };
     assert_eq!(trajectory.metrics["format"], format_score);
-    assert_eq!(trajectory.metrics["tool_calls"], calls as f64);
+    assert_eq!(trajectory.metrics["tool_calls_written"], calls as f64);
     assert_eq!(trajectory.metrics["substring_em"], 1.0);
     assert_eq!(trajectory.reward, -1.0 + format_score + 1.0);
     // The system prompt showed the call in the model's format.

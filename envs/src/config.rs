@@ -11,18 +11,26 @@
 mod keys;
 
 use std::fmt;
+use std::path::{Path, PathBuf};
 
 use schemars::JsonSchema;
 use serde::Serialize;
 
 pub use keys::{key_docs, Allowed, Bound, KeyDoc};
 
-/// One bad value: which key (dotted path, relative to the type that found it until a caller
-/// places it with [`ConfigError::under`]) and what is allowed.
+/// One bad value, the one config error type of every crate: where (the file, when the config
+/// came from one; the dotted key, relative to the type that found it until a caller places it
+/// with [`ConfigError::under`]; the line and column when the parser knows them) and what was
+/// given versus what is allowed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub struct ConfigError {
-    /// Dotted key path, e.g. `gamma`, or `algorithm.gamma` once placed.
+    /// The file, when the config came from one.
+    pub file: Option<PathBuf>,
+    /// Dotted key path, e.g. `gamma`, or `algorithm.gamma` once placed (empty for a
+    /// document-level error).
     pub key: String,
+    /// 1-based line and column of the offending text, when known.
+    pub position: Option<(usize, usize)>,
     /// What was given and what is allowed.
     pub message: String,
 }
@@ -31,9 +39,23 @@ impl ConfigError {
     /// An error about `key`.
     pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
         Self {
+            file: None,
             key: key.into(),
+            position: None,
             message: message.into(),
         }
+    }
+
+    /// The same error, found in `file`.
+    pub fn in_file(mut self, file: &Path) -> Self {
+        self.file = Some(file.to_path_buf());
+        self
+    }
+
+    /// The same error, at 1-based `line` and `column` of its text.
+    pub fn at(mut self, line: usize, column: usize) -> Self {
+        self.position = Some((line, column));
+        self
     }
 
     /// `key`: got `given`; allowed: `allowed`.
@@ -58,6 +80,15 @@ impl ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(file) = &self.file {
+            write!(f, "{}", file.display())?;
+            if let Some((line, column)) = self.position {
+                write!(f, ":{line}:{column}")?;
+            }
+            f.write_str(": ")?;
+        } else if let Some((line, column)) = self.position {
+            write!(f, "line {line}, column {column}: ")?;
+        }
         if self.key.is_empty() {
             f.write_str(&self.message)
         } else {

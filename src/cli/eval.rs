@@ -422,7 +422,7 @@ fn table(report: &Value, s: &BatchSummary) -> String {
         ("F1".to_string(), format!("{:.3}", s.metric("f1"))),
         ("reward".to_string(), format!("{:+.3}", s.reward_mean)),
         (
-            "tool calls / episode".to_string(),
+            "tool calls run / episode".to_string(),
             format!("{:.2}", s.tool_calls_per_episode),
         ),
         (

@@ -78,6 +78,6 @@ pub(crate) fn run(args: TrainCmdArgs, registries: Registries) -> anyhow::Result<
         },
     })?;
     println!("{}", train::summary_table(&summary));
-    println!("{summary}");
+    println!("{}", serde_json::to_string(&summary)?);
     Ok(())
 }

@@ -80,7 +80,7 @@ impl EnvSection {
             return Err(ConfigError::range(
                 "env.name",
                 format!("{:?}", self.name),
-                &known.join(", "),
+                known.join(", "),
             ));
         }
         let generated = !workflow && registry.generates_tasks(&self.name);
@@ -187,7 +187,7 @@ impl EnvSection {
             return Err(ConfigError::range(
                 "env.context.policy",
                 format!("{name:?}"),
-                &known.names().join(", "),
+                known.names().join(", "),
             ));
         }
         let mut options = self.context.clone();

@@ -26,8 +26,7 @@ impl TrainConfig {
 
     pub(super) fn check_lora(&self, files: FileCheck) -> Result<(), ConfigError> {
         if let Some(lora) = &self.lora {
-            lora.rules()
-                .map_err(|e| ConfigError::from(e.under("lora")))?;
+            lora.rules().map_err(|e| e.under("lora"))?;
         }
         let Some(dir) = &self.model.adapter else {
             return self.check_rank(self.lora.as_ref(), files);
@@ -70,7 +69,7 @@ impl TrainConfig {
             Some((name, width)) => Err(ConfigError::range(
                 "lora.rank",
                 lora.rank,
-                &format!(
+                format!(
                     "1..={width} (`{name}` of {} is {width} wide on its narrower side)",
                     dir.display()
                 ),

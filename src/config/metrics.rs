@@ -68,7 +68,7 @@ const KEYS: AccessKeys = AccessKeys {
 };
 
 impl Section for MetricsSection {
-    fn rules(&self) -> Result<(), agent_r1_envs::config::ConfigError> {
+    fn rules(&self) -> Result<(), ConfigError> {
         let addr = self.resolve()?;
         if self.enabled {
             check_exposure(KEYS, addr, self.token_file.as_deref(), &self.open_paths)?;
@@ -80,24 +80,24 @@ impl Section for MetricsSection {
 impl MetricsSection {
     /// Checks the section; errors name `metrics.KEY`.
     pub fn check(&self) -> Result<(), ConfigError> {
-        Section::validate(self).map_err(|e| e.under("metrics").into())
+        Section::validate(self).map_err(|e| e.under("metrics"))
     }
 
     /// Who the endpoint admits: reads `token_file`; errors name `metrics.KEY`.
     pub fn access(&self) -> Result<Access, ConfigError> {
         let addr = self.socket_addr()?;
         Access::load(KEYS, addr, self.token_file.as_deref(), &self.open_paths)
-            .map_err(|e| e.under("metrics").into())
+            .map_err(|e| e.under("metrics"))
     }
 
     /// The address to bind, resolved (`localhost:9464` works); errors name `metrics.address`.
     pub fn socket_addr(&self) -> Result<SocketAddr, ConfigError> {
-        self.resolve().map_err(|e| e.under("metrics").into())
+        self.resolve().map_err(|e| e.under("metrics"))
     }
 
-    fn resolve(&self) -> Result<SocketAddr, agent_r1_envs::config::ConfigError> {
+    fn resolve(&self) -> Result<SocketAddr, ConfigError> {
         let bad = |why: &str| {
-            agent_r1_envs::config::ConfigError::range(
+            ConfigError::range(
                 "address",
                 format!("{:?} ({why})", self.address),
                 "HOST:PORT, e.g. \"127.0.0.1:9464\" or \"0.0.0.0:9464\"",

@@ -58,7 +58,7 @@ fn default_auto() -> String {
 
 impl Section for ModelSection {
     fn rules(&self) -> Result<(), agent_r1_envs::config::ConfigError> {
-        use agent_r1_envs::config::ConfigError as E;
+        use ConfigError as E;
         match (&self.dir, &self.preset) {
             (Some(_), Some(_)) | (None, None) => {
                 return Err(E::new(

@@ -2,7 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
 
 use agent_r1_actors::engine::EngineStats;
 use agent_r1_actors::engine_set::EngineSet;
@@ -11,29 +12,128 @@ use agent_r1_actors::runtime::RolloutSummary;
 use super::records::{read_rows, EvalRow, UpdateRow};
 use super::{plot, Run};
 use crate::checkpoint;
+use crate::cluster::coordinator::ClusterSummary;
+
+/// What `agent-r1 train` reports at the end, printed as [`summary_table`] and then as one
+/// line of JSON (the field names are the JSON keys).
+#[derive(Debug, Clone, Serialize)]
+pub struct RunSummary {
+    /// Updates done in all (a resumed run counts the ones before too).
+    pub updates: u64,
+    /// Whether the run stopped on a signal before its last update.
+    pub interrupted: bool,
+    /// The policy version at the end.
+    pub policy_version: u64,
+    /// The next position in the task stream.
+    pub data_position: u64,
+    /// Trajectories sampled but not trained on (kept in the last checkpoint).
+    pub pending_trajectories: usize,
+    /// Episodes sampled again after their engine or env failed.
+    pub episodes_requeued: u64,
+    /// Episodes that ended failed, with a reason.
+    pub episodes_failed: u64,
+    /// Env restarts by their supervisor.
+    pub env_restarts: u64,
+    /// Held-out exact match at the first and the last evaluation.
+    pub em_before: Option<f64>,
+    pub em_after: Option<f64>,
+    /// Held-out F1 at the first and the last evaluation.
+    pub f1_before: Option<f64>,
+    pub f1_after: Option<f64>,
+    /// Tool calls run per held-out episode at the first and the last evaluation.
+    pub tool_calls_before: Option<f64>,
+    pub tool_calls_after: Option<f64>,
+    /// The update steps of the first and the last evaluation.
+    pub eval_step_before: Option<u64>,
+    pub eval_step_after: Option<u64>,
+    /// The warm start's own figures (null when the run had none).
+    pub warm_start: Value,
+    /// Wall seconds of this start of the run.
+    pub wall_s: f64,
+    pub run_dir: PathBuf,
+    /// The newest checkpoint written.
+    pub checkpoint: Option<PathBuf>,
+    /// The curves drawn (`curves.svg`, `curves.png`).
+    pub curves: Vec<PathBuf>,
+    /// Per engine.
+    pub engines: Vec<EngineSummary>,
+    /// The remote workers' figures, when the run had a cluster.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterSummary>,
+}
+
+impl RunSummary {
+    /// A run stopped by a signal before its first update (while building its env, or during
+    /// its warm start): nothing trained, no checkpoint.
+    pub(super) fn stopped_before_training(
+        run_dir: PathBuf,
+        warm_start: Value,
+        wall_s: f64,
+    ) -> Self {
+        Self {
+            updates: 0,
+            interrupted: true,
+            policy_version: 0,
+            data_position: 0,
+            pending_trajectories: 0,
+            episodes_requeued: 0,
+            episodes_failed: 0,
+            env_restarts: 0,
+            em_before: None,
+            em_after: None,
+            f1_before: None,
+            f1_after: None,
+            tool_calls_before: None,
+            tool_calls_after: None,
+            eval_step_before: None,
+            eval_step_after: None,
+            warm_start,
+            wall_s,
+            run_dir,
+            checkpoint: None,
+            curves: vec![],
+            engines: vec![],
+            cluster: None,
+        }
+    }
+}
+
+/// One engine's figures: its device, the episodes routed to it, its turns and prefill.
+#[derive(Debug, Clone, Serialize)]
+pub struct EngineSummary {
+    pub device: String,
+    pub episodes: Option<u64>,
+    pub turns: Option<u64>,
+    pub prefill_tokens: Option<u64>,
+    pub restarts: Option<u64>,
+    pub reused_tokens: Option<u64>,
+    pub mean_batch: Option<f64>,
+}
 
 /// Per engine: its device, the episodes routed to it, its turns and prefill figures.
-pub(super) fn engine_summary(engines: &EngineSet, stats: Option<Vec<EngineStats>>) -> Value {
+pub(super) fn engine_summary(
+    engines: &EngineSet,
+    stats: Option<Vec<EngineStats>>,
+) -> Vec<EngineSummary> {
     let routed = engines.episodes_routed();
     let stats = stats.unwrap_or_default();
-    let rows: Vec<Value> = engines
+    engines
         .labels()
         .iter()
         .enumerate()
         .map(|(i, label)| {
             let s = stats.get(i);
-            json!({
-                "device": label,
-                "episodes": routed.get(i),
-                "turns": s.map(|s| s.turns),
-                "prefill_tokens": s.map(|s| s.prefill_tokens),
-                "restarts": s.map(|s| s.restarts),
-                "reused_tokens": s.map(|s| s.reused_tokens),
-                "mean_batch": s.map(|s| s.mean_batch_size()),
-            })
+            EngineSummary {
+                device: label.to_string(),
+                episodes: routed.get(i).copied(),
+                turns: s.map(|s| s.turns),
+                prefill_tokens: s.map(|s| s.prefill_tokens),
+                restarts: s.map(|s| s.restarts),
+                reused_tokens: s.map(|s| s.reused_tokens),
+                mean_batch: s.map(|s| s.mean_batch_size()),
+            }
         })
-        .collect();
-    Value::Array(rows)
+        .collect()
 }
 
 /// The run's summary: updates, outcomes of the episodes, held-out scores before and after,
@@ -43,87 +143,78 @@ pub(super) fn summarize(
     interrupted: bool,
     sampled: &RolloutSummary,
     warm: Value,
-) -> anyhow::Result<Value> {
+    engines: Vec<EngineSummary>,
+    cluster: Option<ClusterSummary>,
+) -> anyhow::Result<RunSummary> {
     let snapshot = run.sampler.snapshot();
     let curves = write_plots(&run.run_dir)?;
     let evals: Vec<EvalRow> = read_rows(&run.run_dir.join("eval.jsonl"))?;
     let (first, last) = (evals.first(), evals.last());
-    Ok(json!({
-        "updates": run.step,
-        "interrupted": interrupted,
-        "policy_version": run.version,
-        "data_position": snapshot.position,
-        "pending_trajectories": snapshot.pending.len(),
-        "episodes_requeued": sampled.requeued,
-        "episodes_failed": sampled.failed,
-        "env_restarts": sampled.env_restarts,
-        "em_before": first.map(|e| e.em),
-        "em_after": last.map(|e| e.em),
-        "f1_before": first.map(|e| e.f1),
-        "f1_after": last.map(|e| e.f1),
-        "tool_calls_before": first.map(|e| e.tool_calls_per_episode),
-        "tool_calls_after": last.map(|e| e.tool_calls_per_episode),
-        "eval_step_before": first.map(|e| e.step),
-        "eval_step_after": last.map(|e| e.step),
-        "warm_start": warm,
-        "wall_s": run.started.elapsed().as_secs_f64(),
-        "run_dir": run.run_dir.display().to_string(),
-        "checkpoint": run.last_checkpoint.map(|s| checkpoint::checkpoints_dir(&run.run_dir).join(format!("step-{s}")).display().to_string()),
-        "curves": curves.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
-    }))
+    Ok(RunSummary {
+        updates: run.step,
+        interrupted,
+        policy_version: run.version,
+        data_position: snapshot.position,
+        pending_trajectories: snapshot.pending.len(),
+        episodes_requeued: sampled.requeued,
+        episodes_failed: sampled.failed,
+        env_restarts: sampled.env_restarts,
+        em_before: first.map(|e| e.em),
+        em_after: last.map(|e| e.em),
+        f1_before: first.map(|e| e.f1),
+        f1_after: last.map(|e| e.f1),
+        tool_calls_before: first.map(|e| e.tool_calls_per_episode),
+        tool_calls_after: last.map(|e| e.tool_calls_per_episode),
+        eval_step_before: first.map(|e| e.step),
+        eval_step_after: last.map(|e| e.step),
+        warm_start: warm,
+        wall_s: run.started.elapsed().as_secs_f64(),
+        run_dir: run.run_dir.clone(),
+        checkpoint: run
+            .last_checkpoint
+            .map(|s| checkpoint::checkpoints_dir(&run.run_dir).join(format!("step-{s}"))),
+        curves,
+        engines,
+        cluster,
+    })
 }
 
 /// The end-of-run table a person reads (the JSON summary follows it for scripts): held-out
 /// scores before and after RL, tool use, wall time, and where the results are.
-pub fn summary_table(summary: &Value) -> String {
-    let num = |key: &str| match summary.get(key).and_then(Value::as_f64) {
-        Some(v) => format!("{v:.3}"),
-        None => "-".to_string(),
-    };
-    let text = |key: &str| summary.get(key).and_then(Value::as_str).unwrap_or("-");
-    let step = |key: &str| {
-        summary
-            .get(key)
-            .and_then(Value::as_u64)
-            .map_or("-".to_string(), |s| format!("step {s}"))
-    };
+pub fn summary_table(summary: &RunSummary) -> String {
+    let num = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
+    let step = |s: Option<u64>| s.map_or("-".to_string(), |s| format!("step {s}"));
+    let path = |p: Option<&PathBuf>| p.map_or("-".to_string(), |p| p.display().to_string());
     let curves = summary
-        .get("curves")
-        .and_then(Value::as_array)
-        .map(|c| {
-            c.iter()
-                .filter_map(Value::as_str)
-                .collect::<Vec<_>>()
-                .join(", ")
-        })
-        .unwrap_or_default();
+        .curves
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
     let rows = [
         (
             "held-out",
-            format!("before RL ({})", step("eval_step_before")),
-            format!("after RL ({})", step("eval_step_after")),
+            format!("before RL ({})", step(summary.eval_step_before)),
+            format!("after RL ({})", step(summary.eval_step_after)),
         ),
-        ("EM", num("em_before"), num("em_after")),
-        ("F1", num("f1_before"), num("f1_after")),
+        ("EM", num(summary.em_before), num(summary.em_after)),
+        ("F1", num(summary.f1_before), num(summary.f1_after)),
         (
-            "tool calls / episode",
-            num("tool_calls_before"),
-            num("tool_calls_after"),
+            "tool calls run / episode",
+            num(summary.tool_calls_before),
+            num(summary.tool_calls_after),
         ),
     ];
     let mut out = String::new();
     for (name, before, after) in rows {
-        out.push_str(&format!("{name:<22}{before:>22}{after:>22}\n"));
+        out.push_str(&format!("{name:<24}{before:>22}{after:>22}\n"));
     }
     out.push_str(&format!(
-        "updates {}, wall {} s\nrun directory: {}\ncheckpoint: {}\ncurves: {}",
-        summary.get("updates").and_then(Value::as_u64).unwrap_or(0),
-        summary
-            .get("wall_s")
-            .and_then(Value::as_f64)
-            .map_or("-".to_string(), |w| format!("{w:.0}")),
-        text("run_dir"),
-        text("checkpoint"),
+        "updates {}, wall {:.0} s\nrun directory: {}\ncheckpoint: {}\ncurves: {}",
+        summary.updates,
+        summary.wall_s,
+        summary.run_dir.display(),
+        path(summary.checkpoint.as_ref()),
         if curves.is_empty() { "-" } else { &curves },
     ));
     out

@@ -62,7 +62,8 @@ pub fn numbers_match(answer: f64, gold: f64, tolerance: f64) -> bool {
 /// matches a gold answer's number.
 ///
 /// Metrics (all always present): `em`; `has_answer` (0/1); `format` (Agent-R1's format
-/// score of the turns); `turns` (assistant turns); `tool_calls` (tool calls written, read in
+/// score of the turns); `turns` (assistant turns); `tool_calls_written` (tool calls the model
+/// wrote, read in
 /// the model's format `calls`).
 pub fn score_numeric(
     calls: ToolCallFormat,
@@ -85,7 +86,7 @@ pub fn score_numeric(
         ("has_answer".to_string(), flag(answer.is_some())),
         ("format".to_string(), format_score_in(calls, &blocks)),
         ("turns".to_string(), blocks.len() as f64),
-        ("tool_calls".to_string(), tool_calls as f64),
+        ("tool_calls_written".to_string(), tool_calls as f64),
     ]);
     Score {
         reward: flag(correct),
@@ -143,7 +144,7 @@ mod tests {
         assert_eq!(
             (
                 s.metrics["format"],
-                s.metrics["tool_calls"],
+                s.metrics["tool_calls_written"],
                 s.metrics["turns"]
             ),
             (1.0, 1.0, 2.0)

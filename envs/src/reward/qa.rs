@@ -32,9 +32,11 @@ pub fn final_answer(transcript: &[Message]) -> Option<&str> {
 ///   against the best gold (0 when there is no `<answer>`);
 /// - `substring_em`: Agent-R1's "EM" (a gold is a substring of the `<answer>`);
 /// - `format`, `answer_score`, `agent_r1_reward`: the parts of Agent-R1's `qa_em_and_format`;
-/// - `has_answer` (0/1), `turns` (assistant turns), `tool_calls` (tool calls written).
+/// - `has_answer` (0/1), `turns` (assistant turns), `tool_calls_written` (tool calls the
+///   model wrote, well-formed or not; the runtime's `tool_calls_per_episode` counts the calls
+///   it ran).
 ///
-/// `calls` is the model's tool-call format: `format` and `tool_calls` read the calls as the
+/// `calls` is the model's tool-call format: `format` and `tool_calls_written` read the calls as the
 /// model writes them.
 pub fn score_qa(
     kind: RewardKind,
@@ -61,7 +63,7 @@ pub fn score_qa(
             if answer.is_some() { 1.0 } else { 0.0 },
         ),
         ("turns".to_string(), blocks.len() as f64),
-        ("tool_calls".to_string(), tool_calls as f64),
+        ("tool_calls_written".to_string(), tool_calls as f64),
     ]);
     let reward = metrics.get(kind.metric()).copied().unwrap_or(0.0);
     Score { reward, metrics }
@@ -91,7 +93,7 @@ mod tests {
         assert_eq!(s.metrics["substring_em"], 1.0);
         assert_eq!(s.metrics["em"], 0.0);
         assert!((s.metrics["f1"] - 2.0 / 3.0).abs() < 1e-12);
-        assert_eq!(s.metrics["tool_calls"], 1.0);
+        assert_eq!(s.metrics["tool_calls_written"], 1.0);
         assert_eq!(s.metrics["turns"], 2.0);
         let em = score_qa(
             RewardKind::HotpotqaEm,
