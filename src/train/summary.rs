@@ -102,6 +102,7 @@ impl RunSummary {
 #[derive(Debug, Clone, Serialize)]
 pub struct EngineSummary {
     pub device: String,
+    /// Episodes routed to it (null for a run with one engine, which routes none).
     pub episodes: Option<u64>,
     pub turns: Option<u64>,
     pub prefill_tokens: Option<u64>,
@@ -115,7 +116,12 @@ pub(super) fn engine_summary(
     engines: &EngineSet,
     stats: Option<Vec<EngineStats>>,
 ) -> Vec<EngineSummary> {
-    let routed = engines.episodes_routed();
+    // One engine takes every episode without routing, so only several engines count them.
+    let routed = if engines.labels().len() > 1 {
+        engines.episodes_routed()
+    } else {
+        Vec::new()
+    };
     let stats = stats.unwrap_or_default();
     engines
         .labels()
