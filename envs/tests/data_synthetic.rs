@@ -201,7 +201,7 @@ fn gold_demos_are_hermes_and_score_full_marks() {
         assert_eq!(s.reward, 1.0, "{transcript:#?}");
         assert_eq!(s.metrics["em"], 1.0);
         assert_eq!(s.metrics["format"], 0.5 * (q.hops.len() + 1) as f64);
-        assert_eq!(s.metrics["tool_calls"], q.hops.len() as f64);
+        assert_eq!(s.metrics["tool_calls_written"], q.hops.len() as f64);
     }
 }
 

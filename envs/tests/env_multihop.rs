@@ -150,7 +150,7 @@ fn multihop_qa_turns_and_scores() {
     assert_eq!(score.metrics["substring_em"], 1.0);
     assert_eq!(score.metrics["format"], 1.0);
     assert_eq!(score.metrics["agent_r1_reward"], 1.0);
-    assert_eq!(score.metrics["tool_calls"], 1.0);
+    assert_eq!(score.metrics["tool_calls_written"], 1.0);
 }
 
 #[test]
