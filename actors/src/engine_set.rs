@@ -144,9 +144,10 @@ impl EngineSet {
         self.lock_routes().episodes.clone()
     }
 
-    /// Episodes ever routed to each engine, in order.
-    pub fn episodes_routed(&self) -> Vec<u64> {
-        self.lock_routes().routed.clone()
+    /// Episodes ever routed to each engine, in order; `None` for a set of one engine, which
+    /// routes none (every episode goes to it).
+    pub fn episodes_routed(&self) -> Option<Vec<u64>> {
+        (self.len() > 1).then(|| self.lock_routes().routed.clone())
     }
 
     /// The engine `episode` is routed to, routing it now if it has none.

@@ -1266,7 +1266,7 @@ fn two_engines_share_the_episodes_and_each_episode_keeps_its_engine_and_its_kv()
     assert_eq!(all.len(), EPISODES);
 
     let each = runtime().block_on(engines.stats_each()).unwrap();
-    let routed = engines.episodes_routed();
+    let routed = engines.episodes_routed().expect("two engines route");
     eprintln!("episodes routed per engine: {routed:?}");
     for (i, s) in each.iter().enumerate() {
         eprintln!(

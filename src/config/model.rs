@@ -57,7 +57,7 @@ fn default_auto() -> String {
 }
 
 impl Section for ModelSection {
-    fn rules(&self) -> Result<(), agent_r1_envs::config::ConfigError> {
+    fn rules(&self) -> Result<(), ConfigError> {
         use ConfigError as E;
         match (&self.dir, &self.preset) {
             (Some(_), Some(_)) | (None, None) => {

@@ -16,7 +16,7 @@ use crate::cluster::coordinator::ClusterSummary;
 
 /// What `agent-r1 train` reports at the end, printed as [`summary_table`] and then as one
 /// line of JSON (the field names are the JSON keys).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct RunSummary {
     /// Updates done in all (a resumed run counts the ones before too).
     pub updates: u64,
@@ -71,29 +71,11 @@ impl RunSummary {
         wall_s: f64,
     ) -> Self {
         Self {
-            updates: 0,
             interrupted: true,
-            policy_version: 0,
-            data_position: 0,
-            pending_trajectories: 0,
-            episodes_requeued: 0,
-            episodes_failed: 0,
-            env_restarts: 0,
-            em_before: None,
-            em_after: None,
-            f1_before: None,
-            f1_after: None,
-            tool_calls_before: None,
-            tool_calls_after: None,
-            eval_step_before: None,
-            eval_step_after: None,
             warm_start,
             wall_s,
             run_dir,
-            checkpoint: None,
-            curves: vec![],
-            engines: vec![],
-            cluster: None,
+            ..Self::default()
         }
     }
 }
@@ -116,12 +98,7 @@ pub(super) fn engine_summary(
     engines: &EngineSet,
     stats: Option<Vec<EngineStats>>,
 ) -> Vec<EngineSummary> {
-    // One engine takes every episode without routing, so only several engines count them.
-    let routed = if engines.labels().len() > 1 {
-        engines.episodes_routed()
-    } else {
-        Vec::new()
-    };
+    let routed = engines.episodes_routed().unwrap_or_default();
     let stats = stats.unwrap_or_default();
     engines
         .labels()
