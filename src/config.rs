@@ -30,6 +30,7 @@ mod warm_start;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use agent_r1_actors::engine::EngineConfig;
 use agent_r1_actors::learner::{
     AlgorithmConfig, CriticConfig, DistillConfig, LearnerConfig, MemoryConfig,
 };
@@ -387,6 +388,32 @@ impl TrainConfig {
             seed: t.seed,
             distill: self.distill.clone(),
             ..LearnerConfig::default()
+        }
+    }
+
+    /// One engine's settings from `[rollout]` and the seed: a batch of `concurrency` rows
+    /// with KV reuse, or one row without it for a `deterministic` rollout (so no token's
+    /// arithmetic depends on another's). `train` and `eval` start their engines from this;
+    /// each engine of a set differs only in its metrics label.
+    pub fn engine_config(&self) -> EngineConfig {
+        let r = &self.rollout;
+        let (rows, kv_reuse) = match r.deterministic {
+            true => (1, false),
+            false => (r.concurrency.max(1), true),
+        };
+        EngineConfig {
+            max_batch_rows: rows,
+            max_context: r.max_context_length,
+            parked_kv_bytes: r.parked_kv_mib.saturating_mul(1 << 20),
+            prefault_parked_kv: r.prefault_parked_kv,
+            memory_fraction: r.memory_fraction,
+            cuda_graphs: r.cuda_graphs,
+            max_prefill_tokens: r.max_prefill_tokens,
+            // A token is drawn from (seed, episode, position): what an episode samples does
+            // not depend on which engine it was routed to.
+            seed: self.training.seed as i64,
+            kv_reuse,
+            ..EngineConfig::default()
         }
     }
 

@@ -2,9 +2,9 @@
 //!
 //! It owns the trainable policy, an optional critic (a value head on the policy's trunk or a
 //! separate model), an optional frozen reference for the KL term, and their AdamW
-//! optimizers (and a frozen teacher for on-policy distillation, `distill`), on a dedicated OS thread ([`LearnerHandle`]) owned by a supervised actor
-//! ([`LearnerActor`], reached through [`LearnerRef`]; a panic mid-update is reported by its
-//! supervisor, see [`actor`]). One update:
+//! optimizers (and a frozen teacher for on-policy distillation, `distill`), on a dedicated OS thread (`thread`) owned by a supervised actor
+//! reached through [`LearnerRef`] (a panic mid-update is reported by its supervisor, see
+//! [`actor`]). One update:
 //! trajectories become right-padded tensors (`batch`), stale tokens are dropped in async
 //! mode (`staleness`), advantages come from the configured estimator (`advantages`),
 //! then `ppo_epochs` passes over shuffled mini-batches with gradient accumulation
@@ -22,20 +22,20 @@ mod critic_input;
 mod critic_prefix;
 mod distill;
 mod estimation_layout;
-mod handle;
 mod micro_batches;
 mod optim;
 mod staleness;
 pub mod stats;
+mod thread;
 mod token_stats;
 pub mod trainer;
 
-pub use actor::{LearnerActor, LearnerMsg, LearnerRef, LearnerStart, LearnerSupervisor};
+pub use actor::{LearnerRef, LearnerStart, LoadModels};
 pub use config::{
     AlgorithmConfig, CriticConfig, Estimator, KlConfig, KlPlacement, LearnerConfig, MemoryConfig,
 };
 pub use critic_prefix::CriticPrefix;
 pub use distill::{DistillCombine, DistillConfig};
-pub use handle::{spawn_learner, spawn_learner_with, BeforeUpdate, LearnerHandle, PolicyWeights};
 pub use stats::{DistillStats, Mismatch, UpdateStats};
+pub use thread::{BeforeUpdate, PolicyWeights};
 pub use trainer::{check_rewards, Learner, LearnerModels, Reference, CRITIC_DIR};

@@ -5,8 +5,8 @@
 mod learner_common;
 
 use agent_r1_actors::learner::{
-    spawn_learner, AlgorithmConfig, CriticPrefix, Estimator, KlConfig, LearnerConfig,
-    LearnerModels, UpdateStats,
+    AlgorithmConfig, CriticPrefix, Estimator, KlConfig, LearnerConfig, LearnerModels, LearnerRef,
+    LearnerStart, UpdateStats,
 };
 use agent_r1_actors::model::{Placement, PolicyModel};
 use agent_r1_envs::task::Task;
@@ -45,12 +45,16 @@ fn update(dir: &std::path::Path, prefix: bool) -> UpdateStats {
         },
         ..Default::default()
     };
-    let (learner, _join) = spawn_learner(load, config).unwrap();
     let mut batch = group(0, 0, 4, 0);
     batch.extend(group(4, 1, 4, 0));
-    let stats = runtime().block_on(learner.update(batch)).unwrap();
-    learner.shutdown();
-    stats
+    runtime().block_on(async {
+        let learner = LearnerRef::spawn(LearnerStart::new(load, config))
+            .await
+            .unwrap();
+        let stats = learner.update(batch).await.unwrap();
+        learner.shutdown();
+        stats
+    })
 }
 
 #[test]

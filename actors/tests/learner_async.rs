@@ -18,12 +18,14 @@ use std::time::{Duration, Instant};
 
 use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle, EngineStats, TurnRequest};
 use agent_r1_actors::learner::{
-    AlgorithmConfig, Estimator, KlConfig, LearnerConfig, LearnerHandle, UpdateStats,
+    AlgorithmConfig, Estimator, KlConfig, LearnerConfig, LearnerRef, UpdateStats,
 };
 use agent_r1_actors::model::generate::FinishReason;
 use agent_r1_actors::model::{Placement, PolicyModel, SamplingParams};
 use agent_r1_actors::trajectory::{Step, Trajectory};
-use learner_common::{learner, runtime, same_weights, save_policy, trajectory, TestStep};
+use learner_common::{
+    learner, runtime, same_weights, save_policy, start_learner, trajectory, TestStep,
+};
 
 fn engine(dir: &std::path::Path, max_context: usize) -> EngineHandle {
     let dir = dir.to_path_buf();
@@ -173,7 +175,7 @@ fn a_turn_in_flight_during_an_update_switches_weights_between_decode_steps() {
         straddling.steps[0].token_versions =
             Step::compact_versions(0, mixed.token_versions.clone());
         assert_eq!(straddling.steps[0].versions(), vec![0, 1]);
-        let late = learner(
+        let late = start_learner(
             old_dir.path(),
             LearnerConfig {
                 algorithm: AlgorithmConfig {
@@ -188,7 +190,8 @@ fn a_turn_in_flight_during_an_update_switches_weights_between_decode_steps() {
             },
             false,
             false,
-        );
+        )
+        .await;
         let stats = late.update(vec![straddling]).await.unwrap();
         assert_eq!(stats.stale_tokens_dropped, switch as u64, "{stats:?}");
         assert_eq!(stats.action_tokens, (LONG - switch) as u64, "{stats:?}");
@@ -213,24 +216,21 @@ fn a_turn_in_flight_during_an_update_switches_weights_between_decode_steps() {
         // with the engine's token for token); the turn the old weights sampled does not.
         // (Deterministic: the draws depend only on (seed, episode, position).)
         let decoupled = |trajectory: Trajectory| {
-            let l = learner(
-                new_dir.path(),
-                LearnerConfig {
-                    algorithm: AlgorithmConfig {
-                        estimator: Estimator::Grpo,
-                        actor_lr: 1e-9,
-                        kl: KlConfig::OFF,
-                        critic_warmup_updates: 0,
-                        ..Default::default()
-                    },
-                    behavior_weight_cap: Some(5.0),
-                    initial_version: 1,
+            let config = LearnerConfig {
+                algorithm: AlgorithmConfig {
+                    estimator: Estimator::Grpo,
+                    actor_lr: 1e-9,
+                    kl: KlConfig::OFF,
+                    critic_warmup_updates: 0,
                     ..Default::default()
                 },
-                false,
-                false,
-            );
+                behavior_weight_cap: Some(5.0),
+                initial_version: 1,
+                ..Default::default()
+            };
+            let dir = new_dir.path().to_path_buf();
             async move {
+                let l = start_learner(&dir, config, false, false).await;
                 let stats = l.update(vec![trajectory]).await.unwrap();
                 l.shutdown();
                 (
@@ -336,7 +336,7 @@ fn action_tokens(batch: &[Trajectory]) -> u64 {
 
 /// Trains on `batch` and checks the staleness figures against the batch's own version tags,
 /// measured against the learner's version before the update.
-async fn update(learner: &LearnerHandle, batch: Vec<Trajectory>, limit: u64) -> UpdateStats {
+async fn update(learner: &LearnerRef, batch: Vec<Trajectory>, limit: u64) -> UpdateStats {
     let current = learner.version().await.unwrap();
     let age = |s: &Step| current.saturating_sub(s.policy_version);
     let total = action_tokens(&batch);
@@ -423,14 +423,14 @@ fn tokens_older_than_max_staleness_are_dropped_while_rollouts_run_during_updates
         assert!(stats.policy_updated && stats.version == 3, "{stats:?}");
 
         // Nothing but stale tokens: no step is taken and the weights stay as they are.
-        let before = learner.state_dict().await.unwrap();
+        let before = learner.weights().await.unwrap();
         let stats = update(&learner, held, LIMIT).await;
         assert_eq!(stats.stale_tokens_dropped, held_tokens);
         assert_eq!(stats.action_tokens, 0);
         assert_eq!(stats.staleness_max, 3);
         assert_eq!(stats.optimizer_steps, 0, "{stats:?}");
         assert!(!stats.policy_updated && stats.version == 3, "{stats:?}");
-        let after = learner.state_dict().await.unwrap();
+        let after = learner.weights().await.unwrap();
         assert!(same_weights(&before, &after));
     });
     engine.shutdown();

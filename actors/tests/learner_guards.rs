@@ -71,7 +71,7 @@ fn nan_logprobs_skip_the_step_blame_the_episode_and_leave_weights_and_version_al
     save_policy(tmp.path(), 1);
     let learner = learner(tmp.path(), config(), false, false);
     runtime().block_on(async {
-        let before = learner.state_dict().await.unwrap();
+        let before = learner.weights().await.unwrap();
         assert_eq!(before.version, 0);
         let mut batch = group(100, 0, 4, 0);
         batch[2].steps[0].logprobs[1] = f32::NAN;
@@ -90,7 +90,7 @@ fn nan_logprobs_skip_the_step_blame_the_episode_and_leave_weights_and_version_al
             (stats.policy_loss, stats.entropy, stats.grad_norm),
             (0.0, 0.0, 0.0)
         );
-        let after = learner.state_dict().await.unwrap();
+        let after = learner.weights().await.unwrap();
         assert_eq!(
             after.version, 0,
             "a skipped update must not advance the version"
@@ -110,7 +110,7 @@ fn nan_logprobs_skip_the_step_blame_the_episode_and_leave_weights_and_version_al
         let stats = learner.update(group(200, 0, 4, 0)).await.unwrap();
         assert_eq!(stats.skipped_steps, 0, "{stats:?}");
         assert!(stats.policy_updated && stats.version == 1, "{stats:?}");
-        let trained = learner.state_dict().await.unwrap();
+        let trained = learner.weights().await.unwrap();
         assert!(
             !same_weights(&after, &trained),
             "a clean step must move the weights"
@@ -142,7 +142,7 @@ fn a_nan_in_one_mini_batch_skips_only_that_step() {
         false,
     );
     runtime().block_on(async {
-        let before = learner.state_dict().await.unwrap();
+        let before = learner.weights().await.unwrap();
         let mut batch = group(300, 0, 4, 0);
         batch[3].steps[1].logprobs[0] = f32::NAN;
         let stats = learner.update(batch).await.unwrap();
@@ -162,7 +162,7 @@ fn a_nan_in_one_mini_batch_skips_only_that_step() {
             stats.entropy > 0.0 && stats.approx_kl.is_finite(),
             "{stats:?}"
         );
-        let after = learner.state_dict().await.unwrap();
+        let after = learner.weights().await.unwrap();
         assert!(!same_weights(&before, &after));
         assert!(after
             .tensors
@@ -178,7 +178,7 @@ fn non_finite_rewards_are_refused_naming_the_episode_before_anything_changes() {
     save_policy(tmp.path(), 3);
     let learner = learner(tmp.path(), config(), false, false);
     runtime().block_on(async {
-        let before = learner.state_dict().await.unwrap();
+        let before = learner.weights().await.unwrap();
         let mut batch = group(400, 0, 4, 0);
         batch[1].reward = f64::NAN;
         let err = learner.update(batch).await.unwrap_err().to_string();
@@ -193,7 +193,7 @@ fn non_finite_rewards_are_refused_naming_the_episode_before_anything_changes() {
             err.contains("trajectory 502 step 1") && err.contains("process reward is inf"),
             "{err}"
         );
-        let after = learner.state_dict().await.unwrap();
+        let after = learner.weights().await.unwrap();
         assert_eq!(after.version, 0);
         assert!(same_weights(&before, &after));
         // The learner is still serving, and trains on a clean batch.

@@ -14,7 +14,7 @@ use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle, TurnRequ
 use agent_r1_actors::learner::{AlgorithmConfig, Estimator, KlConfig, LearnerConfig, UpdateStats};
 use agent_r1_actors::model::{Placement, PolicyModel, SamplingParams};
 use agent_r1_actors::trajectory::Trajectory;
-use learner_common::{learner, runtime, save_policy, trajectory, TestStep, INIT};
+use learner_common::{runtime, save_policy, start_learner, trajectory, TestStep, INIT};
 use tch::{Kind, Tensor};
 
 /// Groups of this many trajectories, one turn each.
@@ -133,7 +133,7 @@ fn config(correction: RolloutCorrection) -> LearnerConfig {
 }
 
 async fn update(dir: &Path, batch: Vec<Trajectory>, correction: RolloutCorrection) -> UpdateStats {
-    let l = learner(dir, config(correction), false, false);
+    let l = start_learner(dir, config(correction), false, false).await;
     let stats = l.update(batch).await.unwrap();
     l.shutdown();
     stats

@@ -99,7 +99,7 @@ fn update(
     let learner = learner(tmp.path(), config(estimator), value_head, false);
     runtime().block_on(async {
         let stats = learner.update(batch).await.unwrap();
-        (stats, learner.state_dict().await.unwrap())
+        (stats, learner.weights().await.unwrap())
     })
 }
 
@@ -155,7 +155,7 @@ fn assert_same_update(estimator: Estimator, value_head: bool) {
     let tmp = tempfile::tempdir().unwrap();
     save_policy(tmp.path(), 3);
     let untouched = runtime()
-        .block_on(learner(tmp.path(), config(estimator), value_head, false).state_dict())
+        .block_on(learner(tmp.path(), config(estimator), value_head, false).weights())
         .unwrap();
     assert!(max_weight_diff(&wa, &untouched) > 1e-4);
 }

@@ -18,7 +18,7 @@ use std::time::Instant;
 use agent_r1_actors::algo::{RejectLevel, RolloutCorrection, WeightLevel};
 use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle, TurnRequest};
 use agent_r1_actors::learner::{
-    spawn_learner, AlgorithmConfig, Estimator, KlConfig, LearnerConfig, LearnerModels,
+    AlgorithmConfig, Estimator, KlConfig, LearnerConfig, LearnerModels, LearnerRef, LearnerStart,
 };
 use agent_r1_actors::model::generate::FinishReason;
 use agent_r1_actors::model::{LoraConfig, ModelConfig, Placement, PolicyModel, SamplingParams};
@@ -226,47 +226,46 @@ fn train_with_sampler(
         },
     )
     .unwrap();
-    // critic: None = no critic, Some(true) = value head on the policy, Some(false) = separate.
-    let (learner, _learner_join) = spawn_learner(
-        move || {
-            // The value head is not in the saved policy: it is initialised here, seeded.
-            let _guard = INIT.lock().unwrap_or_else(|e| e.into_inner());
-            tch::manual_seed(11);
-            let shared = critic == Some(true);
-            let mut policy = PolicyModel::load(&dir, Placement::default(), shared)?;
-            if let Some(lora) = &lora {
-                policy.add_lora(lora)?;
-            }
-            let critic = match critic {
-                Some(false) => Some(PolicyModel::load(&dir, Placement::default(), true)?),
-                _ => None,
-            };
-            Ok(LearnerModels {
-                policy,
-                critic,
-                reference: None,
-                teacher: None,
-                critic_prefix: None,
-            })
-        },
-        config,
-    )
-    .unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
+    // critic: None = no critic, Some(true) = value head on the policy, Some(false) = separate.
+    let load = move || {
+        // The value head is not in the saved policy: it is initialised here, seeded.
+        let _guard = INIT.lock().unwrap_or_else(|e| e.into_inner());
+        tch::manual_seed(11);
+        let shared = critic == Some(true);
+        let mut policy = PolicyModel::load(&dir, Placement::default(), shared)?;
+        if let Some(lora) = &lora {
+            policy.add_lora(lora)?;
+        }
+        let critic = match critic {
+            Some(false) => Some(PolicyModel::load(&dir, Placement::default(), true)?),
+            _ => None,
+        };
+        Ok(LearnerModels {
+            policy,
+            critic,
+            reference: None,
+            teacher: None,
+            critic_prefix: None,
+        })
+    };
+    let learner = rt
+        .block_on(LearnerRef::spawn(LearnerStart::new(load, config)))
+        .unwrap();
     let next_id = AtomicU64::new(0);
     let mut rewards = Vec::new();
     let mut mismatch_max = Vec::new();
-    let publish = |learner: &agent_r1_actors::learner::LearnerHandle, engine: &EngineHandle| {
+    let publish = |learner: &LearnerRef, engine: &EngineHandle| {
         let (learner, engine) = (learner.clone(), engine.clone());
         async move {
             if sampler_noise.is_none() {
                 return learner.publish(&engine).await.unwrap();
             }
-            let weights = learner.state_dict().await.unwrap();
+            let weights = learner.weights().await.unwrap();
             let version = weights.version;
             engine
                 .update_weights(version, sampler_weights(weights, sampler_noise))
@@ -317,7 +316,7 @@ fn train_with_sampler(
             assert_eq!(published, stats.version);
             if with_lora && u == 0 {
                 // Only the adapters travel: 2 layers x 7 projections x (A, B).
-                let sent = learner.state_dict().await.unwrap().tensors;
+                let sent = learner.weights().await.unwrap().tensors;
                 assert_eq!(sent.len(), 28);
                 assert!(sent.iter().all(|(name, _)| name.contains(".lora_")));
             }

@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle, TurnRequest};
 use agent_r1_actors::learner::{
-    spawn_learner, AlgorithmConfig, DistillCombine, DistillConfig, Estimator, KlConfig, Learner,
-    LearnerConfig, LearnerModels,
+    AlgorithmConfig, DistillCombine, DistillConfig, Estimator, KlConfig, Learner, LearnerConfig,
+    LearnerModels, LearnerRef, LearnerStart,
 };
 use agent_r1_actors::model::generate::FinishReason;
 use agent_r1_actors::model::{ModelConfig, Placement, PolicyModel, SamplingParams};
@@ -199,27 +199,26 @@ fn distillation_alone_takes_the_student_to_the_teachers_answers_without_a_reward
         }),
         ..Default::default()
     };
-    let (learner, _learner_join) = spawn_learner(
-        move || {
-            Ok(LearnerModels {
-                policy: PolicyModel::load(&student_dir, Placement::default(), false)?,
-                critic: None,
-                reference: None,
-                teacher: Some(PolicyModel::load(
-                    &teacher_dir,
-                    Placement::default(),
-                    false,
-                )?),
-                critic_prefix: None,
-            })
-        },
-        config,
-    )
-    .unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
+        .unwrap();
+    let load = move || {
+        Ok(LearnerModels {
+            policy: PolicyModel::load(&student_dir, Placement::default(), false)?,
+            critic: None,
+            reference: None,
+            teacher: Some(PolicyModel::load(
+                &teacher_dir,
+                Placement::default(),
+                false,
+            )?),
+            critic_prefix: None,
+        })
+    };
+    let learner = rt
+        .block_on(LearnerRef::spawn(LearnerStart::new(load, config)))
         .unwrap();
     let next_id = AtomicU64::new(0);
     let (mut right, mut kls) = (Vec::new(), Vec::new());

@@ -41,7 +41,7 @@ fn a_tensor_corrupted_in_transit_is_a_named_error_and_the_engine_keeps_its_weigh
     .unwrap();
     runtime().block_on(async {
         learner.update(group(0, 0, 4, 0)).await.unwrap();
-        let weights = learner.state_dict().await.unwrap();
+        let weights = learner.weights().await.unwrap();
         assert_eq!(weights.version, 1);
         assert_eq!(weights.digest.0.len(), weights.tensors.len());
 

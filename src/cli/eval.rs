@@ -296,12 +296,8 @@ pub(crate) fn run(a: EvalArgs, registries: &Registries) -> anyhow::Result<()> {
         placement,
         EngineConfig {
             max_batch_rows: concurrency,
-            max_context: r.max_context_length,
             seed: a.seed.unwrap_or(cfg.training.seed) as i64,
-            memory_fraction: r.memory_fraction,
-            cuda_graphs: r.cuda_graphs,
-            max_prefill_tokens: r.max_prefill_tokens,
-            ..Default::default()
+            ..cfg.engine_config()
         },
     )?;
     let knobs = RolloutKnobs {

@@ -121,26 +121,7 @@ pub(crate) fn start_engines(
     policy_dir: &Path,
     adapter: Option<&AdapterSource>,
 ) -> anyhow::Result<EngineSet> {
-    let r = &cfg.rollout;
-    // Deterministic: one row, no reuse, so no token's arithmetic depends on another's.
-    let (rows, kv_reuse) = match r.deterministic {
-        true => (1, false),
-        false => (r.concurrency.max(1), true),
-    };
-    // One seed for all: a token is drawn from (seed, episode, position), so what an episode
-    // samples does not depend on which engine it was routed to.
-    let config = EngineConfig {
-        max_batch_rows: rows,
-        max_context: r.max_context_length,
-        parked_kv_bytes: r.parked_kv_mib.saturating_mul(1 << 20),
-        prefault_parked_kv: r.prefault_parked_kv,
-        memory_fraction: r.memory_fraction,
-        cuda_graphs: r.cuda_graphs,
-        max_prefill_tokens: r.max_prefill_tokens,
-        seed: cfg.training.seed as i64,
-        kv_reuse,
-        ..Default::default()
-    };
+    let config = cfg.engine_config();
     let placements = cfg.engine_placements()?;
     let many = placements.len() > 1;
     let mut engines = Vec::new();

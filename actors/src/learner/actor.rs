@@ -1,7 +1,7 @@
-//! The learner as a supervised actor: [`LearnerActor`] owns the learner thread (it starts it,
-//! loading the models on it, and shuts it down when it stops) and takes batches, weight
-//! publications and checkpoints as messages. [`LearnerSupervisor`] watches it and reports
-//! why it failed. [`LearnerRef`] is what callers hold.
+//! The learner as a supervised actor, and [`LearnerRef`], the one way to reach it. The actor
+//! owns the learner thread ([`super::thread`]: it starts it, loading the models on it, and
+//! closes it when it stops) and passes each caller's command to it; the thread answers the
+//! caller. A supervisor watches the actor and keeps why it failed.
 //!
 //! A panic inside an update (libtorch raises through tch as panics) is answered to the caller,
 //! then fails the actor: the optimizer may have stepped some parameters and not others, so
@@ -19,8 +19,8 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent
 use tokio::sync::watch;
 
 use super::config::LearnerConfig;
-use super::handle::{spawn_learner_with, BeforeUpdate, LearnerHandle, PolicyWeights};
 use super::stats::UpdateStats;
+use super::thread::{self, BeforeUpdate, Command, PolicyWeights};
 use super::trainer::LearnerModels;
 use crate::engine_set::EngineSet;
 use crate::trajectory::Trajectory;
@@ -29,7 +29,7 @@ use crate::{Error, Result};
 /// Builds the learner's models; runs on the learner thread.
 pub type LoadModels = Box<dyn FnOnce() -> Result<LearnerModels> + Send>;
 
-/// What the learner actor starts from.
+/// What the learner starts from.
 pub struct LearnerStart {
     /// Builds the models (on the learner thread).
     pub load: LoadModels,
@@ -53,143 +53,68 @@ impl LearnerStart {
     }
 }
 
-/// Messages of the learner actor.
-pub enum LearnerMsg {
-    /// Train on one batch.
-    Update(Vec<Trajectory>, RpcReplyPort<Result<UpdateStats>>),
-    /// Send the current policy to the engine; the reply is the version published.
-    Publish(EngineSet, RpcReplyPort<Result<u64>>),
-    /// Copies of the current policy's weights, for a caller that sends them itself.
-    Weights(RpcReplyPort<Result<PolicyWeights>>),
-    /// The current policy version.
-    Version(RpcReplyPort<Result<u64>>),
-    /// Save the policy (and a separate critic) as Hugging Face directories under `dir`,
-    /// copying tokenizer files from `tokenizer_from`.
-    Save {
-        /// Where.
-        dir: PathBuf,
-        /// Tokenizer files to copy beside the weights.
-        tokenizer_from: Option<PathBuf>,
-        /// The answer.
-        reply: RpcReplyPort<Result<()>>,
-    },
-    /// Write the optimizers' state to a file.
-    SaveOptimizer(PathBuf, RpcReplyPort<Result<()>>),
-    /// Restore the optimizers' state from a file.
-    LoadOptimizer(PathBuf, RpcReplyPort<Result<()>>),
+/// Messages of the learner actor: a caller's command, passed on to the thread, or the
+/// thread's report that a command panicked.
+enum LearnerMsg {
+    Command(Command),
+    ThreadFailed(String),
 }
 
 // Local only: never sent to another node.
 impl ractor::Message for LearnerMsg {}
 
-/// The learner actor (see the module docs).
-pub struct LearnerActor;
-
-/// The learner actor's state: the thread it owns.
-pub struct LearnerActorState {
-    handle: LearnerHandle,
-    thread: std::thread::JoinHandle<()>,
-}
-
-impl LearnerActorState {
-    /// Why the learner cannot go on after answering `result`, if it cannot.
-    fn fatal<T>(&self, result: &Result<T>) -> Option<String> {
-        match result {
-            Err(e @ Error::Panicked { .. }) => Some(e.to_string()),
-            _ if self.thread.is_finished() => Some("the learner thread exited".into()),
-            _ => None,
-        }
-    }
-}
-
-/// Answers `reply` with `result`, then fails the actor if the learner cannot go on.
-fn answer<T: Send + 'static>(
-    state: &LearnerActorState,
-    reply: RpcReplyPort<Result<T>>,
-    result: Result<T>,
-) -> Result<(), ActorProcessingErr> {
-    let fatal = state.fatal(&result);
-    let _ = reply.send(result);
-    match fatal {
-        Some(why) => Err(why.into()),
-        None => Ok(()),
-    }
-}
+/// Owns the learner thread: starts it (loading the models on it), passes commands to it, and
+/// fails when it reports a panic, so that its supervisor sees the failure. When it stops, its
+/// state drops the command channel: the thread serves what is queued, then exits and frees
+/// the models.
+struct LearnerActor;
 
 impl Actor for LearnerActor {
     type Msg = LearnerMsg;
-    type State = LearnerActorState;
+    type State = crossbeam::channel::Sender<Command>;
     type Arguments = LearnerStart;
 
     async fn pre_start(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         start: LearnerStart,
     ) -> Result<Self::State, ActorProcessingErr> {
+        let report = move |why: String| {
+            let _ = myself.cast(LearnerMsg::ThreadFailed(why));
+        };
         // Loading reads checkpoints from disk: keep it off the runtime's threads.
-        let spawned = tokio::task::spawn_blocking(move || {
-            spawn_learner_with(start.load, start.config, start.before_update)
+        let started = tokio::task::spawn_blocking(move || {
+            thread::start(start.load, start.config, start.before_update, report)
         })
         .await?;
-        let (handle, thread) = spawned?;
-        Ok(LearnerActorState { handle, thread })
+        Ok(started?)
     }
 
     async fn handle(
         &self,
         _myself: ActorRef<Self::Msg>,
         message: Self::Msg,
-        state: &mut Self::State,
+        commands: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        use crossbeam::channel::TrySendError;
         match message {
-            LearnerMsg::Update(batch, reply) => {
-                let result = state.handle.update(batch).await;
-                answer(state, reply, result)
-            }
-            LearnerMsg::Publish(engine, reply) => {
-                let result = state.handle.publish(&engine).await;
-                answer(state, reply, result)
-            }
-            LearnerMsg::Weights(reply) => {
-                let result = state.handle.state_dict().await;
-                answer(state, reply, result)
-            }
-            LearnerMsg::Version(reply) => {
-                let result = state.handle.version().await;
-                answer(state, reply, result)
-            }
-            LearnerMsg::Save {
-                dir,
-                tokenizer_from,
-                reply,
-            } => {
-                let result = state.handle.save(dir, tokenizer_from).await;
-                answer(state, reply, result)
-            }
-            LearnerMsg::SaveOptimizer(path, reply) => {
-                let result = state.handle.save_optimizer(path).await;
-                answer(state, reply, result)
-            }
-            LearnerMsg::LoadOptimizer(path, reply) => {
-                let result = state.handle.load_optimizer(path).await;
-                answer(state, reply, result)
-            }
+            LearnerMsg::Command(command) => match commands.try_send(command) {
+                Ok(()) => Ok(()),
+                Err(TrySendError::Full(command)) => {
+                    command.refuse(Error::Overloaded("the learner queue".into()));
+                    Ok(())
+                }
+                // The thread has stopped and its report (`ThreadFailed`) is on its way: the
+                // caller, left unanswered, gets the supervisor's reason.
+                Err(TrySendError::Disconnected(_)) => Ok(()),
+            },
+            LearnerMsg::ThreadFailed(why) => Err(why.into()),
         }
-    }
-
-    async fn post_stop(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        state: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
-        // The thread finishes what is queued, then exits and frees the models.
-        state.handle.shutdown();
-        Ok(())
     }
 }
 
 /// Watches the learner actor: a failure is logged, counted and kept for callers.
-pub struct LearnerSupervisor;
+struct LearnerSupervisor;
 
 impl Actor for LearnerSupervisor {
     type Msg = ();
@@ -268,35 +193,37 @@ impl LearnerRef {
 
     /// Trains on one batch.
     pub async fn update(&self, batch: Vec<Trajectory>) -> Result<UpdateStats> {
-        self.call("a learner update", |r| LearnerMsg::Update(batch, r))
+        self.call("a learner update", |r| Command::Update(batch, r))
             .await
     }
 
-    /// Sends the current policy to the engine (every engine of a set), so its next tokens
+    /// Sends the current policy to the engine (every engine of a set), verified against the
+    /// learner's checksums ([`EngineSet::update_weights_verified`]), so its next tokens
     /// sample from it; returns the version published.
     pub async fn publish(&self, engine: impl Into<EngineSet>) -> Result<u64> {
         let engine = engine.into();
-        self.call("a weight publication", |r| LearnerMsg::Publish(engine, r))
-            .await
+        let weights = self.weights().await?;
+        engine
+            .update_weights_verified(weights.version, weights.tensors, weights.digest)
+            .await?;
+        Ok(weights.version)
     }
 
     /// Copies of the current policy's weights (no value head), their version and
     /// checksums: waits behind the learner's work in progress (an update) like any call.
     pub async fn weights(&self) -> Result<PolicyWeights> {
-        self.call("the learner's weights", LearnerMsg::Weights)
-            .await
+        self.call("the learner's weights", Command::Weights).await
     }
 
     /// The current policy version.
     pub async fn version(&self) -> Result<u64> {
-        self.call("the learner's version", LearnerMsg::Version)
-            .await
+        self.call("the learner's version", Command::Version).await
     }
 
     /// Saves the policy (and a separate critic under `dir/critic`) as Hugging Face
     /// directories, copying tokenizer files from `tokenizer_from`.
     pub async fn save(&self, dir: PathBuf, tokenizer_from: Option<PathBuf>) -> Result<()> {
-        self.call("a learner checkpoint", |reply| LearnerMsg::Save {
+        self.call("a learner checkpoint", |reply| Command::Save {
             dir,
             tokenizer_from,
             reply,
@@ -307,7 +234,7 @@ impl LearnerRef {
     /// Writes the optimizers' state (AdamW moments, step counts) to `path` (safetensors).
     pub async fn save_optimizer(&self, path: PathBuf) -> Result<()> {
         self.call("saving the optimizer state", |r| {
-            LearnerMsg::SaveOptimizer(path, r)
+            Command::SaveOptimizer(path, r)
         })
         .await
     }
@@ -315,7 +242,7 @@ impl LearnerRef {
     /// Restores the optimizers' state from a [`Self::save_optimizer`] file.
     pub async fn load_optimizer(&self, path: PathBuf) -> Result<()> {
         self.call("loading the optimizer state", |r| {
-            LearnerMsg::LoadOptimizer(path, r)
+            Command::LoadOptimizer(path, r)
         })
         .await
     }
@@ -333,8 +260,9 @@ impl LearnerRef {
     async fn call<T: Send + 'static>(
         &self,
         what: &str,
-        message: impl FnOnce(RpcReplyPort<Result<T>>) -> LearnerMsg,
+        command: impl FnOnce(RpcReplyPort<Result<T>>) -> Command,
     ) -> Result<T> {
+        let message = |reply| LearnerMsg::Command(command(reply));
         match self.actor.call(message, Some(self.timeout)).await {
             Ok(CallResult::Success(result)) => result,
             Ok(CallResult::Timeout) => Err(Error::Timeout {

@@ -1,7 +1,8 @@
 //! The synchronous learner: models, optimizers and the PPO-style update.
 //!
-//! It holds tensors, so it lives on one OS thread (see [`super::spawn_learner`] for the
-//! thread and its async handle); it is public for callers that already own such a thread.
+//! It holds tensors, so it lives on one OS thread (`super::thread`, reached through
+//! [`super::LearnerRef`]); it is public for callers that already own such a thread (the
+//! learner benchmark).
 
 use std::path::Path;
 use std::time::Instant;

@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use agent_r1_actors::learner::{
-    spawn_learner, LearnerConfig, LearnerHandle, LearnerModels, PolicyWeights, Reference,
+    LearnerConfig, LearnerModels, LearnerRef, LearnerStart, PolicyWeights, Reference,
 };
 use agent_r1_actors::model::generate::FinishReason;
 use agent_r1_actors::model::{ModelConfig, Placement, PolicyModel};
@@ -37,16 +37,47 @@ pub fn save_policy(dir: &Path, seed: i64) {
     model.save(dir, None).unwrap();
 }
 
-/// A learner thread over the policy in `dir`: with a value head on the trunk when
-/// `value_head`, and the same weights as a frozen reference when `reference`.
+/// A supervised learner over the policy in `dir` (as production starts it): with a value
+/// head on the trunk when `value_head`, and the same weights as a frozen reference when
+/// `reference`.
+pub async fn start_learner(
+    dir: &Path,
+    config: LearnerConfig,
+    value_head: bool,
+    reference: bool,
+) -> LearnerRef {
+    LearnerRef::spawn(LearnerStart::new(
+        load_models(dir, value_head, reference),
+        config,
+    ))
+    .await
+    .unwrap()
+}
+
+/// [`start_learner`] for a test outside async code: the learner's actors run on a runtime of
+/// their own, which lives as long as the learner; calls may be awaited on any runtime.
 pub fn learner(
     dir: &Path,
     config: LearnerConfig,
     value_head: bool,
     reference: bool,
-) -> LearnerHandle {
-    let (handle, _join) = spawn_learner(load_models(dir, value_head, reference), config).unwrap();
-    handle
+) -> TestLearner {
+    let rt = runtime();
+    let learner = rt.block_on(start_learner(dir, config, value_head, reference));
+    TestLearner { learner, _rt: rt }
+}
+
+/// A learner and the runtime its actors run on.
+pub struct TestLearner {
+    learner: LearnerRef,
+    _rt: tokio::runtime::Runtime,
+}
+
+impl std::ops::Deref for TestLearner {
+    type Target = LearnerRef;
+    fn deref(&self) -> &LearnerRef {
+        &self.learner
+    }
 }
 
 /// Loads the policy in `dir` (with a value head on the trunk when `value_head`) and, when
