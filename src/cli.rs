@@ -5,7 +5,7 @@
 //! Library crates return typed errors; here they become one line on stderr and exit code 2,
 //! so scripts can tell a usage or input error from a crash.
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::registries::Registries;
 
@@ -92,6 +92,12 @@ enum Command {
     /// Benchmarks that print figures.
     #[command(subcommand)]
     Bench(bench::BenchCmd),
+}
+
+/// The command line's definition (every subcommand and its arguments), for checking a command
+/// line without running it: `definition().try_get_matches_from(args)`.
+pub fn definition() -> clap::Command {
+    Cli::command()
 }
 
 /// Runs the `agent-r1` command line with `registries`: parses the process's arguments, runs
