@@ -11,7 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_r1_actors::chat_template::{ChatTemplate, TemplateVars, QWEN2_5_CHAT_TEMPLATE};
-use agent_r1_actors::engine::{start_supervised, EngineConfig, EngineHandle, EngineRestartPolicy};
+use agent_r1_actors::engine::{
+    start_supervised, EngineConfig, EngineFaults, EngineHandle, EngineRestartPolicy,
+};
 use agent_r1_actors::engine_set::EngineSet;
 use agent_r1_actors::model::lora::AdapterSource;
 use agent_r1_actors::model::presets::{preset, shape, PRESETS};
@@ -106,13 +108,15 @@ pub fn synthetic(
 }
 
 /// Starts the engine on a model directory, under its actor on `rt`: a crashed engine thread
-/// is replaced on a fresh load of the same directory ([`start_supervised`]).
+/// is replaced on a fresh load of the same directory ([`start_supervised`]). `faults`: a
+/// fault-injection plan (`train`'s `--inject-*` flags); `None` otherwise.
 pub fn engine(
     rt: &tokio::runtime::Handle,
     model: &Path,
     adapter: Option<&AdapterSource>,
     placement: Placement,
     config: EngineConfig,
+    faults: Option<EngineFaults>,
 ) -> anyhow::Result<EngineHandle> {
     let dir: PathBuf = model.to_path_buf();
     let adapter = adapter.cloned();
@@ -126,6 +130,7 @@ pub fn engine(
             None,
             config,
             EngineRestartPolicy::default(),
+            faults,
         ))
         .with_context(|| format!("starting the engine on {}", model.display()))?;
     if planned || placement.device.is_cuda() {

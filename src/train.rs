@@ -66,6 +66,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use agent_r1_actors::engine::EngineFaults;
 use agent_r1_actors::engine_set::EngineSet;
 use agent_r1_actors::learner::LearnerRef;
 use agent_r1_actors::runtime::{CallLedger, LiveBoard, RolloutSetup};
@@ -204,6 +205,8 @@ struct Run {
     started: Instant,
     stall: StallWatch,
     faults: Faults,
+    /// The plan the engines read when `faults` reaches them.
+    engine_faults: Option<EngineFaults>,
     /// Finished tool calls, kept for the episodes a resume would sample again.
     journal: Arc<CallJournal>,
     /// Remote workers, when `[cluster] listen` is set.
@@ -280,7 +283,14 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<RunSummary> {
         HfTokenizer::from_dir(&start.policy_dir)?
             .with_template_kwargs(cfg.model.chat_template_kwargs.clone())?,
     );
-    let engine = start_engines(rt.handle(), &cfg, &start.policy_dir, start.adapter.as_ref())?;
+    let engine_faults = args.faults.engine_plan();
+    let engine = start_engines(
+        rt.handle(),
+        &cfg,
+        &start.policy_dir,
+        start.adapter.as_ref(),
+        engine_faults.as_ref(),
+    )?;
     stall.engine(engine.stall_probe());
     // The asymmetric critic's prefix, checked on every task with the policy's tokenizer
     // before anything trains.
@@ -353,6 +363,7 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<RunSummary> {
         started,
         stall,
         faults: args.faults.clone(),
+        engine_faults,
         journal,
         failed_batches: 0,
     };

@@ -12,6 +12,7 @@
 //! tokens) and the version it finished under.
 
 mod decode_graph;
+mod faults;
 mod kv_pool;
 mod parked;
 mod slots;
@@ -25,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use tch::Tensor;
 use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
 
+pub use faults::EngineFaults;
 pub use supervisor::{start_supervised, EngineMsg, EngineRestartPolicy, LoadModel};
 
 use crate::model::generate::FinishReason;
@@ -297,12 +299,6 @@ pub(crate) enum Command {
         reply: oneshot::Sender<Result<()>>,
     },
     Stats(oneshot::Sender<EngineStats>),
-    /// Fault injection: the thread stops stepping (it blocks until the process exits).
-    Hang,
-    /// Fault injection: the thread panics after this many more steps.
-    PanicAfterSteps(u64),
-    /// Fault injection: the thread panics on its next weight update, before applying it.
-    PanicOnNextUpdate,
     /// Test control: the thread stops stepping after this many more steps (0: before the
     /// next one) and only handles commands until [`Command::Resume`].
     PauseAfterSteps(u64),
@@ -346,7 +342,13 @@ pub fn spawn_engine(
     let (tx, rx) = crossbeam::channel::bounded(config.max_pending + 64);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let handle = EngineHandle::new(tx, &config);
-    let start = worker::Start::new(tokenizer, config, rx.clone(), handle.heartbeat.clone());
+    let start = worker::Start::new(
+        tokenizer,
+        config,
+        rx.clone(),
+        handle.heartbeat.clone(),
+        None,
+    );
     let failure = handle.failure.clone();
     let join = std::thread::Builder::new()
         .name("agent-r1-engine".into())
@@ -482,27 +484,6 @@ impl EngineHandle {
     /// running) and the engine thread has not gone round its loop since.
     pub fn stall_probe(&self) -> Arc<dyn Probe> {
         Arc::new(EngineProbe(self.clone()))
-    }
-
-    /// Fault injection (tests, `train --inject-hang engine`): the engine thread stops
-    /// stepping for good, as a hung kernel or a deadlock would leave it.
-    #[doc(hidden)]
-    pub fn inject_hang(&self) -> Result<()> {
-        self.send_control(Command::Hang)
-    }
-
-    /// Fault injection (tests, `train --inject-engine-panic`): the engine thread panics after
-    /// `steps` more steps, as a libtorch error raised through tch would.
-    #[doc(hidden)]
-    pub fn inject_panic_after(&self, steps: u64) -> Result<()> {
-        self.send_control(Command::PanicAfterSteps(steps))
-    }
-
-    /// Fault injection (tests): the engine thread panics on its next weight update, before
-    /// applying it, as a libtorch error while copying the tensors would.
-    #[doc(hidden)]
-    pub fn inject_panic_on_next_update(&self) -> Result<()> {
-        self.send_control(Command::PanicOnNextUpdate)
     }
 
     /// Test control: the engine thread stops stepping after `steps` more steps (0: before

@@ -303,25 +303,6 @@ impl EngineSet {
         Arc::new(SetProbe { probes })
     }
 
-    /// Fault injection: every engine stops stepping ([`EngineHandle::inject_hang`]).
-    #[doc(hidden)]
-    pub fn inject_hang(&self) -> Result<()> {
-        self.inner
-            .engines
-            .iter()
-            .try_for_each(|m| m.handle.inject_hang())
-    }
-
-    /// Fault injection: every engine's thread panics after `steps` more steps
-    /// ([`EngineHandle::inject_panic_after`]).
-    #[doc(hidden)]
-    pub fn inject_panic_after(&self, steps: u64) -> Result<()> {
-        self.inner
-            .engines
-            .iter()
-            .try_for_each(|m| m.handle.inject_panic_after(steps))
-    }
-
     /// The engines whose thread was restarted, as they restart (each one again after each
     /// restart). A restarted engine admits no turn until it is sent the weights it served
     /// before, so whoever owns the weights reads this and sends them. Forwarding stops when

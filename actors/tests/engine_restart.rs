@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_r1_actors::engine::{
-    spawn_engine, start_supervised, EngineConfig, EngineHandle, EngineRestartPolicy, LoadModel,
-    TurnOutput, TurnRequest,
+    spawn_engine, start_supervised, EngineConfig, EngineFaults, EngineHandle, EngineRestartPolicy,
+    LoadModel, TurnOutput, TurnRequest,
 };
 use agent_r1_actors::engine_set::EngineSet;
 use agent_r1_actors::model::{Placement, PolicyModel, SamplingParams};
@@ -75,13 +75,23 @@ fn policy(max_restarts: u32) -> EngineRestartPolicy {
 }
 
 /// A supervised engine that restarts its thread at most `max_restarts` times, serving
-/// [`later_weights`] as version 1.
-async fn supervised_at_version_1(dir: &Path, max_restarts: u32) -> (EngineHandle, impl Sized) {
-    let (engine, actor) = start_supervised(loader(dir), None, config(), policy(max_restarts))
-        .await
-        .unwrap();
+/// [`later_weights`] as version 1, with the fault plan it reads.
+async fn supervised_at_version_1(
+    dir: &Path,
+    max_restarts: u32,
+) -> (EngineHandle, EngineFaults, impl Sized) {
+    let faults = EngineFaults::new();
+    let (engine, actor) = start_supervised(
+        loader(dir),
+        None,
+        config(),
+        policy(max_restarts),
+        Some(faults.clone()),
+    )
+    .await
+    .unwrap();
     engine.update_weights(1, later_weights(dir)).await.unwrap();
-    (engine, actor)
+    (engine, faults, actor)
 }
 
 async fn wait_for_restarts(engine: &EngineHandle, n: u64) {
@@ -123,15 +133,22 @@ fn a_crashed_engine_thread_is_replaced_and_its_turns_finish_under_the_weights_it
     reference.shutdown();
 
     let outputs: Vec<TurnOutput> = rt.block_on(async {
-        let (engine, _actor) = start_supervised(loader(tmp.path()), None, config(), policy(3))
-            .await
-            .unwrap();
+        let faults = EngineFaults::new();
+        let (engine, _actor) = start_supervised(
+            loader(tmp.path()),
+            None,
+            config(),
+            policy(3),
+            Some(faults.clone()),
+        )
+        .await
+        .unwrap();
         engine
             .update_weights(3, later_weights(tmp.path()))
             .await
             .unwrap();
         // Counted in steps that have work, so the panic fires with turns decoding.
-        engine.inject_panic_after(3).unwrap();
+        faults.panic_after(3);
         let turns = tokio::spawn({
             let engine = engine.clone();
             let requests = requests.clone();
@@ -203,16 +220,16 @@ fn a_turn_in_two_crashes_fails_and_too_many_crashes_stop_the_engine_with_the_rea
     make_model(tmp.path());
     let rt = runtime();
     rt.block_on(async {
-        let (engine, _actor) = supervised_at_version_1(tmp.path(), 2).await;
+        let (engine, faults, _actor) = supervised_at_version_1(tmp.path(), 2).await;
         let long_turn = tokio::spawn({
             let engine = engine.clone();
             async move { engine.generate(turn(7, 200)).await }
         });
-        engine.inject_panic_after(2).unwrap();
+        faults.panic_after(2);
         // The replacement holds every turn until it has version 1 again; the next crash is
         // armed before that, so it fires while the same turn decodes.
         wait_for_restarts(&engine, 1).await;
-        engine.inject_panic_after(2).unwrap();
+        faults.panic_after(2);
         engine
             .update_weights(1, later_weights(tmp.path()))
             .await
@@ -237,7 +254,7 @@ fn a_turn_in_two_crashes_fails_and_too_many_crashes_stop_the_engine_with_the_rea
             let engine = engine.clone();
             async move { engine.generate(turn(9, 200)).await }
         });
-        engine.inject_panic_after(2).unwrap();
+        faults.panic_after(2);
         let err = doomed.await.unwrap().unwrap_err();
         let gave_up = |e: &Error| matches!(e, Error::EngineStopped(m) if m.contains("crashed 3 times within"));
         assert!(gave_up(&err), "{err}");
@@ -264,10 +281,10 @@ fn a_crash_during_a_weight_update_is_a_restart_not_a_stopped_engine() {
     make_model(tmp.path());
     let rt = runtime();
     rt.block_on(async {
-        let (engine, _actor) = supervised_at_version_1(tmp.path(), 3).await;
+        let (engine, faults, _actor) = supervised_at_version_1(tmp.path(), 3).await;
         // One engine's own answer: the update was not applied, and it says the thread
         // restarted rather than that the engine stopped.
-        engine.inject_panic_on_next_update().unwrap();
+        faults.panic_on_next_update();
         let err = engine
             .update_weights(2, later_weights(tmp.path()))
             .await
@@ -285,7 +302,7 @@ fn a_crash_during_a_weight_update_is_a_restart_not_a_stopped_engine() {
         // `train`'s republisher does.
         let set = EngineSet::from(&engine);
         let mut restarted = set.restarted();
-        engine.inject_panic_on_next_update().unwrap();
+        faults.panic_on_next_update();
         set.update_weights(2, later_weights(tmp.path()))
             .await
             .expect("a restart during the update is not a failed publication");
@@ -313,8 +330,8 @@ fn a_crash_during_a_weight_update_past_the_restart_budget_fails_the_publication(
     rt.block_on(async {
         // No restart allowed: the first crash stops the engine for good, which the
         // supervisor decides only after the update's reply was dropped.
-        let (engine, _actor) = supervised_at_version_1(tmp.path(), 0).await;
-        engine.inject_panic_on_next_update().unwrap();
+        let (engine, faults, _actor) = supervised_at_version_1(tmp.path(), 0).await;
+        faults.panic_on_next_update();
         let err = EngineSet::from(&engine)
             .update_weights(2, later_weights(tmp.path()))
             .await
@@ -337,6 +354,7 @@ fn a_model_that_cannot_load_fails_the_start_with_the_loader_error() {
             None,
             config(),
             policy(3),
+            None,
         ))
         .unwrap_err();
     assert!(err.to_string().contains("missing"), "{err}");

@@ -299,6 +299,7 @@ pub(crate) fn run(a: EvalArgs, registries: &Registries) -> anyhow::Result<()> {
             seed: a.seed.unwrap_or(cfg.training.seed) as i64,
             ..cfg.engine_config()
         },
+        None,
     )?;
     let knobs = RolloutKnobs {
         concurrency,

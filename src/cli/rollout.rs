@@ -229,6 +229,7 @@ fn execute(
             max_prefill_tokens: a.max_prefill_tokens as usize,
             ..Default::default()
         },
+        None,
     )?;
     let knobs = RolloutKnobs {
         concurrency: a.concurrency,

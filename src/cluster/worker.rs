@@ -257,7 +257,7 @@ pub async fn run(
                 ),
                 None => (first.clone(), None),
             };
-            let engine = start_engines(&rt, &cfg, &model_dir, adapter.as_ref())?;
+            let engine = start_engines(&rt, &cfg, &model_dir, adapter.as_ref(), None)?;
             let tokenizer = Arc::new(
                 HfTokenizer::from_dir(&model_dir)?
                     .with_template_kwargs(cfg.model.chat_template_kwargs.clone())?,

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use agent_r1_actors::engine::EngineConfig;
+use agent_r1_actors::engine::{EngineConfig, EngineFaults};
 use agent_r1_actors::engine_set::EngineSet;
 use agent_r1_actors::learner::{
     BeforeUpdate, CriticPrefix, LearnerModels, LearnerRef, LearnerStart, Reference, CRITIC_DIR,
@@ -114,12 +114,14 @@ pub(super) fn resume_point(
 }
 
 /// The engines over the start policy (one per `rollout.devices` entry, else one on
-/// `model.device`), each sized from `[rollout]`.
+/// `model.device`), each sized from `[rollout]`, all reading `faults` when given (fault
+/// injection).
 pub(crate) fn start_engines(
     rt: &tokio::runtime::Handle,
     cfg: &TrainConfig,
     policy_dir: &Path,
     adapter: Option<&AdapterSource>,
+    faults: Option<&EngineFaults>,
 ) -> anyhow::Result<EngineSet> {
     let config = cfg.engine_config();
     let placements = cfg.engine_placements()?;
@@ -130,7 +132,7 @@ pub(crate) fn start_engines(
             metrics_label: i.to_string(),
             ..config.clone()
         };
-        let engine = setup::engine(rt, policy_dir, adapter, placement, config)
+        let engine = setup::engine(rt, policy_dir, adapter, placement, config, faults.cloned())
             .with_context(|| format!("engine {i} on {label}"))?;
         if many {
             eprintln!("engine {i} on {label}");

@@ -8,6 +8,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_r1_actors::engine::EngineFaults;
 use agent_r1_envs::env::{Env, Score, TurnOutcome};
 use agent_r1_envs::message::Message;
 use agent_r1_envs::task::Task;
@@ -83,6 +84,15 @@ pub struct Faults {
 }
 
 impl Faults {
+    /// The plan the engines read, when a fault is to reach them.
+    pub(crate) fn engine_plan(&self) -> Option<EngineFaults> {
+        let engine_faults = self.hang == Some(HangStage::Engine)
+            || self.hang == Some(HangStage::Publication)
+            || self.engine_hang_after_updates.is_some()
+            || self.engine_panic_after_steps.is_some();
+        engine_faults.then(EngineFaults::new)
+    }
+
     /// Whether `stage` is the one made to hang.
     pub(crate) fn hangs(&self, stage: HangStage) -> bool {
         self.hang == Some(stage)

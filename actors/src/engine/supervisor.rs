@@ -25,7 +25,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::oneshot;
 
 use super::worker::{self, give_up_turns, Exit, Start};
-use super::{check_config, Command, EngineConfig, EngineHandle, EngineStats};
+use super::{check_config, Command, EngineConfig, EngineFaults, EngineHandle, EngineStats};
 use crate::model::PolicyModel;
 use crate::tokenizer::HfTokenizer;
 use crate::{Error, Result};
@@ -82,17 +82,21 @@ struct EngineState {
     rx: Receiver<Command>,
     handle: EngineHandle,
     policy: EngineRestartPolicy,
+    /// Faults to inject, read by every thread this actor starts.
+    faults: Option<EngineFaults>,
     crashes: VecDeque<Instant>,
     served: bool,
 }
 
 /// Starts the engine thread under an engine actor; returns once the model is loaded, or with
-/// the loading error. See the module docs for what a restart keeps.
+/// the loading error. See the module docs for what a restart keeps. `faults` is a
+/// fault-injection plan (tests, benchmarks); `None` in production.
 pub async fn start_supervised(
     load: LoadModel,
     tokenizer: Option<Arc<HfTokenizer>>,
     config: EngineConfig,
     policy: EngineRestartPolicy,
+    faults: Option<EngineFaults>,
 ) -> Result<(EngineHandle, ActorRef<EngineMsg>)> {
     check_config(&config)?;
     let (tx, rx) = crossbeam::channel::bounded(config.max_pending + 64);
@@ -105,6 +109,7 @@ pub async fn start_supervised(
         rx,
         handle: handle.clone(),
         policy,
+        faults,
         crashes: VecDeque::new(),
         served: false,
     };
@@ -155,6 +160,7 @@ impl EngineState {
                 self.config.clone(),
                 self.rx.clone(),
                 self.handle.heartbeat.clone(),
+                self.faults.clone(),
             )
         }
     }

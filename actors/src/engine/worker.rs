@@ -9,6 +9,7 @@ use tch::{Kind, Tensor};
 use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
 use super::decode_graph::DecodeGraphs;
+use super::faults::{EngineFaults, FaultReader};
 use super::kv_pool::KvPool;
 use super::parked::{ParkedStore, SpareSlots};
 use super::slots::{ParkedKv, SlotCache};
@@ -102,6 +103,8 @@ struct Worker {
     version: u64,
     /// See [`Start::hold_until`].
     hold_until: u64,
+    /// The fault plan as this thread has read it (tests and fault-injection flags).
+    faults: Option<FaultReader>,
     /// Fault injection: the thread panics after this many more steps.
     panic_after_steps: Option<u64>,
     /// Fault injection: the thread panics on its next weight update.
@@ -176,6 +179,8 @@ pub(super) struct Start {
     /// version the predecessor served: a restarted thread starts from the loaded weights,
     /// and sampling with them would be sampling with a policy the run has left behind).
     pub(super) hold_until: u64,
+    /// Faults to inject (tests and fault-injection flags); `None` in production.
+    pub(super) faults: Option<EngineFaults>,
 }
 
 impl Start {
@@ -185,6 +190,7 @@ impl Start {
         config: EngineConfig,
         rx: Receiver<Command>,
         heartbeat: Arc<Heartbeat>,
+        faults: Option<EngineFaults>,
     ) -> Self {
         Self {
             tokenizer,
@@ -194,6 +200,7 @@ impl Start {
             carried: Vec::new(),
             stats: EngineStats::default(),
             hold_until: 0,
+            faults,
         }
     }
 }
@@ -287,6 +294,7 @@ pub(super) fn run(
         carried,
         mut stats,
         hold_until,
+        faults,
     } = start;
     let not_started = |reason: String, carried, stats| Exit {
         reason,
@@ -397,6 +405,7 @@ pub(super) fn run(
         stats,
         version: 0,
         hold_until,
+        faults: faults.as_ref().map(EngineFaults::reader),
         panic_after_steps: None,
         panic_on_update: false,
         pause_after_steps: None,
@@ -469,6 +478,7 @@ impl Worker {
                     return Ok(());
                 }
             }
+            self.arm_faults();
             // Only steps with turns to run count towards a pause or an injected panic: a pass
             // that only handled commands (a stats request, say) is not a step.
             let has_work = !self.running.is_empty() || !(self.waiting.is_empty() || self.held());
@@ -486,6 +496,26 @@ impl Worker {
                 }
             }
             self.window.export_if_due(&self.stats);
+        }
+    }
+
+    /// Takes what the fault plan armed since the last look: a hang stops the thread here for
+    /// good; a panic is armed for a step count or the next weight update.
+    fn arm_faults(&mut self) {
+        let Some(faults) = self.faults.as_mut() else {
+            return;
+        };
+        if faults.hang() {
+            tracing::warn!("fault injection: the engine thread stops stepping");
+            loop {
+                std::thread::park();
+            }
+        }
+        if let Some(steps) = faults.panic_after() {
+            self.panic_after_steps = Some(steps);
+        }
+        if faults.panic_on_update() {
+            self.panic_on_update = true;
         }
     }
 
@@ -511,6 +541,7 @@ impl Worker {
                 digest,
                 reply,
             } => {
+                self.arm_faults();
                 if std::mem::take(&mut self.panic_on_update) {
                     panic!("fault injection: the engine thread panics during a weight update");
                 }
@@ -520,14 +551,6 @@ impl Worker {
             Command::Stats(reply) => {
                 let _ = reply.send(self.snapshot());
             }
-            Command::Hang => {
-                tracing::warn!("fault injection: the engine thread stops stepping");
-                loop {
-                    std::thread::park();
-                }
-            }
-            Command::PanicAfterSteps(steps) => self.panic_after_steps = Some(steps.max(1)),
-            Command::PanicOnNextUpdate => self.panic_on_update = true,
             Command::PauseAfterSteps(steps) => self.pause_after_steps = Some(steps),
             Command::Resume => self.pause_after_steps = None,
             Command::Shutdown => return Ok(false),
