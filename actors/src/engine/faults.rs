@@ -3,8 +3,9 @@
 //! make an engine fail on purpose: the engine's handle has no such method.
 //!
 //! The engines that share a plan each read it between decode steps (and before a weight
-//! update): a fault armed once fires once in each of them. A thread that replaces a crashed
-//! one does not fire what was armed before it started.
+//! update): a fault armed once fires once in each of them, and not in an engine started
+//! after it was armed. A thread that replaces a crashed one reads on where its predecessor
+//! stopped: what fired before the crash does not fire again, what was armed since does.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -47,22 +48,25 @@ impl EngineFaults {
         self.0.panic_on_update_armed.fetch_add(1, Ordering::Release);
     }
 
-    /// What one engine thread has seen of the plan: nothing armed before it started fires.
-    pub(crate) fn reader(&self) -> FaultReader {
-        FaultReader {
+    /// One engine's view of the plan (shared by the threads that replace each other in it):
+    /// nothing armed before this call fires.
+    pub(crate) fn reader(&self) -> Arc<FaultReader> {
+        Arc::new(FaultReader {
             plan: self.clone(),
-            panic_after_seen: self.0.panic_after_armed.load(Ordering::Acquire),
-            panic_on_update_seen: self.0.panic_on_update_armed.load(Ordering::Acquire),
-        }
+            panic_after_seen: AtomicU64::new(self.0.panic_after_armed.load(Ordering::Acquire)),
+            panic_on_update_seen: AtomicU64::new(
+                self.0.panic_on_update_armed.load(Ordering::Acquire),
+            ),
+        })
     }
 }
 
-/// One engine thread's view of a plan.
+/// One engine's view of a plan: what it has taken so far.
 #[derive(Debug)]
 pub(crate) struct FaultReader {
     plan: EngineFaults,
-    panic_after_seen: u64,
-    panic_on_update_seen: u64,
+    panic_after_seen: AtomicU64,
+    panic_on_update_seen: AtomicU64,
 }
 
 impl FaultReader {
@@ -72,20 +76,16 @@ impl FaultReader {
     }
 
     /// The steps before a panic, when one was armed since the last call.
-    pub(crate) fn panic_after(&mut self) -> Option<u64> {
+    pub(crate) fn panic_after(&self) -> Option<u64> {
         let armed = self.plan.0.panic_after_armed.load(Ordering::Acquire);
-        (armed != self.panic_after_seen).then(|| {
-            self.panic_after_seen = armed;
-            self.plan.0.panic_after_steps.load(Ordering::Relaxed)
-        })
+        let seen = self.panic_after_seen.swap(armed, Ordering::AcqRel);
+        (armed != seen).then(|| self.plan.0.panic_after_steps.load(Ordering::Relaxed))
     }
 
     /// Whether a panic on the next weight update was armed since the last call.
-    pub(crate) fn panic_on_update(&mut self) -> bool {
+    pub(crate) fn panic_on_update(&self) -> bool {
         let armed = self.plan.0.panic_on_update_armed.load(Ordering::Acquire);
-        let fresh = armed != self.panic_on_update_seen;
-        self.panic_on_update_seen = armed;
-        fresh
+        self.panic_on_update_seen.swap(armed, Ordering::AcqRel) != armed
     }
 }
 
@@ -96,14 +96,14 @@ mod tests {
     #[test]
     fn a_fault_armed_once_fires_once_in_each_reader_and_not_in_a_later_one() {
         let plan = EngineFaults::new();
-        let (mut a, mut b) = (plan.reader(), plan.reader());
+        let (a, b) = (plan.reader(), plan.reader());
         assert_eq!(
             (a.panic_after(), a.panic_on_update(), a.hang()),
             (None, false, false)
         );
         plan.panic_after(0);
         plan.panic_on_next_update();
-        let mut late = plan.reader();
+        let late = plan.reader();
         assert_eq!(a.panic_after(), Some(1), "at least one step");
         assert_eq!(a.panic_after(), None, "fires once");
         assert_eq!(b.panic_after(), Some(1), "in each reader");

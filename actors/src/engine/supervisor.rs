@@ -24,6 +24,7 @@ use crossbeam::channel::Receiver;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::oneshot;
 
+use super::faults::FaultReader;
 use super::worker::{self, give_up_turns, Exit, Start};
 use super::{check_config, Command, EngineConfig, EngineFaults, EngineHandle, EngineStats};
 use crate::model::PolicyModel;
@@ -82,8 +83,8 @@ struct EngineState {
     rx: Receiver<Command>,
     handle: EngineHandle,
     policy: EngineRestartPolicy,
-    /// Faults to inject, read by every thread this actor starts.
-    faults: Option<EngineFaults>,
+    /// The engine's view of its fault plan, handed from each thread to its replacement.
+    faults: Option<Arc<FaultReader>>,
     crashes: VecDeque<Instant>,
     served: bool,
 }
@@ -109,7 +110,7 @@ pub async fn start_supervised(
         rx,
         handle: handle.clone(),
         policy,
-        faults,
+        faults: faults.as_ref().map(EngineFaults::reader),
         crashes: VecDeque::new(),
         served: false,
     };

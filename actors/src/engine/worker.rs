@@ -9,7 +9,7 @@ use tch::{Kind, Tensor};
 use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
 use super::decode_graph::DecodeGraphs;
-use super::faults::{EngineFaults, FaultReader};
+use super::faults::FaultReader;
 use super::kv_pool::KvPool;
 use super::parked::{ParkedStore, SpareSlots};
 use super::slots::{ParkedKv, SlotCache};
@@ -104,7 +104,7 @@ struct Worker {
     /// See [`Start::hold_until`].
     hold_until: u64,
     /// The fault plan as this thread has read it (tests and fault-injection flags).
-    faults: Option<FaultReader>,
+    faults: Option<Arc<FaultReader>>,
     /// Fault injection: the thread panics after this many more steps.
     panic_after_steps: Option<u64>,
     /// Fault injection: the thread panics on its next weight update.
@@ -179,8 +179,9 @@ pub(super) struct Start {
     /// version the predecessor served: a restarted thread starts from the loaded weights,
     /// and sampling with them would be sampling with a policy the run has left behind).
     pub(super) hold_until: u64,
-    /// Faults to inject (tests and fault-injection flags); `None` in production.
-    pub(super) faults: Option<EngineFaults>,
+    /// The engine's view of its fault plan (tests and fault-injection flags), carried from
+    /// thread to thread; `None` in production.
+    pub(super) faults: Option<Arc<FaultReader>>,
 }
 
 impl Start {
@@ -190,7 +191,7 @@ impl Start {
         config: EngineConfig,
         rx: Receiver<Command>,
         heartbeat: Arc<Heartbeat>,
-        faults: Option<EngineFaults>,
+        faults: Option<Arc<FaultReader>>,
     ) -> Self {
         Self {
             tokenizer,
@@ -405,7 +406,7 @@ pub(super) fn run(
         stats,
         version: 0,
         hold_until,
-        faults: faults.as_ref().map(EngineFaults::reader),
+        faults,
         panic_after_steps: None,
         panic_on_update: false,
         pause_after_steps: None,
@@ -502,7 +503,7 @@ impl Worker {
     /// Takes what the fault plan armed since the last look: a hang stops the thread here for
     /// good; a panic is armed for a step count or the next weight update.
     fn arm_faults(&mut self) {
-        let Some(faults) = self.faults.as_mut() else {
+        let Some(faults) = &self.faults else {
             return;
         };
         if faults.hang() {
