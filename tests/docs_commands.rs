@@ -263,3 +263,27 @@ fn the_checks_catch_a_wrong_flag_a_wrong_subcommand_and_a_missing_example() {
     );
     assert!(missing_examples(&args("agent-r1 train --config examples/demo.toml")).is_empty());
 }
+
+#[test]
+fn trains_usage_line_shows_the_users_flags_and_no_fault_injection() {
+    let mut command = agent_r1::cli::definition();
+    let train = command.find_subcommand_mut("train").unwrap();
+    let usage = train.render_usage().to_string();
+    assert!(
+        usage.contains("--config") && usage.contains("--preset"),
+        "{usage}"
+    );
+    assert!(
+        !usage.contains("inject") && !usage.contains("delay"),
+        "{usage}"
+    );
+    let parse = |args: &[&str]| {
+        let argv = std::iter::once("agent-r1").chain(args.iter().copied());
+        agent_r1::cli::definition().try_get_matches_from(argv)
+    };
+    assert!(parse(&["train", "--config", "examples/demo.toml"]).is_ok());
+    assert!(parse(&["train", "--preset", "demo", "--out", "runs/x"]).is_ok());
+    // One of --config and --preset, as before.
+    assert!(parse(&["train", "--out", "runs/x"]).is_err());
+    assert!(parse(&["train", "--config", "a.toml", "--preset", "demo"]).is_err());
+}

@@ -11,7 +11,8 @@ use crate::train::{self, ConfigSource, TrainArgs};
 
 /// Flags of `agent-r1 train`.
 #[derive(Debug, clap::Args)]
-#[group(id = "source", required = true, args = ["config", "preset"])]
+#[group(skip)]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["config", "preset"])))]
 pub(crate) struct TrainCmdArgs {
     /// The training config (see examples/*.toml and `check-config`).
     #[arg(long)]
