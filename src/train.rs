@@ -205,8 +205,9 @@ struct Run {
     started: Instant,
     stall: StallWatch,
     faults: Faults,
-    /// The plan the engines read when `faults` reaches them.
-    engine_faults: Option<EngineFaults>,
+    /// The plan the engines read (handed to them when `faults` has any fault; the update
+    /// loop arms it at the moments `faults` names).
+    engine_faults: EngineFaults,
     /// Finished tool calls, kept for the episodes a resume would sample again.
     journal: Arc<CallJournal>,
     /// Remote workers, when `[cluster] listen` is set.
@@ -283,13 +284,13 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<RunSummary> {
         HfTokenizer::from_dir(&start.policy_dir)?
             .with_template_kwargs(cfg.model.chat_template_kwargs.clone())?,
     );
-    let engine_faults = args.faults.engine_plan();
+    let engine_faults = EngineFaults::new();
     let engine = start_engines(
         rt.handle(),
         &cfg,
         &start.policy_dir,
         start.adapter.as_ref(),
-        engine_faults.as_ref(),
+        args.faults.any().then_some(&engine_faults),
     )?;
     stall.engine(engine.stall_probe());
     // The asymmetric critic's prefix, checked on every task with the policy's tokenizer

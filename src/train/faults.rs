@@ -8,7 +8,6 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_r1_actors::engine::EngineFaults;
 use agent_r1_envs::env::{Env, Score, TurnOutcome};
 use agent_r1_envs::message::Message;
 use agent_r1_envs::task::Task;
@@ -62,7 +61,7 @@ impl FromStr for HangStage {
 }
 
 /// The faults a run injects (none by default).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Faults {
     /// The learner sleeps this long at the start of every update.
     pub learner_delay: Option<Duration>,
@@ -84,13 +83,10 @@ pub struct Faults {
 }
 
 impl Faults {
-    /// The plan the engines read, when a fault is to reach them.
-    pub(crate) fn engine_plan(&self) -> Option<EngineFaults> {
-        let engine_faults = self.hang == Some(HangStage::Engine)
-            || self.hang == Some(HangStage::Publication)
-            || self.engine_hang_after_updates.is_some()
-            || self.engine_panic_after_steps.is_some();
-        engine_faults.then(EngineFaults::new)
+    /// Whether any fault is injected. The engines read the run's fault plan only then; a
+    /// run without faults hands them none, so their decode loop never reads one.
+    pub(crate) fn any(&self) -> bool {
+        *self != Faults::default()
     }
 
     /// Whether `stage` is the one made to hang.

@@ -4,7 +4,6 @@ use std::time::Instant;
 
 use anyhow::Context;
 
-use agent_r1_actors::engine::EngineFaults;
 use agent_r1_actors::engine_set::EngineSet;
 use agent_r1_actors::learner::{LearnerRef, UpdateStats};
 use agent_r1_actors::stall::{Operations, StallWatch};
@@ -17,14 +16,6 @@ use super::{write_trajectories, Run, ROLLOUT_SAMPLE};
 use crate::config::TrainMode;
 
 impl Run {
-    /// Arms a fault in the engines' plan (there is one whenever a configured fault reaches
-    /// them: [`super::faults::Faults::engine_plan`]).
-    fn arm_engine_fault(&self, arm: impl FnOnce(&EngineFaults)) {
-        if let Some(plan) = &self.engine_faults {
-            arm(plan);
-        }
-    }
-
     /// The next batch of whole groups: in sync mode, feeds exactly the groups the batch
     /// still needs and waits for them; in async mode, feeds the rest of the run's tasks once
     /// (the service paces them) and takes the next groups to complete. `None` when the stop
@@ -41,7 +32,7 @@ impl Run {
             .engine_hang_after_updates
             .is_some_and(|n| self.step >= n);
         if self.faults.hangs(HangStage::Engine) || hang_now {
-            self.arm_engine_fault(EngineFaults::hang);
+            self.engine_faults.hang();
         }
         if updates_fed > 0 {
             let requeue = std::mem::take(&mut self.requeue);
@@ -175,7 +166,7 @@ impl Run {
                 .record(idle);
         }
         if self.faults.hangs(HangStage::Publication) {
-            self.arm_engine_fault(EngineFaults::hang);
+            self.engine_faults.hang();
         }
         let publish = publish(
             self.learner.clone(),
@@ -189,7 +180,7 @@ impl Run {
             .engine_panic_after_steps
             .filter(|_| self.step == 0)
         {
-            self.arm_engine_fault(|plan| plan.panic_after(steps));
+            self.engine_faults.panic_after(steps);
         }
         if self.faults.engine_stop_after_first_update && self.step == 0 {
             self.engine.shutdown();
