@@ -29,6 +29,7 @@ mod warm_start;
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::time::Duration;
 
 use agent_r1_actors::engine::EngineConfig;
 use agent_r1_actors::learner::{
@@ -54,6 +55,20 @@ pub use run::{CheckpointSection, EvalSection, TrainMode, TrainingSection};
 pub use warm_start::{BadHabitSection, WarmStartSection};
 
 use crate::registries::Registries;
+use crate::setup::RolloutKnobs;
+
+/// Requests waiting for the learner thread before a caller is refused as overloaded.
+const LEARNER_QUEUE_CAPACITY: usize = 4;
+/// Longest a caller waits for the learner (an update behind others included); the stall
+/// detector (`[stall] learner_secs`) names a slow one long before.
+const LEARNER_REQUEST_TIMEOUT: Duration = Duration::from_secs(3600);
+/// Token budget of an engine's running batch (contexts plus their new tokens).
+const ENGINE_MAX_BATCH_TOKENS: usize = 64 * 2048;
+/// Deadline of a turn asked of an engine without one of its own (an episode's turn has
+/// `rollout.generate_timeout_secs`).
+const ENGINE_REQUEST_TIMEOUT: Duration = Duration::from_secs(1800);
+/// Turns an engine accepts (queued or running) before callers wait for admission.
+const ENGINE_MAX_PENDING: usize = 8192;
 
 /// Keys that moved, with where to: an old config gets told where the key went.
 const MOVED_KEYS: &[(&str, &str)] = &[
@@ -386,8 +401,11 @@ impl TrainConfig {
             max_staleness: asynchronous.then_some(t.max_staleness),
             behavior_weight_cap: t.decoupled_ppo.then_some(t.behavior_weight_cap),
             seed: t.seed,
+            // The engine's version at a fresh start; a resume sets the checkpoint's.
+            initial_version: 0,
+            queue_capacity: LEARNER_QUEUE_CAPACITY,
+            request_timeout: LEARNER_REQUEST_TIMEOUT,
             distill: self.distill.clone(),
-            ..LearnerConfig::default()
         }
     }
 
@@ -413,7 +431,30 @@ impl TrainConfig {
             // not depend on which engine it was routed to.
             seed: self.training.seed as i64,
             kv_reuse,
-            ..EngineConfig::default()
+            max_batch_tokens: ENGINE_MAX_BATCH_TOKENS,
+            max_pending: ENGINE_MAX_PENDING,
+            request_timeout: ENGINE_REQUEST_TIMEOUT,
+            // An engine of a set gets its index (`start_engines`).
+            metrics_label: "0".into(),
+        }
+    }
+
+    /// The settings of the rollout's episodes: `[rollout]`, the model's tool-call format
+    /// and `env.max_tool_calls_per_turn`. `train`'s held-out evaluation and `eval` start
+    /// from these.
+    pub fn rollout_knobs(&self) -> RolloutKnobs {
+        let r = &self.rollout;
+        RolloutKnobs {
+            concurrency: r.concurrency,
+            max_turns: r.max_turns,
+            max_context: r.max_context_length,
+            max_prompt: Some(r.max_prompt_length),
+            max_new_tokens: r.max_response_length,
+            temperature: r.temperature,
+            top_p: r.top_p,
+            tool_call_format: self.model.tool_call_format,
+            max_tool_calls_per_turn: self.env.max_tool_calls_per_turn,
+            waits: r.waits(),
         }
     }
 

@@ -225,6 +225,7 @@ fn batch_scheduling() {
 fn batch_scheduling() {}
 
 /// Rollout settings shared by the commands.
+#[derive(Debug, Clone, Copy)]
 pub struct RolloutKnobs {
     pub concurrency: usize,
     pub max_turns: usize,
@@ -237,6 +238,23 @@ pub struct RolloutKnobs {
     pub tool_call_format: Option<ToolCallFormat>,
     /// Tool calls a turn may make (`env.max_tool_calls_per_turn`).
     pub max_tool_calls_per_turn: usize,
+    /// Nucleus sampling's probability mass (`rollout.top_p`; 1 keeps every token).
+    pub top_p: f64,
+    /// How long each part of an episode may take (`[rollout]`'s `*_timeout_secs`).
+    pub waits: EpisodeWaits,
+}
+
+/// How long each part of an episode may take.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EpisodeWaits {
+    /// One generated turn, queueing included.
+    pub generate: Duration,
+    /// A tool call's wait in its queue, beyond the tool's own timeout.
+    pub tool_queue: Duration,
+    /// One env call (reset, turn decision, observation, score).
+    pub env: Duration,
+    /// A whole episode driven by a workflow.
+    pub workflow: Duration,
 }
 
 /// A rollout setup over `env` and `tools` with the model's chat template.
@@ -269,12 +287,17 @@ pub fn rollout_setup(
             max_prompt: knobs.max_prompt,
             sampling: SamplingParams {
                 temperature: knobs.temperature,
+                top_p: knobs.top_p,
                 max_new_tokens: knobs.max_new_tokens,
                 stop_token_ids: stops,
                 ..Default::default()
             },
+            stop_strings: vec![],
+            generate_timeout: knobs.waits.generate,
+            tool_queue_timeout: knobs.waits.tool_queue,
+            env_timeout: knobs.waits.env,
             max_tool_calls_per_turn: knobs.max_tool_calls_per_turn,
-            ..Default::default()
+            workflow_timeout: knobs.waits.workflow,
         },
         concurrency: knobs.concurrency,
         tool_queue_capacity: 4 * knobs.concurrency.max(16),

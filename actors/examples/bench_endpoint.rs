@@ -11,6 +11,7 @@
 //!
 //! cargo run --release -p agent-r1-actors --example bench_endpoint -- [EPISODES] [MAX_TOKENS] [MODEL_DIR]
 
+use agent_r1_actors::testing;
 use std::io::BufRead;
 use std::path::Path;
 use std::sync::Arc;
@@ -139,7 +140,7 @@ fn main() {
             EngineConfig {
                 max_batch_rows: 64,
                 max_context: 1024,
-                ..Default::default()
+                ..testing::engine_config()
             },
         )
         .unwrap();
@@ -159,7 +160,7 @@ fn main() {
                     ..Default::default()
                 },
                 workflow_timeout: Duration::from_secs(3600),
-                ..Default::default()
+                ..testing::episode_config()
             },
             concurrency: episodes,
             tool_queue_capacity: 8,

@@ -63,68 +63,30 @@ pub struct EngineConfig {
     pub seed: i64,
     /// Whether a turn reuses KV (its episode's parked KV, or the shared prompt prefix).
     /// Off, every turn prefills its whole context: the baseline reuse is measured against.
-    #[serde(default = "on_by_default")]
     pub kv_reuse: bool,
     /// Whether the parked-KV pool (`parked_kv_bytes`) is zero-filled when the engine starts.
     /// On a CPU the process then holds the whole pool from the start, and parking never
     /// waits on the OS faulting fresh memory in; off, the pool's memory is faulted in as it
     /// is first used (resident memory grows with what is parked), on the engine's critical
     /// path. On a GPU the pool is reserved either way; this only adds the fill.
-    #[serde(default = "on_by_default")]
     pub prefault_parked_kv: bool,
     /// The value of the `engine` label on this engine's `agent_r1_engine_*` series (its
     /// index in a set), so several engines' gauges stay apart.
-    #[serde(default = "first_engine")]
     pub metrics_label: String,
     /// The share of its device's total memory the engine may use, weights included. Set,
     /// it decides the rows of the running batch (at most `max_batch_rows`) and the
     /// parked-KV pool (instead of `parked_kv_bytes`) from the device's memory once the
     /// weights are loaded ([`crate::memory_plan::engine_share`]); too little for one row fails the start.
-    #[serde(default)]
     pub memory_fraction: Option<f64>,
     /// Most tokens (rows x their longest prompt, padding included) one prefill pass runs:
     /// admitted turns are prefilled in passes up to this size, so the activations of a pass
     /// are bounded whatever the batch (a turn longer than this gets a pass of its own).
     /// `memory_fraction` reserves the activations of one such pass.
-    #[serde(default = "default_max_prefill_tokens")]
     pub max_prefill_tokens: usize,
     /// Whether decode steps on a GPU replay CUDA graphs (bf16 or f16 weights, a build with
     /// the CUDA shim). Where a graph cannot be captured the engine says why once and decodes
     /// without them.
-    #[serde(default = "on_by_default")]
     pub cuda_graphs: bool,
-}
-
-fn first_engine() -> String {
-    "0".into()
-}
-
-fn on_by_default() -> bool {
-    true
-}
-
-fn default_max_prefill_tokens() -> usize {
-    16_384
-}
-
-impl Default for EngineConfig {
-    fn default() -> Self {
-        Self {
-            max_batch_rows: 64,
-            max_batch_tokens: 64 * 2048,
-            max_context: 2048,
-            parked_kv_bytes: 2 << 30,
-            max_pending: 8192,
-            request_timeout: Duration::from_secs(1800),
-            seed: 0,
-            kv_reuse: true,
-            prefault_parked_kv: true,
-            metrics_label: first_engine(),
-            memory_fraction: None,
-            max_prefill_tokens: default_max_prefill_tokens(),
-            cuda_graphs: true,
-        }
-    }
 }
 
 /// One turn to generate.

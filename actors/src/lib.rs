@@ -19,6 +19,8 @@ pub mod openenv;
 pub mod runtime;
 pub mod sft;
 pub mod stall;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod tiny_tokenizer;
 pub mod tokenizer;
 pub mod trajectory;

@@ -365,6 +365,7 @@ mod tests {
     use super::*;
     use crate::learner::{AlgorithmConfig, KlConfig, MemoryConfig};
     use crate::model::presets::shape;
+    use crate::testing;
 
     fn plan(learner: &LearnerConfig, kind: Kind, engine: Option<EnginePlan>) -> MemoryPlan {
         let (model, _) = shape("qwen2.5-1.5b").unwrap();
@@ -391,7 +392,7 @@ mod tests {
 
     #[test]
     fn the_static_terms_are_the_parameter_arithmetic() {
-        let l = LearnerConfig::default();
+        let l = testing::learner_config();
         let p = plan(&l, Kind::BFloat16, None);
         let n = 1_543_714_304u64;
         assert_eq!(bytes(&p, "policy weights"), 2 * n);
@@ -415,7 +416,7 @@ mod tests {
                 },
                 ..Default::default()
             },
-            ..Default::default()
+            ..testing::learner_config()
         };
         let lora = LoraConfig::default();
         let with = |lora| {
@@ -439,7 +440,7 @@ mod tests {
     #[test]
     fn a_critic_with_lora_keeps_its_base_frozen() {
         let (model, _) = shape("qwen2.5-1.5b").unwrap();
-        let l = LearnerConfig::default();
+        let l = testing::learner_config();
         let lora = LoraConfig::default();
         let with = |critic_lora| {
             MemoryPlan::predict(&PlanInput {
@@ -479,7 +480,7 @@ mod tests {
                 ..Default::default()
             },
             max_len: 4096,
-            ..Default::default()
+            ..testing::learner_config()
         };
         let p = plan(&plain, Kind::BFloat16, None);
         let r = plan(
@@ -522,7 +523,7 @@ mod tests {
 
     #[test]
     fn the_engine_terms_follow_its_allocation() {
-        let l = LearnerConfig::default();
+        let l = testing::learner_config();
         let engine = EnginePlan {
             engines: 1,
             rows: 128,

@@ -76,7 +76,6 @@ pub struct EpisodeConfig {
     /// Longest prompt in tokens (`rollout.max_prompt_length`): a task whose first messages
     /// render longer fails at once, is not retried, and is counted in
     /// `agent_r1_prompts_too_long_total`. `None`: only `max_context` bounds it.
-    #[serde(default)]
     pub max_prompt: Option<usize>,
     /// Sampling for every turn (stop ids include the end-of-turn id and `</tool_call>`).
     pub sampling: SamplingParams,
@@ -93,29 +92,7 @@ pub struct EpisodeConfig {
     pub max_tool_calls_per_turn: usize,
     /// Deadline for a whole episode driven by a [`Workflow`]; one past it fails with the
     /// reason and its calls are cancelled.
-    #[serde(default = "default_workflow_timeout")]
     pub workflow_timeout: Duration,
-}
-
-fn default_workflow_timeout() -> Duration {
-    Duration::from_secs(3600)
-}
-
-impl Default for EpisodeConfig {
-    fn default() -> Self {
-        Self {
-            max_turns: 10,
-            max_context: 2048,
-            max_prompt: None,
-            sampling: SamplingParams::default(),
-            stop_strings: vec![],
-            generate_timeout: Duration::from_secs(1800),
-            tool_queue_timeout: Duration::from_secs(60),
-            env_timeout: Duration::from_secs(60),
-            max_tool_calls_per_turn: 1,
-            workflow_timeout: default_workflow_timeout(),
-        }
-    }
 }
 
 /// Everything a rollout needs besides its tasks.

@@ -13,6 +13,7 @@
 #[path = "support/tiny_agent.rs"]
 mod tiny_agent;
 
+use agent_r1_actors::testing;
 use std::sync::Arc;
 
 use agent_r1_actors::model::SamplingParams;
@@ -119,7 +120,7 @@ fn rollout(f: &TinyAgent, policy: Arc<dyn ContextPolicy>, episodes: usize) -> Ve
                 stop_token_ids: vec![end],
                 ..Default::default()
             },
-            ..Default::default()
+            ..testing::episode_config()
         },
         concurrency: 4,
         tool_queue_capacity: 64,

@@ -2,6 +2,7 @@
 //! sequence runs alone or joins a batch mid-flight, whether its prefix KV was reused, parked
 //! and evicted, or recomputed.
 
+use agent_r1_actors::testing;
 use std::path::Path;
 
 use agent_r1_actors::device::memory;
@@ -50,7 +51,7 @@ fn batched_turns_equal_standalone_generation() {
         EngineConfig {
             max_batch_rows: 5,
             max_context: 256,
-            ..Default::default()
+            ..testing::engine_config()
         },
     );
     let prompts: Vec<Vec<u32>> = (0..12)
@@ -130,7 +131,7 @@ fn sampled_turns_do_not_depend_on_batch_composition() {
         max_batch_rows: 6,
         max_context: 256,
         seed: 42,
-        ..Default::default()
+        ..testing::engine_config()
     };
     let sampled = |n: usize| SamplingParams {
         temperature: 1.0,
@@ -189,7 +190,7 @@ fn new_episodes_reuse_the_shared_prompt_prefix() {
         EngineConfig {
             max_batch_rows: 4,
             max_context: 256,
-            ..Default::default()
+            ..testing::engine_config()
         },
     );
     let system = prompt(3, 40);
@@ -274,7 +275,7 @@ fn next_turn_reuses_kv_and_matches_recompute_and_eviction() {
     };
     let (t1, t2, second, stats) = run_two_turns(EngineConfig {
         max_context: 128,
-        ..Default::default()
+        ..testing::engine_config()
     });
     // Reused: the first context and every generated token but the last (never fed).
     assert_eq!(t2.reused_tokens, 20 + t1.token_ids.len() - 1);
@@ -285,7 +286,7 @@ fn next_turn_reuses_kv_and_matches_recompute_and_eviction() {
     let (e1, e2, _, estats) = run_two_turns(EngineConfig {
         max_context: 128,
         parked_kv_bytes: 1024,
-        ..Default::default()
+        ..testing::engine_config()
     });
     // Only the shared prompt prefix (episode 7's first prompt, the first one seen) survives.
     assert_eq!(e2.reused_tokens, 20);
@@ -303,7 +304,7 @@ fn next_turn_reuses_kv_and_matches_recompute_and_eviction() {
     let (n1, n2, _, nstats) = run_two_turns(EngineConfig {
         max_context: 128,
         kv_reuse: false,
-        ..Default::default()
+        ..testing::engine_config()
     });
     assert_eq!((n1.reused_tokens, n2.reused_tokens), (0, 0));
     assert_eq!(n2.prefill_tokens, second.len());
@@ -348,7 +349,7 @@ fn turns_parked_in_place_or_evicted_sample_what_recompute_samples() {
     };
     let (pooled, stats) = run(EngineConfig {
         max_context: 256,
-        ..Default::default()
+        ..testing::engine_config()
     });
     // Every later turn of every episode fits its first park's spare slots.
     assert_eq!(stats.parked_in_place, 9, "{stats:?}");
@@ -361,14 +362,14 @@ fn turns_parked_in_place_or_evicted_sample_what_recompute_samples() {
         max_context: 256,
         parked_kv_bytes: 80 * 256,
         prefault_parked_kv: false,
-        ..Default::default()
+        ..testing::engine_config()
     });
     assert!(small_stats.evictions >= 3, "{small_stats:?}");
     assert!(small_stats.parked_bytes <= 80 * 256);
     let (recomputed, _) = run(EngineConfig {
         max_context: 256,
         kv_reuse: false,
-        ..Default::default()
+        ..testing::engine_config()
     });
     for ((a, b), c) in pooled.iter().zip(&small).zip(&recomputed) {
         assert_eq!(a.token_ids, c.token_ids, "parked in place vs recomputed");
@@ -388,7 +389,7 @@ fn stops_bad_requests_and_weight_updates() {
         tmp.path(),
         EngineConfig {
             max_context: 64,
-            ..Default::default()
+            ..testing::engine_config()
         },
     );
     let rt = runtime();
@@ -494,7 +495,7 @@ fn a_sliding_window_shorter_than_the_served_context_is_refused_at_start() {
             EngineConfig {
                 max_context,
                 parked_kv_bytes: 1 << 20,
-                ..Default::default()
+                ..testing::engine_config()
             },
         )
     };
@@ -541,7 +542,7 @@ fn turns_whose_caller_stopped_waiting_are_dropped_queued_or_running() {
         tmp.path(),
         EngineConfig {
             max_batch_rows: 1,
-            ..Default::default()
+            ..testing::engine_config()
         },
     );
     let turn = |episode: u64, n: usize| TurnRequest {
@@ -644,7 +645,7 @@ fn every_forward_pass_copies_to_the_host_once() {
         EngineConfig {
             max_batch_rows: 8,
             max_context: 256,
-            ..Default::default()
+            ..testing::engine_config()
         },
     );
     let settings = |i: u32| SamplingParams {
@@ -689,7 +690,7 @@ fn prefill_passes_hold_at_most_max_prefill_tokens() {
             max_context: 256,
             max_prefill_tokens: cap,
             kv_reuse: false,
-            ..Default::default()
+            ..testing::engine_config()
         },
     );
     let rt = runtime();
@@ -713,7 +714,7 @@ fn prefill_passes_hold_at_most_max_prefill_tokens() {
         "{stats:?}"
     );
     // Split passes sample what a turn samples alone.
-    let alone = start(tmp.path(), EngineConfig::default());
+    let alone = start(tmp.path(), testing::engine_config());
     for (i, out) in outputs.iter().enumerate() {
         let single = rt
             .block_on(alone.generate(TurnRequest {
@@ -738,7 +739,7 @@ fn share_config(fraction: f64) -> EngineConfig {
         max_batch_tokens: 8 * 128,
         max_context: 128,
         memory_fraction: Some(fraction),
-        ..Default::default()
+        ..testing::engine_config()
     }
 }
 

@@ -1,6 +1,7 @@
 //! Several engines in one process keep their own `agent_r1_engine_*` series: each carries
 //! its `engine` label, so one engine's gauges do not overwrite another's.
 
+use agent_r1_actors::testing;
 use std::collections::BTreeSet;
 use std::path::Path;
 
@@ -28,7 +29,7 @@ fn start(dir: &Path, label: &str) -> EngineHandle {
         max_context: 64,
         parked_kv_bytes: 1 << 20,
         metrics_label: label.into(),
-        ..Default::default()
+        ..testing::engine_config()
     };
     spawn_engine(
         move || PolicyModel::load(&dir, Placement::default(), false),

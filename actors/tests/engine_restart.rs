@@ -4,6 +4,7 @@
 //! steps, and a restarted engine admits nothing until it is sent its weights, so the test
 //! decides what the new thread sees first.
 
+use agent_r1_actors::testing;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,7 +48,7 @@ fn config() -> EngineConfig {
     EngineConfig {
         max_batch_rows: 8,
         max_context: 256,
-        ..Default::default()
+        ..testing::engine_config()
     }
 }
 

@@ -14,6 +14,7 @@
 #[path = "support/tiny_agent.rs"]
 mod tiny_agent;
 
+use agent_r1_actors::testing;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -130,7 +131,7 @@ fn setup(f: &TinyAgent, env: EnvSource, board: &InFlightBoard, echo: Echo) -> Ro
                 stop_token_ids: vec![end],
                 ..Default::default()
             },
-            ..Default::default()
+            ..testing::episode_config()
         },
         concurrency: 2,
         tool_queue_capacity: 64,

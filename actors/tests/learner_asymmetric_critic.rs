@@ -9,6 +9,7 @@ use agent_r1_actors::learner::{
     LearnerStart, UpdateStats,
 };
 use agent_r1_actors::model::{Placement, PolicyModel};
+use agent_r1_actors::testing;
 use agent_r1_envs::task::Task;
 use learner_common::{group, runtime, save_policy, INIT};
 
@@ -43,7 +44,7 @@ fn update(dir: &std::path::Path, prefix: bool) -> UpdateStats {
             critic_warmup_updates: 0,
             ..Default::default()
         },
-        ..Default::default()
+        ..testing::learner_config()
     };
     let mut batch = group(0, 0, 4, 0);
     batch.extend(group(4, 1, 4, 0));

@@ -13,6 +13,7 @@
 
 mod learner_common;
 
+use agent_r1_actors::testing;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -36,7 +37,7 @@ fn engine(dir: &std::path::Path, max_context: usize) -> EngineHandle {
             max_batch_rows: 32,
             max_context,
             seed: 3,
-            ..Default::default()
+            ..testing::engine_config()
         },
     )
     .unwrap();
@@ -186,7 +187,7 @@ fn a_turn_in_flight_during_an_update_switches_weights_between_decode_steps() {
                 },
                 max_staleness: Some(1),
                 initial_version: 2,
-                ..Default::default()
+                ..testing::learner_config()
             },
             false,
             false,
@@ -226,7 +227,7 @@ fn a_turn_in_flight_during_an_update_switches_weights_between_decode_steps() {
                 },
                 behavior_weight_cap: Some(5.0),
                 initial_version: 1,
-                ..Default::default()
+                ..testing::learner_config()
             };
             let dir = new_dir.path().to_path_buf();
             async move {
@@ -377,7 +378,7 @@ fn tokens_older_than_max_staleness_are_dropped_while_rollouts_run_during_updates
                 ..Default::default()
             },
             max_staleness: Some(LIMIT),
-            ..Default::default()
+            ..testing::learner_config()
         },
         false,
         false,

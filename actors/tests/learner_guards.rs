@@ -8,6 +8,7 @@
 
 mod learner_common;
 
+use agent_r1_actors::testing;
 use std::io::Write;
 use std::sync::{Mutex, OnceLock};
 
@@ -60,7 +61,7 @@ fn config() -> LearnerConfig {
             critic_warmup_updates: 0,
             ..Default::default()
         },
-        ..Default::default()
+        ..testing::learner_config()
     }
 }
 

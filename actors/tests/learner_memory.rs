@@ -13,6 +13,7 @@ use agent_r1_actors::learner::{
     MemoryConfig, Reference, UpdateStats,
 };
 use agent_r1_actors::model::{LoraConfig, Placement, PolicyModel};
+use agent_r1_actors::testing;
 use agent_r1_actors::trajectory::Trajectory;
 use learner_common::{model_config, trajectory, TestStep, INIT};
 use tch::{Kind, Tensor};
@@ -55,7 +56,7 @@ fn base() -> LearnerConfig {
             ..Default::default()
         },
         max_len: 64,
-        ..Default::default()
+        ..testing::learner_config()
     }
 }
 
@@ -178,7 +179,7 @@ fn a_token_budget_below_the_longest_sequence_is_refused() {
             ..Default::default()
         },
         max_len: 4096,
-        ..Default::default()
+        ..testing::learner_config()
     }
     .validate()
     .unwrap_err()

@@ -6,6 +6,7 @@
 
 mod learner_common;
 
+use agent_r1_actors::testing;
 use std::collections::HashMap;
 
 use agent_r1_actors::learner::{AlgorithmConfig, Estimator, KlConfig, LearnerConfig};
@@ -60,7 +61,7 @@ fn learner_series_exist_with_the_update_stats_values() {
             ..Default::default()
         },
         initial_version: 1,
-        ..Default::default()
+        ..testing::learner_config()
     };
     let learner = learner(tmp.path(), config, true, true);
     let rt = runtime();

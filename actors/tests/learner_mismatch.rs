@@ -7,6 +7,7 @@
 
 mod learner_common;
 
+use agent_r1_actors::testing;
 use std::path::Path;
 
 use agent_r1_actors::algo::{RejectLevel, RolloutCorrection, WeightLevel};
@@ -31,7 +32,7 @@ fn engine(dir: &Path) -> EngineHandle {
             max_batch_rows: 16,
             max_context: 64,
             seed: 5,
-            ..Default::default()
+            ..testing::engine_config()
         },
     )
     .unwrap();
@@ -128,7 +129,7 @@ fn config(correction: RolloutCorrection) -> LearnerConfig {
             rollout_correction: correction,
             ..Default::default()
         },
-        ..Default::default()
+        ..testing::learner_config()
     }
 }
 

@@ -6,6 +6,7 @@
 
 mod learner_common;
 
+use agent_r1_actors::testing;
 use std::path::Path;
 
 use agent_r1_actors::learner::{
@@ -71,7 +72,7 @@ fn learner_at(dir: &Path, placement: Placement, version: u64) -> Learner {
                 ..Default::default()
             },
             initial_version: version,
-            ..Default::default()
+            ..testing::learner_config()
         },
     )
     .unwrap()

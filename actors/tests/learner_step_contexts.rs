@@ -10,6 +10,7 @@ mod learner_common;
 
 use agent_r1_actors::learner::{AlgorithmConfig, Estimator, KlConfig, LearnerConfig};
 use agent_r1_actors::learner::{PolicyWeights, UpdateStats};
+use agent_r1_actors::testing;
 use agent_r1_actors::trajectory::{RebuiltContext, Trajectory};
 use learner_common::{learner, runtime, save_policy, trajectory, TestStep};
 
@@ -27,7 +28,7 @@ fn config(estimator: Estimator) -> LearnerConfig {
             critic_warmup_updates: 0,
             ..Default::default()
         },
-        ..Default::default()
+        ..testing::learner_config()
     }
 }
 

@@ -7,6 +7,7 @@
 
 mod learner_common;
 
+use agent_r1_actors::testing;
 use std::sync::Arc;
 
 use agent_r1_actors::learner::{
@@ -24,7 +25,7 @@ fn config() -> LearnerConfig {
             critic_warmup_updates: 0,
             ..Default::default()
         },
-        ..Default::default()
+        ..testing::learner_config()
     }
 }
 

@@ -11,6 +11,7 @@
 //! token from (seed, episode, position) whatever the batch, and the learner shuffles with its
 //! own seeded RNG. Only float noise from batch composition can still flip a draw.
 
+use agent_r1_actors::testing;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -222,7 +223,7 @@ fn train_with_sampler(
             max_batch_rows: 64,
             max_context: 64,
             seed: 3,
-            ..Default::default()
+            ..testing::engine_config()
         },
     )
     .unwrap();
@@ -378,7 +379,7 @@ fn learning_ppo_gae_with_separate_critic_reaches_the_optimum() {
             ..Default::default()
         },
         seed: 1,
-        ..Default::default()
+        ..testing::learner_config()
     };
     let run = train(config, Some(false), 1, 2, MAX_UPDATES);
     check("ppo/gae", &run);
@@ -400,7 +401,7 @@ fn learning_ppo_step_gae_with_shared_value_head_over_two_turns_reaches_the_optim
             ..Default::default()
         },
         seed: 2,
-        ..Default::default()
+        ..testing::learner_config()
     };
     let run = train(config, Some(true), 2, 1, MAX_UPDATES);
     check("ppo/step_gae", &run);
@@ -458,7 +459,7 @@ fn grpo_config(seed: u64, correction: RolloutCorrection) -> LearnerConfig {
             ..Default::default()
         },
         seed,
-        ..Default::default()
+        ..testing::learner_config()
     }
 }
 

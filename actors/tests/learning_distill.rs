@@ -8,6 +8,7 @@
 //! the learner with reward 0), so the student can only reach the task's optimum through the
 //! teacher's log-probabilities of its own samples.
 
+use agent_r1_actors::testing;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -175,7 +176,7 @@ fn distillation_alone_takes_the_student_to_the_teachers_answers_without_a_reward
             max_batch_rows: 64,
             max_context: 16,
             seed: 3,
-            ..Default::default()
+            ..testing::engine_config()
         },
     )
     .unwrap();
@@ -197,7 +198,7 @@ fn distillation_alone_takes_the_student_to_the_teachers_answers_without_a_reward
             coef: 1.0,
             combine: DistillCombine::Alone,
         }),
-        ..Default::default()
+        ..testing::learner_config()
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -296,7 +297,7 @@ fn weights_after_update(
         max_len: 16,
         seed: 5,
         distill,
-        ..Default::default()
+        ..testing::learner_config()
     };
     let models = LearnerModels {
         policy: PolicyModel::load(student, Placement::default(), false).unwrap(),

@@ -5,6 +5,7 @@
 //! the (untrained) model wrote, so tool paths run deterministically, and `FaultyTool` injects
 //! panics, hangs and errors, and a `before_update` hook holds the learner mid-update.
 
+use agent_r1_actors::testing;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -210,7 +211,7 @@ fn tiny_engine(dir: &Path, max_batch_rows: usize) -> EngineHandle {
         EngineConfig {
             max_batch_rows,
             max_context: 1024,
-            ..Default::default()
+            ..testing::engine_config()
         },
     )
     .unwrap();
@@ -255,7 +256,7 @@ fn setup(
                 stop_token_ids: vec![end],
                 ..Default::default()
             },
-            ..Default::default()
+            ..testing::episode_config()
         },
         concurrency,
         tool_queue_capacity: 4 * concurrency.max(16),
@@ -1038,7 +1039,7 @@ fn sampling_goes_on_while_a_slowed_learner_updates() {
             critic_warmup_updates: 0,
             ..Default::default()
         },
-        ..Default::default()
+        ..testing::learner_config()
     };
     runtime().block_on(async {
         let learner = LearnerRef::spawn(LearnerStart {

@@ -14,6 +14,7 @@
 //! the log-probabilities the engine recorded equal the model's own over the stored stream.
 //! A Qwen3 model taught three calls in one turn makes all three when a turn may.
 
+use agent_r1_actors::testing;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -212,7 +213,7 @@ fn run_family(style: TokenizerStyle, family: &str, format: ToolCallFormat, calls
             max_batch_rows: 2,
             max_context: 1024,
             parked_kv_bytes: 8 << 20,
-            ..Default::default()
+            ..testing::engine_config()
         },
     )
     .unwrap();
@@ -232,7 +233,7 @@ fn run_family(style: TokenizerStyle, family: &str, format: ToolCallFormat, calls
                 ..Default::default()
             },
             max_tool_calls_per_turn: calls,
-            ..Default::default()
+            ..testing::episode_config()
         },
         concurrency: 1,
         tool_queue_capacity: 4,

@@ -7,9 +7,10 @@
 
 mod learner_common;
 
-use agent_r1_actors::engine::{spawn_engine, EngineConfig};
+use agent_r1_actors::engine::spawn_engine;
 use agent_r1_actors::learner::{AlgorithmConfig, KlConfig, LearnerConfig};
 use agent_r1_actors::model::{Placement, PolicyModel};
+use agent_r1_actors::testing;
 use agent_r1_actors::Error;
 use learner_common::{group, learner, runtime, save_policy};
 use tch::Kind;
@@ -27,7 +28,7 @@ fn a_tensor_corrupted_in_transit_is_a_named_error_and_the_engine_keeps_its_weigh
                 critic_warmup_updates: 0,
                 ..Default::default()
             },
-            ..Default::default()
+            ..testing::learner_config()
         },
         false,
         false,
@@ -36,7 +37,7 @@ fn a_tensor_corrupted_in_transit_is_a_named_error_and_the_engine_keeps_its_weigh
     let (engine, _) = spawn_engine(
         move || PolicyModel::load(&dir, Placement::default(), false),
         None,
-        EngineConfig::default(),
+        testing::engine_config(),
     )
     .unwrap();
     runtime().block_on(async {

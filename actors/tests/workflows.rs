@@ -10,6 +10,7 @@
 #[path = "support/tiny_agent.rs"]
 mod tiny_agent;
 
+use agent_r1_actors::testing;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -118,7 +119,7 @@ fn rollout(
                 ..Default::default()
             },
             workflow_timeout,
-            ..Default::default()
+            ..testing::episode_config()
         },
         concurrency: 4,
         tool_queue_capacity: 64,
@@ -214,7 +215,7 @@ fn a_two_call_workflow_records_each_call_as_a_step_with_its_own_context_and_trai
                 critic_warmup_updates: 0,
                 ..Default::default()
             },
-            ..Default::default()
+            ..testing::learner_config()
         },
     )
     .unwrap();

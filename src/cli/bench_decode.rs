@@ -2,7 +2,7 @@
 //! decode step against the floor the device's memory bandwidth sets (every weight and every
 //! attended key and value read once per step).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use agent_r1_actors::device::parse_placement;
 use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle, TurnOutput, TurnRequest};
@@ -191,7 +191,12 @@ fn start_engine(
         kv_reuse: false,
         prefault_parked_kv: false,
         cuda_graphs: !args.no_cuda_graphs,
-        ..Default::default()
+        max_pending: 8192,
+        request_timeout: Duration::from_secs(1800),
+        seed: 0,
+        metrics_label: "0".into(),
+        memory_fraction: None,
+        max_prefill_tokens: 16_384,
     };
     let (engine, _join) = spawn_engine(
         move || {

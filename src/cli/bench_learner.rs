@@ -7,6 +7,8 @@
 //! initialised preset or real shape, or a model directory: throughput does not depend on
 //! what the weights are.
 
+use std::time::Duration;
+
 use agent_r1_actors::device::parse_placement;
 use agent_r1_actors::learner::{
     AlgorithmConfig, DistillCombine, DistillConfig, Estimator, KlConfig, KlPlacement, Learner,
@@ -197,7 +199,12 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
                 coef: 1.0,
                 combine: DistillCombine::Alone,
             }),
-            ..Default::default()
+            temperature: 1.0,
+            max_staleness: None,
+            behavior_weight_cap: None,
+            initial_version: 0,
+            queue_capacity: 4,
+            request_timeout: Duration::from_secs(3600),
         };
         let teacher = if args.distill {
             tch::manual_seed(args.seed.wrapping_add(1) as i64);

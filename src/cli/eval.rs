@@ -304,14 +304,12 @@ pub(crate) fn run(a: EvalArgs, registries: &Registries) -> anyhow::Result<()> {
     let knobs = RolloutKnobs {
         concurrency,
         max_turns: a.max_turns.unwrap_or(r.max_turns),
-        max_context: r.max_context_length,
         // A training bound (which tasks a batch takes); evaluation answers every task that
         // fits the context, whatever tokenizer the evaluated model has.
         max_prompt: None,
-        max_new_tokens: r.max_response_length,
         temperature,
-        tool_call_format: cfg.model.tool_call_format,
-        max_tool_calls_per_turn: cfg.env.max_tool_calls_per_turn,
+        top_p: if greedy { 1.0 } else { r.top_p },
+        ..cfg.rollout_knobs()
     };
     let mut rollout = setup::rollout_setup(
         engine.clone(),
@@ -321,9 +319,6 @@ pub(crate) fn run(a: EvalArgs, registries: &Registries) -> anyhow::Result<()> {
         &knobs,
     )?;
     rollout.context_policy = scenario.context_policy.clone();
-    if !greedy {
-        rollout.episode.sampling.top_p = r.top_p;
-    }
     let result = rt.block_on(train::evaluate_tasks(&rollout, pool, questions));
     engine.shutdown();
     let (trajectories, s) = result?;

@@ -21,6 +21,7 @@ use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
+use crate::config::RolloutSection;
 use crate::setup::{self, RolloutKnobs};
 
 /// Environments these commands can build on their own.
@@ -210,6 +211,8 @@ fn execute(
             a.seed,
         ));
     }
+    // What this command has no flag for is as a `train` config's `[rollout]` leaves it.
+    let defaults = RolloutSection::default();
     let rt = setup::actor_runtime()?;
     let engine = setup::engine(
         rt.handle(),
@@ -227,7 +230,9 @@ fn execute(
             memory_fraction: a.memory_fraction,
             cuda_graphs: !a.no_cuda_graphs,
             max_prefill_tokens: a.max_prefill_tokens as usize,
-            ..Default::default()
+            max_pending: 8192,
+            request_timeout: defaults.waits().generate,
+            metrics_label: "0".into(),
         },
         None,
     )?;
@@ -240,6 +245,8 @@ fn execute(
         temperature: a.temperature,
         tool_call_format: a.tool_call_format,
         max_tool_calls_per_turn: 1,
+        top_p: defaults.top_p,
+        waits: defaults.waits(),
     };
     let env: Arc<dyn Env> = scenario.env.clone();
     let mut setup = setup::rollout_setup(engine.clone(), tokenizer, env, vec![search], &knobs)?;

@@ -1,8 +1,12 @@
 //! `[rollout]`: how episodes are sampled.
 
+use std::time::Duration;
+
 use agent_r1_envs::config::{ConfigError, Section};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+use crate::setup::EpisodeWaits;
 
 /// `[rollout]`: how episodes are sampled. Lengths are in tokens.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -109,6 +113,18 @@ impl Default for RolloutSection {
             env_timeout_secs: 60.0,
             workflow_timeout_secs: 3600.0,
             deterministic: false,
+        }
+    }
+}
+
+impl RolloutSection {
+    /// The `*_timeout_secs` keys as an episode reads them.
+    pub fn waits(&self) -> EpisodeWaits {
+        EpisodeWaits {
+            generate: Duration::from_secs_f64(self.generate_timeout_secs),
+            tool_queue: Duration::from_secs_f64(self.tool_queue_timeout_secs),
+            env: Duration::from_secs_f64(self.env_timeout_secs),
+            workflow: Duration::from_secs_f64(self.workflow_timeout_secs),
         }
     }
 }

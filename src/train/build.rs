@@ -3,7 +3,6 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
 
@@ -312,20 +311,14 @@ pub(crate) fn rollout_setups(
     live: &LiveBoard,
     stall: &StallWatch,
 ) -> anyhow::Result<(RolloutSetup, RolloutSetup)> {
-    let r = &cfg.rollout;
-    let knobs = RolloutKnobs {
-        concurrency: r.concurrency,
-        max_turns: r.max_turns,
-        max_context: r.max_context_length,
-        max_prompt: Some(r.max_prompt_length),
-        max_new_tokens: r.max_response_length,
-        temperature: r.temperature,
-        tool_call_format: cfg.model.tool_call_format,
-        max_tool_calls_per_turn: cfg.env.max_tool_calls_per_turn,
-    };
-    let eval_knobs = RolloutKnobs {
-        temperature: if cfg.eval.greedy { 0.0 } else { r.temperature },
-        ..knobs
+    let knobs = cfg.rollout_knobs();
+    let eval_knobs = match cfg.eval.greedy {
+        true => RolloutKnobs {
+            temperature: 0.0,
+            top_p: 1.0,
+            ..knobs
+        },
+        false => knobs,
     };
     let build = |knobs: &RolloutKnobs| -> anyhow::Result<RolloutSetup> {
         let mut setup = setup::rollout_setup(
@@ -338,13 +331,8 @@ pub(crate) fn rollout_setups(
         setup.live = live.clone();
         setup.stall = Some(stall.clone());
         setup.context_policy = scenario.context_policy.clone();
-        setup.episode.generate_timeout = Duration::from_secs_f64(r.generate_timeout_secs);
-        setup.episode.tool_queue_timeout = Duration::from_secs_f64(r.tool_queue_timeout_secs);
-        setup.episode.env_timeout = Duration::from_secs_f64(r.env_timeout_secs);
-        setup.episode.workflow_timeout = Duration::from_secs_f64(r.workflow_timeout_secs);
         Ok(setup)
     };
-    let mut train = build(&knobs)?;
-    train.episode.sampling.top_p = r.top_p;
+    let train = build(&knobs)?;
     Ok((train, build(&eval_knobs)?))
 }

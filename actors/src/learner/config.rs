@@ -371,7 +371,6 @@ impl Section for CriticConfig {
 
 /// Everything the learner needs to turn a batch of trajectories into optimizer steps.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
 pub struct LearnerConfig {
     /// Estimator, objective and optimiser.
     pub algorithm: AlgorithmConfig,
@@ -403,24 +402,6 @@ pub struct LearnerConfig {
     /// On-policy distillation from a teacher (`[distill]`); the teacher model itself comes
     /// with [`super::LearnerModels`].
     pub distill: Option<super::DistillConfig>,
-}
-
-impl Default for LearnerConfig {
-    fn default() -> Self {
-        Self {
-            algorithm: AlgorithmConfig::default(),
-            memory: MemoryConfig::default(),
-            temperature: 1.0,
-            max_len: 4096,
-            max_staleness: None,
-            behavior_weight_cap: None,
-            seed: 0,
-            initial_version: 0,
-            queue_capacity: 4,
-            request_timeout: Duration::from_secs(3600),
-            distill: None,
-        }
-    }
 }
 
 impl LearnerConfig {
@@ -468,6 +449,7 @@ impl LearnerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing;
 
     #[test]
     fn defaults_follow_agent_r1_and_round_trip_through_json() {
@@ -476,7 +458,7 @@ mod tests {
                 estimator: Estimator::StepGae,
                 ..Default::default()
             },
-            ..Default::default()
+            ..testing::learner_config()
         };
         let a = &c.algorithm;
         assert_eq!(a.actor_lr, 1e-6);
@@ -517,7 +499,7 @@ mod tests {
                 micro_batch_size: 0,
                 ..Default::default()
             },
-            ..Default::default()
+            ..testing::learner_config()
         };
         let err = bad.validate().unwrap_err().to_string();
         assert!(err.contains("algorithm.micro_batch_size"), "{err}");
@@ -526,7 +508,7 @@ mod tests {
                 actor_lr: f64::NAN,
                 ..Default::default()
             },
-            ..Default::default()
+            ..testing::learner_config()
         };
         assert!(bad
             .validate()
@@ -539,7 +521,7 @@ mod tests {
                 ..Default::default()
             },
             max_len: 200,
-            ..Default::default()
+            ..testing::learner_config()
         };
         let err = bad.validate().unwrap_err().to_string();
         assert!(err.contains("learner.max_tokens_per_micro_batch"), "{err}");

@@ -3,6 +3,7 @@
 //! trajectory. Shared by the tests of context policies and workflows.
 #![allow(dead_code)]
 
+use agent_r1_actors::testing;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,7 +48,7 @@ pub fn tiny_agent_taught(
         EngineConfig {
             max_batch_rows,
             max_context,
-            ..Default::default()
+            ..testing::engine_config()
         },
         teach,
     )
@@ -62,7 +63,7 @@ pub fn tiny_agent_deterministic(max_context: usize) -> TinyAgent {
             max_batch_rows: 1,
             max_context,
             kv_reuse: false,
-            ..Default::default()
+            ..testing::engine_config()
         },
         |_, _| {},
     )
@@ -143,7 +144,7 @@ impl TinyAgent {
                     ..Default::default()
                 },
                 workflow_timeout: Duration::from_secs(3600),
-                ..Default::default()
+                ..testing::episode_config()
             },
             renderer,
             concurrency,
