@@ -365,7 +365,6 @@ mod tests {
     use super::*;
     use crate::learner::{AlgorithmConfig, KlConfig, MemoryConfig};
     use crate::model::presets::shape;
-    use crate::testing;
 
     fn plan(learner: &LearnerConfig, kind: Kind, engine: Option<EnginePlan>) -> MemoryPlan {
         let (model, _) = shape("qwen2.5-1.5b").unwrap();
@@ -392,7 +391,7 @@ mod tests {
 
     #[test]
     fn the_static_terms_are_the_parameter_arithmetic() {
-        let l = testing::learner_config();
+        let l = crate::learner::config::fixture();
         let p = plan(&l, Kind::BFloat16, None);
         let n = 1_543_714_304u64;
         assert_eq!(bytes(&p, "policy weights"), 2 * n);
@@ -416,7 +415,7 @@ mod tests {
                 },
                 ..Default::default()
             },
-            ..testing::learner_config()
+            ..crate::learner::config::fixture()
         };
         let lora = LoraConfig::default();
         let with = |lora| {
@@ -440,7 +439,7 @@ mod tests {
     #[test]
     fn a_critic_with_lora_keeps_its_base_frozen() {
         let (model, _) = shape("qwen2.5-1.5b").unwrap();
-        let l = testing::learner_config();
+        let l = crate::learner::config::fixture();
         let lora = LoraConfig::default();
         let with = |critic_lora| {
             MemoryPlan::predict(&PlanInput {
@@ -480,7 +479,7 @@ mod tests {
                 ..Default::default()
             },
             max_len: 4096,
-            ..testing::learner_config()
+            ..crate::learner::config::fixture()
         };
         let p = plan(&plain, Kind::BFloat16, None);
         let r = plan(
@@ -523,7 +522,7 @@ mod tests {
 
     #[test]
     fn the_engine_terms_follow_its_allocation() {
-        let l = testing::learner_config();
+        let l = crate::learner::config::fixture();
         let engine = EnginePlan {
             engines: 1,
             rows: 128,

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::engine::EngineConfig;
-use crate::learner::{AlgorithmConfig, LearnerConfig, MemoryConfig};
+use crate::learner::LearnerConfig;
 use crate::model::SamplingParams;
 use crate::runtime::EpisodeConfig;
 
@@ -50,19 +50,7 @@ pub fn episode_config() -> EpisodeConfig {
 /// The `[algorithm]` and `[learner]` sections' defaults, temperature 1, 4,096 tokens a
 /// trajectory, synchronous (no staleness bound), seed 0.
 pub fn learner_config() -> LearnerConfig {
-    LearnerConfig {
-        algorithm: AlgorithmConfig::default(),
-        memory: MemoryConfig::default(),
-        temperature: 1.0,
-        max_len: 4096,
-        max_staleness: None,
-        behavior_weight_cap: None,
-        seed: 0,
-        initial_version: 0,
-        queue_capacity: 4,
-        request_timeout: Duration::from_secs(3600),
-        distill: None,
-    }
+    crate::learner::config::fixture()
 }
 
 #[cfg(test)]

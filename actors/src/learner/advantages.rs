@@ -72,7 +72,6 @@ pub(crate) fn estimate(
 mod tests {
     use super::*;
     use crate::learner::{AlgorithmConfig, KlConfig};
-    use crate::testing;
 
     fn t(rows: &[&[f32]]) -> Tensor {
         let flat: Vec<f32> = rows.iter().flat_map(|r| r.iter().copied()).collect();
@@ -92,7 +91,7 @@ mod tests {
                 critic_warmup_updates: 0,
                 ..Default::default()
             },
-            ..testing::learner_config()
+            ..crate::learner::config::fixture()
         };
         let (adv, ret) = estimate(&config, &rewards, &mask, &scores, &[0, 0], None).unwrap();
         assert!(ret.is_none());
@@ -112,7 +111,7 @@ mod tests {
                     critic_warmup_updates: 0,
                     ..Default::default()
                 },
-                ..testing::learner_config()
+                ..crate::learner::config::fixture()
             };
             let err = estimate(&config, &mask, &mask, &scores, &[0], None).unwrap_err();
             assert!(err.to_string().contains("critic"), "{err}");

@@ -446,10 +446,28 @@ impl LearnerConfig {
     }
 }
 
+/// The learner config of [`crate::testing::learner_config`]: here, so that this crate's own
+/// unit tests reach it without an import back from `testing`.
+#[cfg(any(test, feature = "testing"))]
+pub(crate) fn fixture() -> LearnerConfig {
+    LearnerConfig {
+        algorithm: AlgorithmConfig::default(),
+        memory: MemoryConfig::default(),
+        temperature: 1.0,
+        max_len: 4096,
+        max_staleness: None,
+        behavior_weight_cap: None,
+        seed: 0,
+        initial_version: 0,
+        queue_capacity: 4,
+        request_timeout: Duration::from_secs(3600),
+        distill: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing;
 
     #[test]
     fn defaults_follow_agent_r1_and_round_trip_through_json() {
@@ -458,7 +476,7 @@ mod tests {
                 estimator: Estimator::StepGae,
                 ..Default::default()
             },
-            ..testing::learner_config()
+            ..fixture()
         };
         let a = &c.algorithm;
         assert_eq!(a.actor_lr, 1e-6);
@@ -499,7 +517,7 @@ mod tests {
                 micro_batch_size: 0,
                 ..Default::default()
             },
-            ..testing::learner_config()
+            ..fixture()
         };
         let err = bad.validate().unwrap_err().to_string();
         assert!(err.contains("algorithm.micro_batch_size"), "{err}");
@@ -508,7 +526,7 @@ mod tests {
                 actor_lr: f64::NAN,
                 ..Default::default()
             },
-            ..testing::learner_config()
+            ..fixture()
         };
         assert!(bad
             .validate()
@@ -521,7 +539,7 @@ mod tests {
                 ..Default::default()
             },
             max_len: 200,
-            ..testing::learner_config()
+            ..fixture()
         };
         let err = bad.validate().unwrap_err().to_string();
         assert!(err.contains("learner.max_tokens_per_micro_batch"), "{err}");
