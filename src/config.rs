@@ -59,8 +59,7 @@ use crate::setup::RolloutKnobs;
 
 /// Requests waiting for the learner thread before a caller is refused as overloaded.
 const LEARNER_QUEUE_CAPACITY: usize = 4;
-/// Longest a caller waits for the learner (an update behind others included); the stall
-/// detector (`[stall] learner_secs`) names a slow one long before.
+/// Longest a caller waits for the learner's answer (its wait behind queued work included).
 const LEARNER_REQUEST_TIMEOUT: Duration = Duration::from_secs(3600);
 /// Token budget of an engine's running batch (contexts plus their new tokens).
 const ENGINE_MAX_BATCH_TOKENS: usize = 64 * 2048;
@@ -401,7 +400,7 @@ impl TrainConfig {
             max_staleness: asynchronous.then_some(t.max_staleness),
             behavior_weight_cap: t.decoupled_ppo.then_some(t.behavior_weight_cap),
             seed: t.seed,
-            // The engine's version at a fresh start; a resume sets the checkpoint's.
+            // A fresh start's version; `start_learner` sets a resumed run's checkpoint version.
             initial_version: 0,
             queue_capacity: LEARNER_QUEUE_CAPACITY,
             request_timeout: LEARNER_REQUEST_TIMEOUT,
