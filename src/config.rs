@@ -58,16 +58,16 @@ use crate::registries::Registries;
 use crate::setup::RolloutKnobs;
 
 /// Requests waiting for the learner thread before a caller is refused as overloaded.
-const LEARNER_QUEUE_CAPACITY: usize = 4;
+pub(crate) const LEARNER_QUEUE_CAPACITY: usize = 4;
 /// Longest a caller waits for the learner's answer (its wait behind queued work included).
-const LEARNER_REQUEST_TIMEOUT: Duration = Duration::from_secs(3600);
+pub(crate) const LEARNER_REQUEST_TIMEOUT: Duration = Duration::from_secs(3600);
 /// Token budget of an engine's running batch (contexts plus their new tokens).
-const ENGINE_MAX_BATCH_TOKENS: usize = 64 * 2048;
+pub(crate) const ENGINE_MAX_BATCH_TOKENS: usize = 64 * 2048;
 /// Deadline of a turn asked of an engine without one of its own (an episode's turn has
 /// `rollout.generate_timeout_secs`).
-const ENGINE_REQUEST_TIMEOUT: Duration = Duration::from_secs(1800);
+pub(crate) const ENGINE_REQUEST_TIMEOUT: Duration = Duration::from_secs(1800);
 /// Turns an engine accepts (queued or running) before callers wait for admission.
-const ENGINE_MAX_PENDING: usize = 8192;
+pub(crate) const ENGINE_MAX_PENDING: usize = 8192;
 
 /// Keys that moved, with where to: an old config gets told where the key went.
 const MOVED_KEYS: &[(&str, &str)] = &[

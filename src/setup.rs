@@ -244,6 +244,17 @@ pub struct RolloutKnobs {
     pub waits: EpisodeWaits,
 }
 
+impl RolloutKnobs {
+    /// The same settings decoding greedily (temperature 0, no nucleus cut).
+    pub fn greedy(self) -> Self {
+        Self {
+            temperature: 0.0,
+            top_p: 1.0,
+            ..self
+        }
+    }
+}
+
 /// How long each part of an episode may take.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EpisodeWaits {

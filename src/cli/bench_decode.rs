@@ -2,7 +2,7 @@
 //! decode step against the floor the device's memory bandwidth sets (every weight and every
 //! attended key and value read once per step).
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use agent_r1_actors::device::parse_placement;
 use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle, TurnOutput, TurnRequest};
@@ -11,6 +11,7 @@ use anyhow::Context;
 use tch::{Device, Kind, Tensor};
 
 use crate::cli::bench_support::{peak_rss_mb, ModelFlags};
+use crate::config::{ENGINE_MAX_PENDING, ENGINE_REQUEST_TIMEOUT};
 
 /// Flags of `agent-r1 bench decode`.
 #[derive(Debug, clap::Args)]
@@ -191,8 +192,8 @@ fn start_engine(
         kv_reuse: false,
         prefault_parked_kv: false,
         cuda_graphs: !args.no_cuda_graphs,
-        max_pending: 8192,
-        request_timeout: Duration::from_secs(1800),
+        max_pending: ENGINE_MAX_PENDING,
+        request_timeout: ENGINE_REQUEST_TIMEOUT,
         seed: 0,
         metrics_label: "0".into(),
         memory_fraction: None,

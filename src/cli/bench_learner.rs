@@ -7,8 +7,6 @@
 //! initialised preset or real shape, or a model directory: throughput does not depend on
 //! what the weights are.
 
-use std::time::Duration;
-
 use agent_r1_actors::device::parse_placement;
 use agent_r1_actors::learner::{
     AlgorithmConfig, DistillCombine, DistillConfig, Estimator, KlConfig, KlPlacement, Learner,
@@ -22,6 +20,7 @@ use agent_r1_envs::task::Task;
 use serde_json::json;
 
 use super::bench_support::{peak_rss_mb, reset_peak_rss, ModelFlags};
+use crate::config::{LEARNER_QUEUE_CAPACITY, LEARNER_REQUEST_TIMEOUT};
 
 /// Flags of `agent-r1 bench learner`.
 #[derive(Debug, clap::Args)]
@@ -203,8 +202,8 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
             max_staleness: None,
             behavior_weight_cap: None,
             initial_version: 0,
-            queue_capacity: 4,
-            request_timeout: Duration::from_secs(3600),
+            queue_capacity: LEARNER_QUEUE_CAPACITY,
+            request_timeout: LEARNER_REQUEST_TIMEOUT,
         };
         let teacher = if args.distill {
             tch::manual_seed(args.seed.wrapping_add(1) as i64);

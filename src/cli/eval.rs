@@ -308,9 +308,9 @@ pub(crate) fn run(a: EvalArgs, registries: &Registries) -> anyhow::Result<()> {
         // fits the context, whatever tokenizer the evaluated model has.
         max_prompt: None,
         temperature,
-        top_p: if greedy { 1.0 } else { r.top_p },
         ..cfg.rollout_knobs()
     };
+    let knobs = if greedy { knobs.greedy() } else { knobs };
     let mut rollout = setup::rollout_setup(
         engine.clone(),
         tokenizer.clone(),

@@ -21,7 +21,7 @@ use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
-use crate::config::RolloutSection;
+use crate::config::{RolloutSection, ENGINE_MAX_PENDING, ENGINE_REQUEST_TIMEOUT};
 use crate::setup::{self, RolloutKnobs};
 
 /// Environments these commands can build on their own.
@@ -230,8 +230,8 @@ fn execute(
             memory_fraction: a.memory_fraction,
             cuda_graphs: !a.no_cuda_graphs,
             max_prefill_tokens: a.max_prefill_tokens as usize,
-            max_pending: 8192,
-            request_timeout: defaults.waits().generate,
+            max_pending: ENGINE_MAX_PENDING,
+            request_timeout: ENGINE_REQUEST_TIMEOUT,
             metrics_label: "0".into(),
         },
         None,

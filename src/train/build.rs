@@ -313,11 +313,7 @@ pub(crate) fn rollout_setups(
 ) -> anyhow::Result<(RolloutSetup, RolloutSetup)> {
     let knobs = cfg.rollout_knobs();
     let eval_knobs = match cfg.eval.greedy {
-        true => RolloutKnobs {
-            temperature: 0.0,
-            top_p: 1.0,
-            ..knobs
-        },
+        true => knobs.greedy(),
         false => knobs,
     };
     let build = |knobs: &RolloutKnobs| -> anyhow::Result<RolloutSetup> {
