@@ -59,12 +59,17 @@ demo-math: build
 fmt:
 	$(CARGO) fmt --all --check
 
+# The second pass checks the binary as `cargo build --release` makes it: without the tests'
+# features (`fault-injection`, `testing`), which the first pass turns on.
 clippy: $(STAMP)
 	$(CARGO) clippy --workspace --all-targets --release -- -D warnings
+	$(CARGO) clippy -p agent-r1 --release --bins --lib -- -D warnings
 
 ci: test fmt clippy
 
-bench: build
+# The rollout rows inject tool faults (a test double): a build with `fault-injection`.
+bench: $(STAMP)
+	$(CARGO) build --release --bin agent-r1 --features fault-injection
 	./scripts/bench.sh
 
 clean-venv:

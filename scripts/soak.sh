@@ -15,7 +15,11 @@ set -euo pipefail
 KILL_EVERY=${KILL_EVERY:-0}
 MINUTES=${1:-30}
 OUT=${2:-runs/soak}
-BIN=${BIN:-target/release/agent-r1}
+# The soak injects tool faults (a test double): a build with the `fault-injection` feature.
+if [ -z "${BIN:-}" ]; then
+  cargo build --release --bin agent-r1 --features fault-injection
+  BIN=target/release/agent-r1
+fi
 PY=${PY:-python3}
 PORT=$((20000 + $$ % 20000))
 rm -rf "$OUT" && mkdir -p "$OUT"

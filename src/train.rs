@@ -55,7 +55,7 @@ use base_model::{base_model, StartPoint};
 use build::{check_memory, resume_point, serve_metrics, start_learner, start_watchdog};
 pub(crate) use build::{rollout_setups, start_engines};
 pub use evaluate::{evaluate_tasks, write_trajectories};
-use scenario::{inject_scenario_faults, log_scenario};
+use scenario::log_scenario;
 pub use scenario::{scenario, Scenario};
 use summary::{engine_summary, log_line, progress_bar, summarize, write_plots};
 pub use summary::{summary_table, EngineSummary, RunSummary};
@@ -262,7 +262,7 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<RunSummary> {
         Err(e) => return Err(e),
     };
     log_scenario(&cfg, &scenario);
-    inject_scenario_faults(&mut scenario, &args.faults)?;
+    args.faults.apply_to_scenario(&mut scenario)?;
     let base = base_model(
         &cfg,
         &run_dir,

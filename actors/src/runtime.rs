@@ -22,6 +22,7 @@ mod env_actor;
 mod env_source;
 mod episode;
 mod episode_error;
+#[cfg(any(test, feature = "fault-injection"))]
 pub mod fault;
 pub mod in_flight;
 pub mod live;

@@ -161,6 +161,12 @@ impl Figures {
 }
 
 pub(crate) fn run(args: TrainBench) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        cfg!(feature = "fault-injection"),
+        "bench train slows the learner down by fault injection (`train --learner-delay-ms`), \
+         which this build leaves out: build with `cargo build --release --features \
+         fault-injection`"
+    );
     anyhow::ensure!(args.updates >= 2, "--updates must be at least 2");
     anyhow::ensure!(
         args.batch_size > 0

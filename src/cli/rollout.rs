@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agent_r1_actors::engine::{EngineConfig, EngineStats};
-use agent_r1_actors::runtime::fault::FaultyTool;
 use agent_r1_actors::runtime::{run_rollout, ContextPolicies, ContextPolicy, RolloutReport};
 use agent_r1_actors::tokenizer::HfTokenizer;
 use agent_r1_actors::trajectory::{Trajectory, TrajectoryWriter};
@@ -89,12 +88,10 @@ pub(crate) struct RolloutArgs {
     /// Seed of the world and of sampling.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Fraction of tool calls that panic, hang past their timeout, or fail (fault injection).
-    #[arg(long, default_value_t = 0.0)]
-    tool_fault_rate: f64,
-    /// Extra latency of every tool call, in milliseconds.
-    #[arg(long, default_value_t = 0)]
-    tool_latency_ms: u64,
+    /// Faulty and slow tools (in a build with `fault-injection` only).
+    #[cfg(feature = "fault-injection")]
+    #[command(flatten)]
+    tool_faults: ToolFaultFlags,
     /// What each turn sees of the history: full, window, elide or summary (docs/contexts.md).
     #[arg(long, default_value = "full")]
     context_policy: String,
@@ -152,10 +149,10 @@ fn validate(a: &RolloutArgs) -> anyhow::Result<()> {
     anyhow::ensure!(a.episodes > 0, "--episodes must be at least 1");
     anyhow::ensure!(a.concurrency > 0, "--concurrency must be at least 1");
     anyhow::ensure!(a.max_turns > 0, "--max-turns must be at least 1");
+    let (fault_rate, _) = a.tool_faults();
     anyhow::ensure!(
-        (0.0..=1.0).contains(&a.tool_fault_rate),
-        "--tool-fault-rate must be in [0, 1], got {}",
-        a.tool_fault_rate
+        (0.0..=1.0).contains(&fault_rate),
+        "--tool-fault-rate must be in [0, 1], got {fault_rate}"
     );
     anyhow::ensure!(
         a.split == "train" || a.split == "test",
@@ -202,14 +199,19 @@ fn execute(
     let tasks: Vec<(Task, u64)> = (0..a.episodes)
         .map(|i| (pool[i % pool.len()].clone(), i as u64))
         .collect();
+    #[allow(unused_mut)] // set only in a build with `fault-injection`
     let mut search: Arc<dyn Tool> = scenario.search.clone();
-    if a.tool_fault_rate > 0.0 || a.tool_latency_ms > 0 {
-        search = Arc::new(FaultyTool::new(
-            search,
-            a.tool_fault_rate,
-            Duration::from_millis(a.tool_latency_ms),
-            a.seed,
-        ));
+    #[cfg(feature = "fault-injection")]
+    {
+        let (rate, latency_ms) = a.tool_faults();
+        if rate > 0.0 || latency_ms > 0 {
+            search = Arc::new(agent_r1_actors::runtime::fault::FaultyTool::new(
+                search,
+                rate,
+                Duration::from_millis(latency_ms),
+                a.seed,
+            ));
+        }
     }
     // What this command has no flag for is as a `train` config's `[rollout]` leaves it.
     let defaults = RolloutSection::default();
@@ -341,8 +343,8 @@ pub(crate) fn run_bench(cmd: BenchRolloutCmd) -> anyhow::Result<()> {
         "kv_reuse": !cmd.common.no_kv_reuse,
         "parked_kv_mib": cmd.common.parked_kv_mib,
         "parked_kv_prefaulted": !cmd.common.lazy_parked_kv,
-        "tool_fault_rate": cmd.common.tool_fault_rate,
-        "tool_latency_ms": cmd.common.tool_latency_ms,
+        "tool_fault_rate": cmd.common.tool_faults().0,
+        "tool_latency_ms": cmd.common.tool_faults().1,
         "episodes_completed": s.completed,
         "episodes_failed": s.failed,
         "episodes_requeued": s.requeued,
@@ -389,5 +391,31 @@ fn memory_fraction(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(f) if f > 0.0 && f <= 1.0 => Ok(f),
         _ => Err(format!("`{text}` is not a share of memory in (0, 1]")),
+    }
+}
+
+/// Faulty and slow tools for `bench rollout` (fault injection, a test double).
+#[cfg(feature = "fault-injection")]
+#[derive(Debug, clap::Args)]
+struct ToolFaultFlags {
+    /// Fraction of tool calls that panic, hang past their timeout, or fail (fault injection).
+    #[arg(long, default_value_t = 0.0)]
+    tool_fault_rate: f64,
+    /// Extra latency of every tool call, in milliseconds.
+    #[arg(long, default_value_t = 0)]
+    tool_latency_ms: u64,
+}
+
+impl RolloutArgs {
+    /// The search tool's fault rate and extra latency in milliseconds (none in a build
+    /// without `fault-injection`).
+    fn tool_faults(&self) -> (f64, u64) {
+        #[cfg(feature = "fault-injection")]
+        return (
+            self.tool_faults.tool_fault_rate,
+            self.tool_faults.tool_latency_ms,
+        );
+        #[cfg(not(feature = "fault-injection"))]
+        (0.0, 0)
     }
 }

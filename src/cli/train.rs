@@ -3,10 +3,11 @@
 
 use std::path::PathBuf;
 
-use std::time::Duration;
-
 use crate::registries::Registries;
-use crate::train::faults::{Faults, HangStage};
+#[cfg(not(feature = "fault-injection"))]
+use crate::train::faults::Faults;
+#[cfg(feature = "fault-injection")]
+use crate::train::faults::HangStage;
 use crate::train::{self, ConfigSource, TrainArgs};
 
 /// Flags of `agent-r1 train`.
@@ -26,6 +27,37 @@ pub(crate) struct TrainCmdArgs {
     /// Continue from the newest complete checkpoint in the run directory.
     #[arg(long)]
     resume: bool,
+    /// Fault injection (hidden flags, in a build with `fault-injection` only).
+    #[cfg(feature = "fault-injection")]
+    #[command(flatten)]
+    faults: FaultFlags,
+}
+
+pub(crate) fn run(args: TrainCmdArgs, registries: Registries) -> anyhow::Result<()> {
+    let source = match (args.config, args.preset) {
+        (Some(path), _) => ConfigSource::File(path),
+        (None, Some(name)) => ConfigSource::Preset(name),
+        (None, None) => anyhow::bail!("pass --config FILE.toml or --preset demo"),
+    };
+    let summary = train::run(&TrainArgs {
+        config: source,
+        out: args.out,
+        resume: args.resume,
+        registries,
+        #[cfg(feature = "fault-injection")]
+        faults: args.faults.into(),
+        #[cfg(not(feature = "fault-injection"))]
+        faults: Faults,
+    })?;
+    println!("{}", train::summary_table(&summary));
+    println!("{}", serde_json::to_string(&summary)?);
+    Ok(())
+}
+
+/// The hidden fault-injection flags of `train`, for tests, the soak and `bench train`.
+#[cfg(feature = "fault-injection")]
+#[derive(Debug, clap::Args)]
+struct FaultFlags {
     /// Fault injection for `bench train`: the learner sleeps this many milliseconds at the
     /// start of every update.
     #[arg(long, hide = true)]
@@ -57,28 +89,18 @@ pub(crate) struct TrainCmdArgs {
     inject_engine_stop_after_update: bool,
 }
 
-pub(crate) fn run(args: TrainCmdArgs, registries: Registries) -> anyhow::Result<()> {
-    let source = match (args.config, args.preset) {
-        (Some(path), _) => ConfigSource::File(path),
-        (None, Some(name)) => ConfigSource::Preset(name),
-        (None, None) => anyhow::bail!("pass --config FILE.toml or --preset demo"),
-    };
-    let summary = train::run(&TrainArgs {
-        config: source,
-        out: args.out,
-        resume: args.resume,
-        registries,
-        faults: Faults {
-            learner_delay: args.learner_delay_ms.map(Duration::from_millis),
-            checkpoint_delay: args.checkpoint_delay_ms.map(Duration::from_millis),
-            hang: args.inject_hang,
-            engine_hang_after_updates: args.inject_engine_hang_after_updates,
-            tool_fault_rate: args.inject_tool_faults,
-            engine_panic_after_steps: args.inject_engine_panic_after,
-            engine_stop_after_first_update: args.inject_engine_stop_after_update,
-        },
-    })?;
-    println!("{}", train::summary_table(&summary));
-    println!("{}", serde_json::to_string(&summary)?);
-    Ok(())
+#[cfg(feature = "fault-injection")]
+impl From<FaultFlags> for crate::train::faults::Faults {
+    fn from(f: FaultFlags) -> Self {
+        use std::time::Duration;
+        Self {
+            learner_delay: f.learner_delay_ms.map(Duration::from_millis),
+            checkpoint_delay: f.checkpoint_delay_ms.map(Duration::from_millis),
+            hang: f.inject_hang,
+            engine_hang_after_updates: f.inject_engine_hang_after_updates,
+            tool_fault_rate: f.inject_tool_faults,
+            engine_panic_after_steps: f.inject_engine_panic_after,
+            engine_stop_after_first_update: f.inject_engine_stop_after_update,
+        }
+    }
 }

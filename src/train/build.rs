@@ -9,7 +9,7 @@ use anyhow::Context;
 use agent_r1_actors::engine::{EngineConfig, EngineFaults};
 use agent_r1_actors::engine_set::EngineSet;
 use agent_r1_actors::learner::{
-    BeforeUpdate, CriticPrefix, LearnerModels, LearnerRef, LearnerStart, Reference, CRITIC_DIR,
+    CriticPrefix, LearnerModels, LearnerRef, LearnerStart, Reference, CRITIC_DIR,
 };
 use agent_r1_actors::model::lora::{AdapterSource, ADAPTER_CONFIG_FILE};
 use agent_r1_actors::model::{Placement, PolicyModel};
@@ -18,9 +18,9 @@ use agent_r1_actors::stall::{StallWatch, Watchdog};
 use agent_r1_actors::tokenizer::HfTokenizer;
 
 use super::base_model::StartPoint;
-use super::faults::{Faults, HangStage};
+use super::faults::Faults;
 use super::scenario::Scenario;
-use super::{faults, OPTIMIZER_STATE, STALL_EXIT_CODE};
+use super::{OPTIMIZER_STATE, STALL_EXIT_CODE};
 use crate::config::TrainConfig;
 use crate::critic_prefix::TemplatePrefix;
 use crate::setup::RolloutKnobs;
@@ -273,18 +273,7 @@ pub(super) async fn start_learner(
             critic_prefix: critic_prefix.map(|p| Box::new(p) as Box<dyn CriticPrefix>),
         })
     };
-    let delay = faults.learner_delay;
-    let hang = faults.hangs(HangStage::Learner);
-    let before_update: Option<BeforeUpdate> = (delay.is_some() || hang).then(|| {
-        Arc::new(move |_| {
-            if hang {
-                faults::hang_forever("a learner update");
-            }
-            if let Some(delay) = delay {
-                std::thread::sleep(delay);
-            }
-        }) as BeforeUpdate
-    });
+    let before_update = faults.before_update();
     let learner = LearnerRef::spawn(LearnerStart {
         before_update,
         ..LearnerStart::new(load, config)

@@ -8,8 +8,7 @@ use anyhow::Context;
 use agent_r1_actors::runtime::RETRY_BIT;
 use serde_json::json;
 
-use super::faults::HangStage;
-use super::{faults, sampler, Run, OPTIMIZER_STATE};
+use super::{sampler, Run, OPTIMIZER_STATE};
 use crate::checkpoint;
 use crate::checkpoint::{TrainingState, IN_FLIGHT_EPISODES, PENDING_TRAJECTORIES};
 
@@ -48,16 +47,7 @@ impl Run {
             .save_optimizer(pending.dir().join(OPTIMIZER_STATE))
             .await
             .context("saving the optimizer state into the checkpoint")?;
-        if let Some(delay) = self.faults.checkpoint_delay {
-            eprintln!(
-                "checkpoint step {}: writing (paused {delay:?}: fault injection)",
-                self.step
-            );
-            tokio::time::sleep(delay).await;
-        }
-        if self.faults.hangs(HangStage::Checkpoint) {
-            faults::hang_forever("a checkpoint write");
-        }
+        self.faults.during_checkpoint_write(self.step).await;
         self.sampler.absorb_finished();
         let snapshot = self.sampler.snapshot();
         if !snapshot.pending.is_empty() {

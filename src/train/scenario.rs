@@ -1,14 +1,11 @@
-//! The run's scenario: its config resolved, the fault injections tests and benches ask for,
-//! and the line that describes it.
+//! The run's scenario: its config resolved, and the line that describes it.
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::{json, Value};
 
-use agent_r1_actors::runtime::fault::FaultyTool;
 use agent_r1_actors::runtime::{ContextPolicy, EnvSource};
 use agent_r1_envs::dataset::load_many;
 use agent_r1_envs::env::Env;
@@ -18,7 +15,6 @@ use agent_r1_envs::reward::ScoredEnv;
 use agent_r1_envs::task::{Split, Task};
 use agent_r1_envs::tool::Tool;
 
-use super::faults::{BlockingTool, Faults, FaultyEnv, ForcedCall, HangStage};
 use crate::config::TrainConfig;
 use crate::registries::Registries;
 
@@ -136,58 +132,6 @@ pub fn scenario(
         test,
         context_policy,
     })
-}
-
-/// Applies the env and tool faults a test asked for (see [`faults`]).
-pub(super) fn inject_scenario_faults(
-    scenario: &mut Scenario,
-    faults: &Faults,
-) -> anyhow::Result<()> {
-    if let Some(rate) = faults.tool_fault_rate {
-        anyhow::ensure!(
-            (0.0..=1.0).contains(&rate),
-            "--inject-tool-faults {rate}: allowed 0 to 1"
-        );
-        for (i, tool) in scenario.tools.iter_mut().enumerate() {
-            *tool = Arc::new(FaultyTool::new(
-                tool.clone(),
-                rate,
-                Duration::ZERO,
-                i as u64,
-            ));
-        }
-    }
-    // With tool faults, every turn that made no call calls every tool (an untrained model
-    // rarely calls one by itself), so the faults are met; a hanging tool is called alone.
-    let force_calls = if faults.hangs(HangStage::Tool) {
-        let first = scenario
-            .tools
-            .first_mut()
-            .context("--inject-hang tool needs a [tools.NAME] table")?;
-        let call = ForcedCall::of(first.as_ref());
-        *first = Arc::new(BlockingTool(first.clone()));
-        vec![call]
-    } else if faults.tool_fault_rate.is_some() {
-        scenario
-            .tools
-            .iter()
-            .map(|t| ForcedCall::of(t.as_ref()))
-            .collect()
-    } else {
-        vec![]
-    };
-    let hang_score = faults.hangs(HangStage::Env);
-    if hang_score || !force_calls.is_empty() {
-        let EnvSource::Shared(inner) = &scenario.env else {
-            anyhow::bail!("the env faults inject into an env, and [env] names a workflow");
-        };
-        scenario.env = EnvSource::Shared(Arc::new(FaultyEnv {
-            inner: inner.clone(),
-            hang_score,
-            force_calls,
-        }));
-    }
-    Ok(())
 }
 
 pub(super) fn log_scenario(cfg: &TrainConfig, scenario: &Scenario) {

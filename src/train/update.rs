@@ -9,7 +9,6 @@ use agent_r1_actors::learner::{LearnerRef, UpdateStats};
 use agent_r1_actors::stall::{Operations, StallWatch};
 use agent_r1_actors::trajectory::{EpisodeEnd, Trajectory};
 
-use super::faults::HangStage;
 use super::records::BatchSummary;
 use super::skip::{no_reward_signal, unusable};
 use super::{write_trajectories, Run, ROLLOUT_SAMPLE};
@@ -27,13 +26,7 @@ impl Run {
             TrainMode::Async if self.fed_ahead => 0,
             TrainMode::Async => self.cfg.training.updates.saturating_sub(self.step),
         };
-        let hang_now = self
-            .faults
-            .engine_hang_after_updates
-            .is_some_and(|n| self.step >= n);
-        if self.faults.hangs(HangStage::Engine) || hang_now {
-            self.engine_faults.hang();
-        }
+        self.faults.before_sampling(self.step, &self.engine_faults);
         if updates_fed > 0 {
             let requeue = std::mem::take(&mut self.requeue);
             let held = self.sampler.complete_groups() as u64 + requeue.len() as u64;
@@ -165,9 +158,7 @@ impl Run {
             metrics::histogram!(crate::metric_names::TRAIN_ENGINE_IDLE_DURING_UPDATE_SECONDS.name)
                 .record(idle);
         }
-        if self.faults.hangs(HangStage::Publication) {
-            self.engine_faults.hang();
-        }
+        self.faults.before_publication(&self.engine_faults);
         let publish = publish(
             self.learner.clone(),
             self.engine.clone(),
@@ -175,16 +166,8 @@ impl Run {
             format!("the weights of update {step}"),
         );
         self.version = self.sampler.while_sampling(publish).await??;
-        if let Some(steps) = self
-            .faults
-            .engine_panic_after_steps
-            .filter(|_| self.step == 0)
-        {
-            self.engine_faults.panic_after(steps);
-        }
-        if self.faults.engine_stop_after_first_update && self.step == 0 {
-            self.engine.shutdown();
-        }
+        self.faults
+            .after_publication(self.step, &self.engine_faults, &self.engine);
         if let Some(cluster) = &self.cluster {
             let remote = cluster.publish(&self.learner, self.version);
             self.sampler.while_sampling(remote).await??;

@@ -1,6 +1,8 @@
 //! Faults to inject into engine threads: a plan handed to the engines when they start, for
 //! tests and for the fault-injection flags of `train` and `bench train`. Nothing else can
-//! make an engine fail on purpose: the engine's handle has no such method.
+//! make an engine fail on purpose: the engine's handle has no such method, and a plan can be
+//! armed only in a build with the `fault-injection` feature (in any other build a plan is
+//! never armed, and the engines' reads of it are constant).
 //!
 //! The engines that share a plan each read it between decode steps (and before a weight
 //! update): a fault armed once fires once in each of them, and not in an engine started
@@ -9,6 +11,9 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+
+/// Whether a plan can be armed in this build.
+const ARMABLE: bool = cfg!(any(test, feature = "fault-injection"));
 
 /// A fault-injection plan for the engines it is given to. Cheap to clone; clones share it.
 #[derive(Debug, Clone, Default)]
@@ -28,11 +33,13 @@ impl EngineFaults {
         Self::default()
     }
 
+    #[cfg(any(test, feature = "fault-injection"))]
     /// Every engine stops stepping for good, as a hung kernel or a deadlock would leave it.
     pub fn hang(&self) {
         self.0.hang.store(true, Ordering::Release);
     }
 
+    #[cfg(any(test, feature = "fault-injection"))]
     /// Every engine's thread panics after `steps` more decode steps (at least one), as a
     /// libtorch error raised through tch would.
     pub fn panic_after(&self, steps: u64) {
@@ -42,6 +49,7 @@ impl EngineFaults {
         self.0.panic_after_armed.fetch_add(1, Ordering::Release);
     }
 
+    #[cfg(any(test, feature = "fault-injection"))]
     /// Every engine's thread panics on its next weight update, before applying it, as a
     /// libtorch error while copying the tensors would.
     pub fn panic_on_next_update(&self) {
@@ -72,11 +80,17 @@ pub(crate) struct FaultReader {
 impl FaultReader {
     /// Whether the engines are to hang.
     pub(crate) fn hang(&self) -> bool {
+        if !ARMABLE {
+            return false;
+        }
         self.plan.0.hang.load(Ordering::Acquire)
     }
 
     /// The steps before a panic, when one was armed since the last call.
     pub(crate) fn panic_after(&self) -> Option<u64> {
+        if !ARMABLE {
+            return None;
+        }
         let armed = self.plan.0.panic_after_armed.load(Ordering::Acquire);
         let seen = self.panic_after_seen.swap(armed, Ordering::AcqRel);
         (armed != seen).then(|| self.plan.0.panic_after_steps.load(Ordering::Relaxed))
@@ -84,6 +98,9 @@ impl FaultReader {
 
     /// Whether a panic on the next weight update was armed since the last call.
     pub(crate) fn panic_on_update(&self) -> bool {
+        if !ARMABLE {
+            return false;
+        }
         let armed = self.plan.0.panic_on_update_armed.load(Ordering::Acquire);
         self.panic_on_update_seen.swap(armed, Ordering::AcqRel) != armed
     }
