@@ -1,6 +1,8 @@
-//! The own-data path end to end: questions and a corpus written here, `sft` on a handful of
-//! chat-format demonstrations written here, then `train` from the supervised model and
-//! `eval` of its checkpoint. A fresh tiny model never calls a tool; after `sft` it does.
+//! The own-data path end to end, as docs/own-data.md walks it: a model directory as
+//! transformers writes one (`save_pretrained`), questions and a corpus written here, `sft` on
+//! a handful of chat-format demonstrations written here, then `train` from the supervised
+//! model and `eval` of its checkpoint. A fresh tiny model never calls a tool; after `sft` it
+//! does.
 
 use std::process::{Command, Output};
 
@@ -8,6 +10,8 @@ use serde_json::{json, Value};
 
 #[path = "support/own_data.rs"]
 mod own_data;
+#[path = "../actors/tests/support/venv.rs"]
+mod venv;
 
 use own_data::{OwnData, BIN, FACTS};
 
@@ -65,10 +69,15 @@ fn eval(config: &str, model: &str) -> Value {
 #[test]
 fn sft_on_own_demonstrations_teaches_the_tool_then_train_and_eval_run() {
     let own = OwnData::new();
+    own.resave_model_with_transformers(&venv::python_required(&["transformers"]));
     let config = own.path("own.toml");
     std::fs::write(&config, own.config()).unwrap();
     let config = config.to_str().unwrap();
     let base = own.path("model");
+    assert!(
+        base.join("chat_template.jinja").is_file(),
+        "transformers writes the chat template beside tokenizer_config.json"
+    );
     let before = eval(config, base.to_str().unwrap());
     assert_eq!(before["tool_calls_per_episode"], 0.0, "{before}");
 

@@ -58,6 +58,27 @@ impl OwnData {
         Self { dir }
     }
 
+    /// Replaces the model directory with the same model as transformers writes it
+    /// (`tests/py/resave_with_transformers.py`): its config.json, safetensors layout and
+    /// tokenizer files, the chat template in `chat_template.jinja`.
+    pub fn resave_model_with_transformers(&self, python: &std::path::Path) {
+        let (model, init) = (self.path("model"), self.path("model-init"));
+        std::fs::rename(&model, &init).unwrap();
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/py/resave_with_transformers.py");
+        let out = Command::new(python)
+            .arg(script)
+            .args([&init, &model])
+            .env("HF_HUB_OFFLINE", "1")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
