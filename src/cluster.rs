@@ -21,6 +21,7 @@ pub mod tls;
 pub(crate) mod trainer;
 pub mod wire;
 pub mod worker;
+pub mod worker_faults;
 
 use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agent_r1_actors::endpoint::{ExternalAgent, ExternalAgentOptions};
-use agent_r1_actors::engine::{spawn_engine, EngineConfig};
+use agent_r1_actors::engine::EngineConfig;
 use agent_r1_actors::model::presets::preset;
 use agent_r1_actors::model::{Placement, PolicyModel, SamplingParams};
 use agent_r1_actors::runtime::{
@@ -134,7 +134,7 @@ fn main() {
 
     let setup = |env: EnvSource| {
         let load = model_dir.clone();
-        let (engine, _) = spawn_engine(
+        let engine = testing::start_engine(
             move || PolicyModel::load(&load, Placement::default(), false),
             None,
             EngineConfig {
@@ -144,8 +144,9 @@ fn main() {
             },
         )
         .unwrap();
-        RolloutSetup {
-            engine: engine.into(),
+        // The engine lives as long as the guard returned beside the setup.
+        let setup = RolloutSetup {
+            engine: (&engine).into(),
             env,
             tools: vec![],
             renderer: renderer.clone(),
@@ -170,7 +171,8 @@ fn main() {
             stall: None,
             calls: Default::default(),
             in_flight: Default::default(),
-        }
+        };
+        (setup, engine)
     };
     let report = |name: &str, (out, secs): (Vec<Trajectory>, f64)| {
         let done = out
@@ -196,32 +198,26 @@ fn main() {
         );
         tokens as f64 / secs
     };
-    let rust = report(
-        "workflow",
-        rollout(
-            setup(EnvSource::Workflow {
-                workflow: Arc::new(TwoTurns),
-                tool_names: vec![],
-            }),
-            episodes,
-        ),
-    );
+    let rust = report("workflow", {
+        let (setup, _engine) = setup(EnvSource::Workflow {
+            workflow: Arc::new(TwoTurns),
+            tool_names: vec![],
+        });
+        rollout(setup, episodes)
+    });
     let endpoint = ExternalAgent::new(ExternalAgentOptions {
         service_url: Some(format!("http://127.0.0.1:{port}/episode")),
         max_processes: episodes,
         ..Default::default()
     })
     .unwrap();
-    let http = report(
-        "endpoint",
-        rollout(
-            setup(EnvSource::Workflow {
-                workflow: Arc::new(endpoint),
-                tool_names: vec![],
-            }),
-            episodes,
-        ),
-    );
+    let http = report("endpoint", {
+        let (setup, _engine) = setup(EnvSource::Workflow {
+            workflow: Arc::new(endpoint),
+            tool_names: vec![],
+        });
+        rollout(setup, episodes)
+    });
     println!("endpoint / workflow: {:.2}", http / rust);
     let _ = service.kill();
     let _ = service.wait();

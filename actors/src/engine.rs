@@ -30,9 +30,8 @@ pub use faults::EngineFaults;
 pub use supervisor::{start_supervised, EngineMsg, EngineRestartPolicy, LoadModel};
 
 use crate::model::generate::FinishReason;
-use crate::model::{PolicyModel, SamplingParams};
+use crate::model::SamplingParams;
 use crate::stall::{Heartbeat, Probe, Stuck};
-use crate::tokenizer::HfTokenizer;
 use crate::weight_digest::WeightDigest;
 use crate::{Error, Result};
 
@@ -289,44 +288,6 @@ impl std::fmt::Debug for EngineHandle {
         f.debug_struct("EngineHandle")
             .field("available_permits", &self.permits.available_permits())
             .finish()
-    }
-}
-
-/// Starts the engine thread; `load` builds the model on that thread.
-///
-/// Returns once the model is loaded, or with the loading error.
-pub fn spawn_engine(
-    load: impl FnOnce() -> Result<PolicyModel> + Send + 'static,
-    tokenizer: Option<Arc<HfTokenizer>>,
-    config: EngineConfig,
-) -> Result<(EngineHandle, std::thread::JoinHandle<()>)> {
-    check_config(&config)?;
-    let (tx, rx) = crossbeam::channel::bounded(config.max_pending + 64);
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let handle = EngineHandle::new(tx, &config);
-    let start = worker::Start::new(
-        tokenizer,
-        config,
-        rx.clone(),
-        handle.heartbeat.clone(),
-        None,
-    );
-    let failure = handle.failure.clone();
-    let join = std::thread::Builder::new()
-        .name("agent-r1-engine".into())
-        .spawn(move || {
-            let exit = worker::run(load, start, |loaded| {
-                let _ = ready_tx.send(loaded);
-            });
-            exit.stop_for_good(&failure, &rx);
-        })
-        .map_err(|e| Error::EngineStopped(format!("cannot start the engine thread: {e}")))?;
-    match ready_rx.recv() {
-        Ok(Ok(())) => Ok((handle, join)),
-        Ok(Err(e)) => Err(e),
-        Err(_) => Err(Error::EngineStopped(
-            "the engine thread died while loading".into(),
-        )),
     }
 }
 

@@ -1,14 +1,82 @@
 //! Runtime configs with every value written out, for this crate's tests, examples and
 //! benches (the `testing` feature). The runtime configs have no defaults of their own: a
 //! run resolves them from its TOML config (`agent_r1::config::TrainConfig`), and a test
-//! starts from these and sets what it is about.
+//! starts from these and sets what it is about. And an engine started as a run starts one,
+//! from code without an async runtime of its own.
 
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use crate::engine::EngineConfig;
+use crate::engine::{start_supervised, EngineConfig, EngineHandle, EngineRestartPolicy};
 use crate::learner::LearnerConfig;
+use crate::model::PolicyModel;
 use crate::model::SamplingParams;
 use crate::runtime::EpisodeConfig;
+use crate::tokenizer::HfTokenizer;
+
+/// Starts an engine through the door a run uses (`start_supervised`: the engine actor, which
+/// replaces a crashed thread; the default restart policy, no fault plan), its actor on a
+/// runtime the calling process shares. Returns once the model is loaded, or with the
+/// loading error; callable from plain (non-async) code. The engine is shut down when the
+/// returned [`TestEngine`] is dropped.
+pub fn start_engine(
+    load: impl Fn() -> crate::Result<PolicyModel> + Send + Sync + 'static,
+    tokenizer: Option<Arc<HfTokenizer>>,
+    config: EngineConfig,
+) -> crate::Result<TestEngine> {
+    static ACTORS: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    let runtime = ACTORS.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("agent-r1-test-actors")
+            .enable_all()
+            .build()
+            .expect("a tokio runtime for the engine actors")
+    });
+    let (started, outcome) = std::sync::mpsc::channel();
+    runtime.spawn(async move {
+        let result = start_supervised(
+            Arc::new(load),
+            tokenizer,
+            config,
+            EngineRestartPolicy::default(),
+            None,
+        )
+        .await;
+        let _ = started.send(result.map(|(handle, _actor)| TestEngine(handle)));
+    });
+    outcome.recv().unwrap_or_else(|_| {
+        Err(crate::Error::EngineStopped(
+            "the engine actor ended while starting".into(),
+        ))
+    })
+}
+
+/// An engine a test started: its handle (through `Deref`), and the engine shut down when this
+/// is dropped. A supervised engine otherwise lives until it is told to stop, as a run's
+/// engines live until the run ends, and a test process starts many.
+#[derive(Debug)]
+pub struct TestEngine(EngineHandle);
+
+impl std::ops::Deref for TestEngine {
+    type Target = EngineHandle;
+
+    fn deref(&self) -> &EngineHandle {
+        &self.0
+    }
+}
+
+impl Drop for TestEngine {
+    fn drop(&mut self) {
+        self.0.shutdown();
+    }
+}
+
+impl From<&TestEngine> for crate::engine_set::EngineSet {
+    fn from(engine: &TestEngine) -> Self {
+        Self::from(&engine.0)
+    }
+}
 
 /// An engine of 64 rows over a 2,048-token context, with KV reuse, a 2 GiB parked-KV pool
 /// and seed 0.

@@ -6,7 +6,7 @@ use agent_r1_actors::testing;
 use std::path::Path;
 
 use agent_r1_actors::device::memory;
-use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle, TurnRequest};
+use agent_r1_actors::engine::{EngineConfig, EngineHandle, TurnRequest};
 use agent_r1_actors::memory_plan::ShareRequest;
 use agent_r1_actors::model::generate::FinishReason;
 use agent_r1_actors::model::{ModelConfig, Placement, PolicyModel, SamplingParams};
@@ -25,15 +25,14 @@ fn greedy(n: usize) -> SamplingParams {
     }
 }
 
-fn start(dir: &Path, config: EngineConfig) -> EngineHandle {
+fn start(dir: &Path, config: EngineConfig) -> testing::TestEngine {
     let dir = dir.to_path_buf();
-    let (handle, _join) = spawn_engine(
+    testing::start_engine(
         move || PolicyModel::load(&dir, Placement::default(), false),
         None,
         config,
     )
-    .unwrap();
-    handle
+    .unwrap()
 }
 
 fn prompt(seed: u32, len: usize) -> Vec<u32> {
@@ -489,8 +488,8 @@ fn a_sliding_window_shorter_than_the_served_context_is_refused_at_start() {
     .unwrap();
     let start = |max_context: usize| {
         let config = config.clone();
-        spawn_engine(
-            move || PolicyModel::new(config, Placement::default(), false),
+        testing::start_engine(
+            move || PolicyModel::new(config.clone(), Placement::default(), false),
             None,
             EngineConfig {
                 max_context,
@@ -826,7 +825,7 @@ fn a_memory_fraction_too_small_for_one_row_fails_the_start_in_one_line() {
     let tmp = tempfile::tempdir().unwrap();
     make_model(tmp.path());
     let dir = tmp.path().to_path_buf();
-    let err = spawn_engine(
+    let err = testing::start_engine(
         move || PolicyModel::load(&dir, Placement::default(), false),
         None,
         share_config(1e-9),

@@ -5,7 +5,7 @@ use agent_r1_actors::testing;
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle, TurnRequest};
+use agent_r1_actors::engine::{EngineConfig, TurnRequest};
 use agent_r1_actors::model::{ModelConfig, Placement, PolicyModel, SamplingParams};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
@@ -22,7 +22,7 @@ fn make_model(dir: &Path) {
         .unwrap();
 }
 
-fn start(dir: &Path, label: &str) -> EngineHandle {
+fn start(dir: &Path, label: &str) -> testing::TestEngine {
     let dir = dir.to_path_buf();
     let config = EngineConfig {
         max_batch_rows: 2,
@@ -31,13 +31,12 @@ fn start(dir: &Path, label: &str) -> EngineHandle {
         metrics_label: label.into(),
         ..testing::engine_config()
     };
-    spawn_engine(
+    testing::start_engine(
         move || PolicyModel::load(&dir, Placement::default(), false),
         None,
         config,
     )
     .unwrap()
-    .0
 }
 
 #[test]

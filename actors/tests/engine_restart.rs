@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_r1_actors::engine::{
-    spawn_engine, start_supervised, EngineConfig, EngineFaults, EngineHandle, EngineRestartPolicy,
-    LoadModel, TurnOutput, TurnRequest,
+    start_supervised, EngineConfig, EngineFaults, EngineHandle, EngineRestartPolicy, LoadModel,
+    TurnOutput, TurnRequest,
 };
 use agent_r1_actors::engine_set::EngineSet;
 use agent_r1_actors::model::{Placement, PolicyModel, SamplingParams};
@@ -114,7 +114,7 @@ fn a_crashed_engine_thread_is_replaced_and_its_turns_finish_under_the_weights_it
     let requests: Vec<TurnRequest> = (0..6).map(|e| turn(e, 24)).collect();
 
     // What an engine that never crashed answers, under version 3.
-    let (reference, _join) = spawn_engine(
+    let reference = testing::start_engine(
         {
             let load = loader(tmp.path());
             move || load()

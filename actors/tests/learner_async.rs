@@ -17,7 +17,7 @@ use agent_r1_actors::testing;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle, EngineStats, TurnRequest};
+use agent_r1_actors::engine::{EngineConfig, EngineHandle, EngineStats, TurnRequest};
 use agent_r1_actors::learner::{
     AlgorithmConfig, Estimator, KlConfig, LearnerConfig, LearnerRef, UpdateStats,
 };
@@ -28,9 +28,9 @@ use learner_common::{
     learner, runtime, same_weights, save_policy, start_learner, trajectory, TestStep,
 };
 
-fn engine(dir: &std::path::Path, max_context: usize) -> EngineHandle {
+fn engine(dir: &std::path::Path, max_context: usize) -> testing::TestEngine {
     let dir = dir.to_path_buf();
-    let (engine, _join) = spawn_engine(
+    testing::start_engine(
         move || PolicyModel::load(&dir, Placement::default(), false),
         None,
         EngineConfig {
@@ -40,8 +40,7 @@ fn engine(dir: &std::path::Path, max_context: usize) -> EngineHandle {
             ..testing::engine_config()
         },
     )
-    .unwrap();
-    engine
+    .unwrap()
 }
 
 /// Engine stats once `done` holds (polled between decode steps; bounded against a hang).

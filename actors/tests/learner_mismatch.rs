@@ -11,7 +11,7 @@ use agent_r1_actors::testing;
 use std::path::Path;
 
 use agent_r1_actors::algo::{RejectLevel, RolloutCorrection, WeightLevel};
-use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle, TurnRequest};
+use agent_r1_actors::engine::{EngineConfig, EngineHandle, TurnRequest};
 use agent_r1_actors::learner::{AlgorithmConfig, Estimator, KlConfig, LearnerConfig, UpdateStats};
 use agent_r1_actors::model::{Placement, PolicyModel, SamplingParams};
 use agent_r1_actors::trajectory::Trajectory;
@@ -23,9 +23,9 @@ const GROUP: usize = 4;
 const GROUPS: u32 = 2;
 const NEW_TOKENS: usize = 12;
 
-fn engine(dir: &Path) -> EngineHandle {
+fn engine(dir: &Path) -> testing::TestEngine {
     let dir = dir.to_path_buf();
-    let (engine, _join) = spawn_engine(
+    testing::start_engine(
         move || PolicyModel::load(&dir, Placement::default(), false),
         None,
         EngineConfig {
@@ -35,8 +35,7 @@ fn engine(dir: &Path) -> EngineHandle {
             ..testing::engine_config()
         },
     )
-    .unwrap();
-    engine
+    .unwrap()
 }
 
 /// The policy in `from` with Gaussian noise of standard deviation `sigma` added to every

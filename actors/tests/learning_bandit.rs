@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use agent_r1_actors::algo::{RejectLevel, RolloutCorrection, WeightLevel};
-use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle, TurnRequest};
+use agent_r1_actors::engine::{EngineConfig, EngineHandle, TurnRequest};
 use agent_r1_actors::learner::{
     AlgorithmConfig, Estimator, KlConfig, LearnerConfig, LearnerModels, LearnerRef, LearnerStart,
 };
@@ -206,7 +206,7 @@ fn train_with_sampler(
     let with_lora = lora.is_some();
     save_initial_policy(tmp.path(), with_lora);
     let dir = tmp.path().to_path_buf();
-    let (engine, _engine_join) = spawn_engine(
+    let engine = testing::start_engine(
         {
             let dir = dir.clone();
             let lora = lora.clone();

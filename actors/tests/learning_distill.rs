@@ -12,7 +12,7 @@ use agent_r1_actors::testing;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle, TurnRequest};
+use agent_r1_actors::engine::{EngineConfig, EngineHandle, TurnRequest};
 use agent_r1_actors::learner::{
     AlgorithmConfig, DistillCombine, DistillConfig, Estimator, KlConfig, Learner, LearnerConfig,
     LearnerModels, LearnerRef, LearnerStart,
@@ -166,7 +166,7 @@ fn distillation_alone_takes_the_student_to_the_teachers_answers_without_a_reward
         teacher_p > 0.9,
         "the teacher should know the answers: mean p = {teacher_p}"
     );
-    let (engine, _engine_join) = spawn_engine(
+    let engine = testing::start_engine(
         {
             let dir = student_dir.clone();
             move || PolicyModel::load(&dir, Placement::default(), false)

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle};
+use agent_r1_actors::engine::{EngineConfig, EngineHandle};
 use agent_r1_actors::engine_set::EngineSet;
 use agent_r1_actors::learner::{
     AlgorithmConfig, BeforeUpdate, Estimator, KlConfig, LearnerConfig, LearnerModels, LearnerRef,
@@ -193,7 +193,7 @@ fn tasks(prefix: &str, n: usize) -> Vec<(Task, u64)> {
 
 struct Fixture {
     _dir: tempfile::TempDir,
-    engine: EngineHandle,
+    engine: testing::TestEngine,
     tokenizer: Arc<HfTokenizer>,
     model: PolicyModel,
 }
@@ -203,9 +203,9 @@ fn fixture() -> Fixture {
 }
 
 /// An engine on the CPU over the model in `dir`.
-fn tiny_engine(dir: &Path, max_batch_rows: usize) -> EngineHandle {
+fn tiny_engine(dir: &Path, max_batch_rows: usize) -> testing::TestEngine {
     let path = dir.to_path_buf();
-    let (engine, _) = spawn_engine(
+    testing::start_engine(
         move || PolicyModel::load(&path, Placement::default(), false),
         None,
         EngineConfig {
@@ -214,8 +214,7 @@ fn tiny_engine(dir: &Path, max_batch_rows: usize) -> EngineHandle {
             ..testing::engine_config()
         },
     )
-    .unwrap();
-    engine
+    .unwrap()
 }
 
 fn fixture_with_rows(max_batch_rows: usize) -> Fixture {
@@ -1252,7 +1251,7 @@ fn two_engines_share_the_episodes_and_each_episode_keeps_its_engine_and_its_kv()
     let second = tiny_engine(f._dir.path(), 16);
     let engines = EngineSet::new(vec![
         ("cpu (engine 0)".into(), f.engine.clone()),
-        ("cpu (engine 1)".into(), second),
+        ("cpu (engine 1)".into(), second.clone()),
     ])
     .unwrap();
     let env = Arc::new(ScriptedEnv {
@@ -1329,7 +1328,8 @@ fn two_engines_share_the_episodes_and_each_episode_keeps_its_engine_and_its_kv()
         resets: Default::default(),
     });
     let mut one = setup(&f, EnvSource::Shared(env), vec![Arc::new(Echo)], 16);
-    one.engine = tiny_engine(f._dir.path(), 16).into();
+    let alone_engine = tiny_engine(f._dir.path(), 16);
+    one.engine = (&alone_engine).into();
     let (report, alone) = run_setup(one, tasks("two", EPISODES));
     assert_eq!(report.summary.completed, EPISODES as u64, "{report:?}");
     let (first_alone, later_alone) = later_turns_prefill_only_what_is_new(&alone);

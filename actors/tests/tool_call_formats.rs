@@ -18,7 +18,7 @@ use agent_r1_actors::testing;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent_r1_actors::engine::{spawn_engine, EngineConfig};
+use agent_r1_actors::engine::EngineConfig;
 use agent_r1_actors::model::{ModelConfig, Placement, PolicyModel, SamplingParams};
 use agent_r1_actors::runtime::{run_rollout, EpisodeConfig, RolloutSetup, TurnRenderer};
 use agent_r1_actors::sft::{train_sft, SftConfig, SftSequence};
@@ -206,7 +206,7 @@ fn run_family(style: TokenizerStyle, family: &str, format: ToolCallFormat, calls
     model.save(&model_dir, Some(dir.path())).unwrap();
 
     let load_dir = model_dir.clone();
-    let (engine, _) = spawn_engine(
+    let engine = testing::start_engine(
         move || PolicyModel::load(&load_dir, Placement::default(), false),
         None,
         EngineConfig {
@@ -218,7 +218,7 @@ fn run_family(style: TokenizerStyle, family: &str, format: ToolCallFormat, calls
     )
     .unwrap();
     let setup = RolloutSetup {
-        engine: engine.into(),
+        engine: (&engine).into(),
         env: agent_r1_actors::runtime::EnvSource::Shared(Arc::new(qa_env(format))),
         tools: vec![echo.clone() as Arc<dyn Tool>],
         renderer: renderer.clone(),

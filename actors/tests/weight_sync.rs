@@ -7,7 +7,6 @@
 
 mod learner_common;
 
-use agent_r1_actors::engine::spawn_engine;
 use agent_r1_actors::learner::{AlgorithmConfig, KlConfig, LearnerConfig};
 use agent_r1_actors::model::{Placement, PolicyModel};
 use agent_r1_actors::testing;
@@ -34,7 +33,7 @@ fn a_tensor_corrupted_in_transit_is_a_named_error_and_the_engine_keeps_its_weigh
         false,
     );
     let dir = tmp.path().to_path_buf();
-    let (engine, _) = spawn_engine(
+    let engine = testing::start_engine(
         move || PolicyModel::load(&dir, Placement::default(), false),
         None,
         testing::engine_config(),

@@ -5,7 +5,9 @@
 use std::time::Instant;
 
 use agent_r1_actors::device::parse_placement;
-use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle, TurnOutput, TurnRequest};
+use agent_r1_actors::engine::{
+    start_supervised, EngineConfig, EngineHandle, EngineRestartPolicy, TurnOutput, TurnRequest,
+};
 use agent_r1_actors::model::{ModelConfig, Placement, SamplingParams};
 use anyhow::Context;
 use tch::{Device, Kind, Tensor};
@@ -73,7 +75,7 @@ pub(crate) fn run(args: DecodeBench) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     for &batch in &args.batch_sizes {
-        let engine = start_engine(&args, placement, batch)?;
+        let engine = runtime.block_on(start_engine(&args, placement, batch))?;
         let vocab = config.vocab_size as u64;
         let prompt = |episode: u64| -> Vec<u32> {
             (0..args.prompt_len as u64)
@@ -177,7 +179,8 @@ impl Floor {
     }
 }
 
-fn start_engine(
+/// An engine as `train` starts one (its actor, the default restart policy).
+async fn start_engine(
     args: &DecodeBench,
     placement: Placement,
     batch: usize,
@@ -199,16 +202,19 @@ fn start_engine(
         memory_fraction: None,
         max_prefill_tokens: 16_384,
     };
-    let (engine, _join) = spawn_engine(
-        move || {
+    let (engine, _actor) = start_supervised(
+        std::sync::Arc::new(move || {
             model
                 .choice()
                 .build(placement, false)
                 .map_err(|e| agent_r1_actors::Error::invalid("bench decode model", e.to_string()))
-        },
+        }),
         None,
         config,
+        EngineRestartPolicy::default(),
+        None,
     )
+    .await
     .context("starting the engine")?;
     Ok(engine)
 }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::cluster::worker::{self, WorkerArgs};
+use crate::cluster::worker_faults::WorkerFaults;
 use crate::registries::Registries;
 use crate::setup;
 
@@ -51,18 +52,10 @@ pub(crate) struct WorkerCmdArgs {
     /// Seconds to wait for the trainer to accept and welcome this worker.
     #[arg(long, default_value_t = 60.0)]
     join_timeout_secs: f64,
-    /// Fault injection for tests: on receiving this many leases, stop doing anything
-    /// (nothing more is sent, as a hung machine), until killed.
-    #[arg(long, hide = true)]
-    freeze_at_lease: Option<u64>,
-    /// Fault injection for tests: from this many leases on, leases are held without running
-    /// until the trainer has dropped this worker and taken it back.
-    #[arg(long, hide = true)]
-    hold_from_lease: Option<u64>,
-    /// Fault injection for tests: the first weight swap after joining first waits this many
-    /// seconds, as loading a large model would.
-    #[arg(long, hide = true)]
-    slow_swap_secs: Option<f64>,
+    /// Fault injection (hidden flags, in a build with `fault-injection` only).
+    #[cfg(feature = "fault-injection")]
+    #[command(flatten)]
+    faults: WorkerFaultFlags,
 }
 
 pub(crate) fn run(args: WorkerCmdArgs, registries: Registries) -> anyhow::Result<()> {
@@ -105,15 +98,13 @@ pub(crate) fn run(args: WorkerCmdArgs, registries: Registries) -> anyhow::Result
             dir,
             join_timeout: Duration::from_secs_f64(args.join_timeout_secs),
             registries,
-            freeze_at_lease: args.freeze_at_lease,
             metrics_address: args.metrics_address,
             metrics_token_file: args.metrics_token_file,
             metrics_open_paths: args.metrics_open_paths,
-            hold_from_lease: args.hold_from_lease,
-            slow_swap: args
-                .slow_swap_secs
-                .filter(|s| s.is_finite() && *s >= 0.0)
-                .map(Duration::from_secs_f64),
+            #[cfg(feature = "fault-injection")]
+            faults: args.faults.into(),
+            #[cfg(not(feature = "fault-injection"))]
+            faults: WorkerFaults,
             tls_ca: args.tls_ca,
             tls_server_name: args.tls_server_name,
         },
@@ -122,4 +113,36 @@ pub(crate) fn run(args: WorkerCmdArgs, registries: Registries) -> anyhow::Result
     println!("{summary}");
     rt.shutdown_timeout(Duration::from_secs(5));
     Ok(())
+}
+
+/// The hidden fault-injection flags of `worker`, for the cluster's tests.
+#[cfg(feature = "fault-injection")]
+#[derive(Debug, clap::Args)]
+struct WorkerFaultFlags {
+    /// Fault injection for tests: on receiving this many leases, stop doing anything
+    /// (nothing more is sent, as a hung machine), until killed.
+    #[arg(long, hide = true)]
+    freeze_at_lease: Option<u64>,
+    /// Fault injection for tests: from this many leases on, leases are held without running
+    /// until the trainer has dropped this worker and taken it back.
+    #[arg(long, hide = true)]
+    hold_from_lease: Option<u64>,
+    /// Fault injection for tests: the first weight swap after joining first waits this many
+    /// seconds, as loading a large model would.
+    #[arg(long, hide = true)]
+    slow_swap_secs: Option<f64>,
+}
+
+#[cfg(feature = "fault-injection")]
+impl From<WorkerFaultFlags> for WorkerFaults {
+    fn from(f: WorkerFaultFlags) -> Self {
+        Self {
+            freeze_at_lease: f.freeze_at_lease,
+            hold_from_lease: f.hold_from_lease,
+            slow_swap: f
+                .slow_swap_secs
+                .filter(|s| s.is_finite() && *s >= 0.0)
+                .map(Duration::from_secs_f64),
+        }
+    }
 }

@@ -26,6 +26,7 @@ use agent_r1_actors::weight_digest::WeightDigest;
 use agent_r1_envs::access::{check_exposure, AccessKeys};
 
 use super::wire::{worker_group, ClusterMsg, Wire};
+use super::worker_faults::WorkerFaults;
 use super::{read_cookie, tell_coordinator, Node, SessionEvent};
 use crate::config::{FileCheck, MetricsSection, TrainConfig};
 use crate::metrics_server;
@@ -52,8 +53,6 @@ pub struct WorkerArgs {
     pub join_timeout: Duration,
     /// The tool and env kinds the config may name.
     pub registries: Registries,
-    /// Fault injection for tests: on receiving this many leases, stop doing anything.
-    pub freeze_at_lease: Option<u64>,
     /// Serve `/metrics` and `/healthz` here.
     pub metrics_address: Option<String>,
     /// The bearer token they want (required off loopback).
@@ -64,12 +63,8 @@ pub struct WorkerArgs {
     pub tls_ca: Option<PathBuf>,
     /// The name the trainer's certificate must carry (default: the host of `join`).
     pub tls_server_name: Option<String>,
-    /// Fault injection for tests: from this many leases on, leases are held without running
-    /// until the trainer has dropped this worker and taken it back (a worker cut off with
-    /// work in hand, which finishes it late).
-    pub hold_from_lease: Option<u64>,
-    /// Fault injection for tests: the first weight swap after joining first waits this long.
-    pub slow_swap: Option<Duration>,
+    /// Fault injection for tests (inert in a build without `fault-injection`).
+    pub faults: WorkerFaults,
 }
 
 /// Forwards what the trainer says to the worker's loop.
@@ -269,7 +264,7 @@ pub async fn run(
     };
     swap(&engine, welcome.version, &first).await?;
     drop(setting_up);
-    let mut slow_swap = args.slow_swap;
+    let mut faults = args.faults.clone();
     let mut version = welcome.version;
     // The directory of the version the engines serve: a restarted engine is sent it again.
     let mut serving = first.clone();
@@ -323,13 +318,7 @@ pub async fn run(
                 match wire {
                     Wire::Lease { lease, group_id, episode_id, task } => {
                         leases_received += 1;
-                        if args.freeze_at_lease.is_some_and(|k| leases_received >= k) {
-                            eprintln!(
-                                "worker {}: fault injection: frozen at lease {lease} (episode {episode_id}); nothing more is sent",
-                                args.name
-                            );
-                            std::future::pending::<()>().await;
-                        }
+                        faults.on_lease(&args.name, lease, episode_id, leases_received).await;
                         if let Some(old) = held.insert(episode_id & !RETRY_BIT, lease) {
                             // Leased again after this worker was dropped: the copy it already
                             // runs reports under the new lease; one episode id runs once here.
@@ -337,7 +326,7 @@ pub async fn run(
                             continue;
                         }
                         let request = EpisodeRequest { task, group_id, episode_id, resume: None };
-                        if !rejoined && args.hold_from_lease.is_some_and(|k| leases_received >= k) {
+                        if !rejoined && faults.holds(leases_received) {
                             eprintln!(
                                 "worker {}: fault injection: lease {lease} (episode {episode_id}) held until it rejoins",
                                 args.name
@@ -392,14 +381,7 @@ pub async fn run(
                         // the leases held are renewed meanwhile.
                         let beat = heartbeat(&args.name, Some(version), slots, &held);
                         let alive = keepalive(beat, welcome.heartbeat);
-                        if let Some(delay) = slow_swap.take() {
-                            eprintln!(
-                                "worker {}: fault injection: the swap to version {v} waits {:.1} s",
-                                args.name,
-                                delay.as_secs_f64()
-                            );
-                            tokio::time::sleep(delay).await;
-                        }
+                        faults.before_swap(&args.name, v).await;
                         let swapped = swap(&engine, v, &dir).await;
                         drop(alive);
                         match swapped {

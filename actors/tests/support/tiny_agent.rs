@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_r1_actors::engine::{spawn_engine, EngineConfig, EngineHandle};
+use agent_r1_actors::engine::EngineConfig;
 use agent_r1_actors::model::presets::preset;
 use agent_r1_actors::model::SamplingParams;
 use agent_r1_actors::model::{Placement, PolicyModel};
@@ -25,7 +25,7 @@ use tch::Kind;
 pub struct TinyAgent {
     _dir: tempfile::TempDir,
     pub path: PathBuf,
-    pub engine: EngineHandle,
+    pub engine: testing::TestEngine,
     pub tokenizer: Arc<HfTokenizer>,
     /// The same weights as the engine's, for plain forward passes.
     pub model: PolicyModel,
@@ -91,7 +91,7 @@ pub fn tiny_agent_with(
     model.save(dir.path(), None).unwrap();
     let path = dir.path().to_path_buf();
     let load = path.clone();
-    let (engine, _) = spawn_engine(
+    let engine = testing::start_engine(
         move || PolicyModel::load(&load, Placement::default(), false),
         None,
         config,
