@@ -11,6 +11,7 @@ use crate::registries::Registries;
 
 pub(crate) mod bench;
 pub(crate) mod bench_decode;
+pub(crate) mod bench_demo;
 pub(crate) mod bench_fuzz;
 pub(crate) mod bench_learner;
 pub(crate) mod bench_support;

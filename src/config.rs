@@ -82,6 +82,23 @@ pub const PRESETS: &[(&str, &str)] = &[
     ("math", include_str!("../examples/math.toml")),
 ];
 
+/// The text of the built-in config `name` (see [`PRESETS`]).
+pub fn preset_text(name: &str) -> Result<&'static str, ConfigError> {
+    match PRESETS.iter().find(|(n, _)| *n == name) {
+        Some((_, text)) => Ok(text),
+        None => {
+            let names: Vec<&str> = PRESETS.iter().map(|(n, _)| *n).collect();
+            Err(ConfigError::new(
+                "",
+                format!(
+                    "--preset: unknown preset `{name}` (allowed: {})",
+                    names.join(", ")
+                ),
+            ))
+        }
+    }
+}
+
 /// Whether [`TrainConfig::validate`] checks that named files exist. `Skip` lets a config be
 /// checked on a machine without the data (CI, or before a download).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -219,17 +236,7 @@ impl TrainConfig {
         files: FileCheck,
         registries: &Registries,
     ) -> Result<Self, ConfigError> {
-        let Some((_, text)) = PRESETS.iter().find(|(n, _)| *n == name) else {
-            let names: Vec<&str> = PRESETS.iter().map(|(n, _)| *n).collect();
-            return Err(ConfigError::new(
-                "",
-                format!(
-                    "--preset: unknown preset `{name}` (allowed: {})",
-                    names.join(", ")
-                ),
-            ));
-        };
-        let config = Self::from_toml_str(text)?;
+        let config = Self::from_toml_str(preset_text(name)?)?;
         config.validate(files, registries)?;
         Ok(config)
     }

@@ -331,3 +331,33 @@ fn a_teacher_that_cannot_score_the_policys_tokens_is_refused() {
         &["`distill.coef`", "got 0"],
     );
 }
+
+/// `bench demo` refuses flags it cannot run with one line (exit code 2) before any run
+/// starts: no seeds, a preset that does not exist, an `--out` it cannot write into.
+#[test]
+fn bench_demo_refuses_bad_flags_before_it_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bench = |args: &[&str]| {
+        Command::new(BIN)
+            .args(["bench", "demo"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let line = one_line_error(&bench(&["--seeds", "0"]));
+    assert!(line.contains("--seeds must be at least 1"), "{line}");
+    let line = one_line_error(&bench(&["--preset", "dmeo"]));
+    assert!(
+        line.contains("`dmeo`") && line.contains("demo, math"),
+        "{line}"
+    );
+    // A directory under a regular file can be neither created nor written, even as root.
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let out = file.join("runs");
+    let line = one_line_error(&bench(&["--out", out.to_str().unwrap()]));
+    assert!(
+        line.contains("--out") && line.contains("cannot create"),
+        "{line}"
+    );
+}

@@ -195,10 +195,29 @@ pub fn train_sft(
         let valid = Tensor::from_slice(&valid).view(shape).to_device(device);
         let weight = Tensor::from_slice(&weight).view(shape).to_device(device);
         let hidden = model.forward(&ids, &valid, None);
-        let logits = model.logits(&hidden.narrow(1, 0, len as i64 - 1));
-        let targets = ids.narrow(1, 1, len as i64 - 1);
-        let w = weight.narrow(1, 1, len as i64 - 1);
-        let nll = logits
+        // Logits only where a token is trained on: the vocabulary projection and its
+        // softmax are most of a small model's step, and most tokens (prompts, tool output)
+        // carry no loss.
+        let hidden = hidden.narrow(1, 0, len as i64 - 1);
+        let trained = weight
+            .narrow(1, 1, len as i64 - 1)
+            .reshape([-1])
+            .gt(0.0)
+            .nonzero()
+            .squeeze_dim(1);
+        let hidden = hidden
+            .reshape([-1, hidden.size()[2]])
+            .index_select(0, &trained);
+        let targets = ids
+            .narrow(1, 1, len as i64 - 1)
+            .reshape([-1])
+            .index_select(0, &trained);
+        let w = weight
+            .narrow(1, 1, len as i64 - 1)
+            .reshape([-1])
+            .index_select(0, &trained);
+        let nll = model
+            .logits(&hidden)
             .to_kind(Kind::Float)
             .log_softmax(-1, Kind::Float)
             .gather(-1, &targets.unsqueeze(-1), false)

@@ -14,6 +14,9 @@ pub(crate) enum BenchCmd {
     /// The engine's decode throughput at fixed batch sizes, against the floor of the
     /// device's memory bandwidth.
     Decode(crate::cli::bench_decode::DecodeBench),
+    /// A built-in preset (`make demo`'s by default) trained on several seeds: each seed's
+    /// held-out EM before and after RL, the lift, the wall time and the spread.
+    Demo(crate::cli::bench_demo::DemoBench),
     /// Concurrent multi-turn episodes through the actor runtime.
     Rollout(crate::cli::rollout::BenchRolloutCmd),
     /// Learner update throughput (PPO-GAE, GRPO) on synthetic multi-turn trajectories.
@@ -61,6 +64,7 @@ pub(crate) fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     match cmd {
         BenchCmd::Generate(args) => generate(args),
         BenchCmd::Decode(args) => crate::cli::bench_decode::run(args),
+        BenchCmd::Demo(args) => crate::cli::bench_demo::run(args),
         BenchCmd::Rollout(args) => crate::cli::rollout::run_bench(args),
         BenchCmd::Learner(args) => crate::cli::bench_learner::run(args),
         BenchCmd::Fuzz(args) => crate::cli::bench_fuzz::run(args),
