@@ -61,14 +61,7 @@ impl SeedFigures {
 
 pub(crate) fn run(args: DemoBench) -> anyhow::Result<()> {
     let preset = validate(&args)?;
-    let tmp;
-    let out = match &args.out {
-        Some(dir) => dir.clone(),
-        None => {
-            tmp = tempfile::tempdir().context("creating a temporary directory")?;
-            tmp.path().to_path_buf()
-        }
-    };
+    let (_tmp, out) = crate::cli::bench_support::runs_dir(args.out.as_deref())?;
     writable(&out)?;
     let this = std::env::current_exe().context("locating this binary")?;
     let mut figures = Vec::new();

@@ -1,5 +1,5 @@
-//! What the bench commands share: the flags that choose a benchmark's model, and the
-//! process's peak memory.
+//! What the bench commands share: the flags that choose a benchmark's model, where their
+//! runs go, and the process's peak memory.
 
 use std::path::{Path, PathBuf};
 
@@ -100,4 +100,18 @@ pub(crate) fn peak_rss_mb() -> f64 {
 /// best effort (Linux only).
 pub(crate) fn reset_peak_rss() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// Where a bench's runs go: `out` when given, else a temporary directory, removed when the
+/// returned guard drops.
+pub(crate) fn runs_dir(out: Option<&Path>) -> anyhow::Result<(Option<tempfile::TempDir>, PathBuf)> {
+    use anyhow::Context;
+    match out {
+        Some(dir) => Ok((None, dir.to_path_buf())),
+        None => {
+            let tmp = tempfile::tempdir().context("creating a temporary directory")?;
+            let dir = tmp.path().to_path_buf();
+            Ok((Some(tmp), dir))
+        }
+    }
 }

@@ -176,14 +176,7 @@ pub(crate) fn run(args: TrainBench) -> anyhow::Result<()> {
         "--batch-size, --group-size, --concurrency and --slow-learner-concurrency must be at \
          least 1"
     );
-    let tmp;
-    let out = match &args.out {
-        Some(dir) => dir.clone(),
-        None => {
-            tmp = tempfile::tempdir().context("creating a temporary directory")?;
-            tmp.path().to_path_buf()
-        }
-    };
+    let (_tmp, out) = crate::cli::bench_support::runs_dir(args.out.as_deref())?;
     std::fs::create_dir_all(&out).with_context(|| format!("{}: cannot create", out.display()))?;
     let this = std::env::current_exe().context("locating this binary")?;
     if let Some(old) = &args.old_binary {
