@@ -199,12 +199,8 @@ pub fn train_sft(
         // softmax are most of a small model's step, and most tokens (prompts, tool output)
         // carry no loss.
         let hidden = hidden.narrow(1, 0, len as i64 - 1);
-        let trained = weight
-            .narrow(1, 1, len as i64 - 1)
-            .reshape([-1])
-            .gt(0.0)
-            .nonzero()
-            .squeeze_dim(1);
+        let next_weight = weight.narrow(1, 1, len as i64 - 1).reshape([-1]);
+        let trained = next_weight.gt(0.0).nonzero().squeeze_dim(1);
         let hidden = hidden
             .reshape([-1, hidden.size()[2]])
             .index_select(0, &trained);
@@ -212,10 +208,7 @@ pub fn train_sft(
             .narrow(1, 1, len as i64 - 1)
             .reshape([-1])
             .index_select(0, &trained);
-        let w = weight
-            .narrow(1, 1, len as i64 - 1)
-            .reshape([-1])
-            .index_select(0, &trained);
+        let w = next_weight.index_select(0, &trained);
         let nll = model
             .logits(&hidden)
             .to_kind(Kind::Float)

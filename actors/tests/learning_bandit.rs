@@ -22,12 +22,13 @@ use agent_r1_actors::learner::{
     AlgorithmConfig, Estimator, KlConfig, LearnerConfig, LearnerModels, LearnerRef, LearnerStart,
 };
 use agent_r1_actors::model::generate::FinishReason;
-use agent_r1_actors::model::{LoraConfig, ModelConfig, Placement, PolicyModel, SamplingParams};
-use agent_r1_actors::trajectory::{EpisodeEnd, Step, Trajectory};
-use agent_r1_envs::task::Task;
+use agent_r1_actors::model::{LoraConfig, Placement, PolicyModel, SamplingParams};
+use agent_r1_actors::trajectory::{Step, Trajectory};
 
-const VOCAB: i64 = 16;
-const PROMPTS: u32 = 4;
+#[path = "support/bandit.rs"]
+mod bandit;
+use bandit::{model_config, prompt, target, trajectory, PROMPTS};
+
 const GROUP: usize = 16;
 /// Observation the "environment" appends between steps of a multi-step episode.
 const OBSERVATION: u32 = 3;
@@ -35,15 +36,6 @@ const OBSERVATION: u32 = 3;
 const SOLVED: f64 = 0.9;
 /// The most updates a run may take to get there.
 const MAX_UPDATES: usize = 100;
-
-fn model_config(tied: bool) -> ModelConfig {
-    ModelConfig::from_json(&serde_json::json!({
-        "model_type": "qwen2", "vocab_size": VOCAB, "hidden_size": 32, "intermediate_size": 64,
-        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-        "rope_theta": 10000.0, "tie_word_embeddings": tied
-    }))
-    .unwrap()
-}
 
 /// libtorch's CPU generator is process-wide and the tests run on parallel threads: seeding
 /// and initialising under one lock keeps each test's initial weights fixed.
@@ -66,14 +58,6 @@ fn save_initial_policy(dir: &Path, lora: bool) {
     model.save(dir, None).unwrap();
 }
 
-fn prompt(k: u32) -> Vec<u32> {
-    vec![1, 2, 4 + k]
-}
-
-fn target(k: u32) -> u32 {
-    8 + k
-}
-
 /// One episode: `steps` model turns of `tokens` tokens each, the observation appended
 /// between turns; rewarded on the first token of the last turn.
 async fn episode(
@@ -84,8 +68,7 @@ async fn episode(
     steps: usize,
     tokens: usize,
 ) -> Trajectory {
-    let prompt_ids = prompt(k);
-    let mut context = prompt_ids.clone();
+    let mut context = prompt(k);
     let mut out = Vec::new();
     for s in 0..steps {
         let turn = engine
@@ -127,27 +110,8 @@ async fn episode(
     }
     engine.release(id);
     let answer = out.last().and_then(|s| s.action_ids.first()).copied();
-    Trajectory {
-        episode_id: id,
-        group_id: group,
-        task: Task {
-            id: format!("pick-{k}"),
-            data_source: "bandit".into(),
-            question: format!("pick the answer for {k}"),
-            answers: vec![target(k).to_string()],
-            prompt: None,
-            extra: serde_json::Value::Null,
-        },
-        prompt_ids,
-        steps: out,
-        reward: if answer == Some(target(k)) { 1.0 } else { 0.0 },
-        metrics: Default::default(),
-        end: EpisodeEnd::Completed {
-            reason: "done".into(),
-        },
-        attempts: 1,
-        wall_seconds: 0.0,
-    }
+    let reward = if answer == Some(target(k)) { 1.0 } else { 0.0 };
+    trajectory(id, group, k, out, reward)
 }
 
 struct Run {

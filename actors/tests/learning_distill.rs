@@ -18,38 +18,22 @@ use agent_r1_actors::learner::{
     LearnerModels, LearnerRef, LearnerStart,
 };
 use agent_r1_actors::model::generate::FinishReason;
-use agent_r1_actors::model::{ModelConfig, Placement, PolicyModel, SamplingParams};
+use agent_r1_actors::model::{Placement, PolicyModel, SamplingParams};
 use agent_r1_actors::sft::{train_sft, SftConfig, SftSequence};
-use agent_r1_actors::trajectory::{EpisodeEnd, Step, Trajectory};
-use agent_r1_envs::task::Task;
+use agent_r1_actors::trajectory::{Step, Trajectory};
 
-const VOCAB: i64 = 16;
-const PROMPTS: u32 = 4;
+#[path = "support/bandit.rs"]
+mod bandit;
+use bandit::{model_config, prompt, target, trajectory, PROMPTS};
+
 const GROUP: usize = 16;
 const UPDATES: usize = 50;
-
-fn model_config() -> ModelConfig {
-    ModelConfig::from_json(&serde_json::json!({
-        "model_type": "qwen2", "vocab_size": VOCAB, "hidden_size": 32, "intermediate_size": 64,
-        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-        "rope_theta": 10000.0, "tie_word_embeddings": true
-    }))
-    .unwrap()
-}
-
-fn prompt(k: u32) -> Vec<u32> {
-    vec![1, 2, 4 + k]
-}
-
-fn target(k: u32) -> u32 {
-    8 + k
-}
 
 /// The student's starting weights in `student`, and in `teacher` the same weights after
 /// supervised steps on the right answers. Returns the teacher's mean probability of them.
 fn save_models(student: &Path, teacher: &Path) -> f64 {
     tch::manual_seed(7);
-    let mut model = PolicyModel::new(model_config(), Placement::default(), false).unwrap();
+    let mut model = PolicyModel::new(model_config(true), Placement::default(), false).unwrap();
     model.save(student, None).unwrap();
     let data: Vec<SftSequence> = (0..PROMPTS)
         .map(|k| {
@@ -93,27 +77,7 @@ fn save_models(student: &Path, teacher: &Path) -> f64 {
 
 /// A trajectory of one model turn on prompt `k`, rewarded `reward`.
 fn answer(id: u64, group: u64, k: u32, reward: f64, action: Step) -> Trajectory {
-    Trajectory {
-        episode_id: id,
-        group_id: group,
-        task: Task {
-            id: format!("pick-{k}"),
-            data_source: "bandit".into(),
-            question: format!("pick the answer for {k}"),
-            answers: vec![target(k).to_string()],
-            prompt: None,
-            extra: serde_json::Value::Null,
-        },
-        prompt_ids: prompt(k),
-        steps: vec![action],
-        reward,
-        metrics: Default::default(),
-        end: EpisodeEnd::Completed {
-            reason: "done".into(),
-        },
-        attempts: 1,
-        wall_seconds: 0.0,
-    }
+    trajectory(id, group, k, vec![action], reward)
 }
 
 /// The step of `action_ids` sampled with `logprobs` by `version`, right after the prompt.
