@@ -16,7 +16,7 @@ BIN := target/release/agent-r1
 # "CPU threads". A value set in the environment wins.
 export GOMP_SPINCOUNT ?= 10000
 
-.PHONY: all venv eco-venv build test demo demo-math fmt clippy ci bench clean-venv
+.PHONY: all venv eco-venv build test demo demo-math demo-python-agent fmt clippy ci bench clean-venv
 
 all: build
 
@@ -55,6 +55,12 @@ demo: build
 demo-math: build
 	rm -rf runs/math
 	./$(BIN) train --preset math --out runs/math
+
+# The demo's task driven by an agent written in Python (examples/agents/search_agent.py, the
+# official `openai` client) instead of the built-in loop (runs/demo-python-agent).
+demo-python-agent: build
+	rm -rf runs/demo-python-agent
+	./$(BIN) train --config examples/demo_python_agent.toml --out runs/demo-python-agent
 
 fmt:
 	$(CARGO) fmt --all --check

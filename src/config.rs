@@ -181,6 +181,22 @@ pub fn explain(registries: &Registries) -> Vec<KeyDoc> {
             doc
         }));
     }
+    for workflow in registries.workflows.names() {
+        docs.extend(
+            registries
+                .workflows
+                .keys(workflow)
+                .into_iter()
+                .map(|mut doc| {
+                    doc.key = format!("env.workflow.{}", doc.key);
+                    doc.meaning = format!(
+                        "({workflow} workflow; under [env.options] when [env] names it) {}",
+                        doc.meaning
+                    );
+                    doc
+                }),
+        );
+    }
     for kind in registries.tools.names() {
         docs.extend(
             registries

@@ -130,8 +130,11 @@ fn explain_covers_every_key_of_the_examples_and_its_defaults_are_the_defaults() 
         String::from("model.preset = \"tiny\"\nenv.name = \"synthetic_multihop\"\n");
     for line in &lines {
         if let (key, Some(default)) = split(line) {
-            // A tool's or an env's option defaults are its own (several envs share a key).
-            if key.starts_with("tools.") || key.starts_with("env.options.") {
+            // A tool's, an env's or a workflow's option defaults are its own (several share a key).
+            if key.starts_with("tools.")
+                || key.starts_with("env.options.")
+                || key.starts_with("env.workflow.")
+            {
                 continue;
             }
             documented.push_str(&format!("{key} = {default}\n"));

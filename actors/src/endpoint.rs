@@ -7,7 +7,8 @@
 //! (`conversation.rs`: assistant messages sent back unchanged reuse their sampled ids).
 //! `server.rs` is the HTTP side (routes, the episode a request names, limits), `protocol.rs`
 //! the wire format validated once, `serve.rs` a request answered on an episode's
-//! [`crate::runtime::Agent`], `process.rs` an agent program's process group, and
+//! [`crate::runtime::Agent`], `run_tools.rs` the run's tools offered to outside agents,
+//! `process.rs` an agent program's process group, and
 //! `external_agent.rs` the `external_agent` workflow that runs one program per episode (or
 //! posts each to an agent service, which `agent_service.rs` starts when the run owns it).
 
@@ -17,6 +18,7 @@ pub mod error;
 pub mod external_agent;
 pub mod process;
 pub mod protocol;
+pub mod run_tools;
 pub mod serve;
 pub mod server;
 

@@ -54,6 +54,14 @@ pub struct EnvSection {
     #[serde(default)]
     #[schemars(with = "serde_json::Map<String, Value>")]
     pub context: toml::Table,
+    /// Runs this env's episodes with a registered workflow instead of the built-in loop
+    /// (`[env.workflow]`: `name`, e.g. `external_agent`, and the workflow's options). The
+    /// env still makes the tasks, their first messages (handed to the workflow as each
+    /// task's `prompt`), the warm start's demonstrations and the held-out split; the
+    /// workflow's episodes may call the env's tools.
+    #[serde(default, skip_serializing_if = "toml::Table::is_empty")]
+    #[schemars(with = "serde_json::Map<String, Value>")]
+    pub workflow: toml::Table,
 }
 
 /// The context policy of `[env.context]` when it names none.
@@ -127,6 +135,9 @@ impl EnvSection {
             world.validate().map_err(|e| e.under("env.world"))?;
         }
         self.context_policy(registries)?;
+        if !self.workflow.is_empty() {
+            self.check_driving_workflow(workflow, registries)?;
+        }
         if workflow {
             if !self.context.is_empty() {
                 return Err(ConfigError::new(
@@ -164,6 +175,74 @@ impl EnvSection {
                     "env.options",
                 )
             })
+    }
+
+    /// `[env.workflow]`: a registered workflow, on an env (not a workflow), with options its
+    /// kind accepts; errors name their key under `env.workflow`.
+    fn check_driving_workflow(
+        &self,
+        env_is_workflow: bool,
+        registries: &Registries,
+    ) -> Result<(), ConfigError> {
+        if env_is_workflow {
+            return Err(ConfigError::new(
+                "env.workflow",
+                format!(
+                    "{:?} is itself a workflow; [env.workflow] runs an env's episodes with one",
+                    self.name
+                ),
+            ));
+        }
+        let name = self.workflow_name()?;
+        if !registries.workflows.contains(name) {
+            return Err(ConfigError::range(
+                "env.workflow.name",
+                format!("{name:?}"),
+                registries.workflows.names().join(", "),
+            ));
+        }
+        if !self.context.is_empty() {
+            return Err(ConfigError::new(
+                "env.context",
+                format!("workflow {name:?} builds its own contexts; remove [env.context]"),
+            ));
+        }
+        registries
+            .workflows
+            .check(name, &self.workflow_options_json())
+            .map_err(|err| {
+                relabel(
+                    err,
+                    |k| match k.strip_prefix("env.options") {
+                        Some(rest) => format!("env.workflow{rest}"),
+                        None => k.to_string(),
+                    },
+                    "env.workflow",
+                )
+            })
+    }
+
+    /// The workflow `[env.workflow]` names (checked against the registry by
+    /// [`Self::check`]).
+    pub fn workflow_name(&self) -> Result<&str, ConfigError> {
+        match self.workflow.get("name") {
+            Some(toml::Value::String(name)) if !name.is_empty() => Ok(name),
+            Some(other) => Err(ConfigError::new(
+                "env.workflow.name",
+                format!("expected a workflow name, got {other}"),
+            )),
+            None => Err(ConfigError::new(
+                "env.workflow.name",
+                "missing: the workflow that runs the env's episodes, e.g. \"external_agent\"",
+            )),
+        }
+    }
+
+    /// `[env.workflow]`'s options: every key but `name`.
+    pub fn workflow_options_json(&self) -> Value {
+        let mut options = self.workflow.clone();
+        options.remove("name");
+        serde_json::to_value(&options).unwrap_or(Value::Null)
     }
 
     /// The context policy `[env.context]` names, built from its other keys; errors name

@@ -103,6 +103,10 @@ pub fn scenario(
         !train.is_empty(),
         "the env has no training tasks (env.train_files / env.world)"
     );
+    let (env, train, test) = match (env, cfg.env.workflow.is_empty()) {
+        (EnvSource::Shared(env), false) => driven_by_workflow(cfg, registries, env, train, test)?,
+        (env, _) => (env, train, test),
+    };
     let tools = cfg
         .tools_config(Some(&world_dir))
         .build_all(&registries.tools)
@@ -132,6 +136,56 @@ pub fn scenario(
         test,
         context_policy,
     })
+}
+
+/// `[env.workflow]`: the env's tasks, each carrying the env's first messages as its
+/// `prompt`, run by the workflow it names, which may call the env's tools. A workflow that
+/// serves tool results (`max_observation_chars` among its options) cuts them at the env's
+/// limit unless its table sets one.
+fn driven_by_workflow(
+    cfg: &TrainConfig,
+    registries: &Registries,
+    env: Arc<dyn Env>,
+    train: Vec<Task>,
+    test: Vec<Task>,
+) -> anyhow::Result<(EnvSource, Vec<Task>, Vec<Task>)> {
+    const OBSERVATION_CHARS: &str = "max_observation_chars";
+    let name = cfg
+        .env
+        .workflow_name()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut options = cfg.env.workflow_options_json();
+    let serves_tools = registries
+        .workflows
+        .keys(name)
+        .iter()
+        .any(|k| k.key == OBSERVATION_CHARS);
+    if let (true, Value::Object(map)) = (serves_tools, &mut options) {
+        map.entry(OBSERVATION_CHARS)
+            .or_insert_with(|| json!(env.max_observation_chars()));
+    }
+    let workflow = registries
+        .workflows
+        .create(name, &options)
+        .context("building the workflow `[env.workflow]`")?;
+    let with_prompt = |tasks: Vec<Task>| -> anyhow::Result<Vec<Task>> {
+        tasks
+            .into_iter()
+            .map(|mut task| {
+                let first = env
+                    .reset(&task)
+                    .with_context(|| format!("task {:?}: the env's first messages", task.id))?;
+                task.prompt = Some(first);
+                Ok(task)
+            })
+            .collect()
+    };
+    let (train, test) = (with_prompt(train)?, with_prompt(test)?);
+    let source = EnvSource::Workflow {
+        workflow,
+        tool_names: env.tool_names(),
+    };
+    Ok((source, train, test))
 }
 
 pub(super) fn log_scenario(cfg: &TrainConfig, scenario: &Scenario) {

@@ -59,6 +59,8 @@ pub struct Conversation {
     next_call_id: usize,
     /// The steps each completion id answered with (a step reward names its completion).
     completions: HashMap<String, Vec<usize>>,
+    /// The step that wrote each tool call, by the call's id.
+    call_steps: HashMap<String, usize>,
 }
 
 impl Conversation {
@@ -71,6 +73,7 @@ impl Conversation {
             renderers: HashMap::new(),
             next_call_id: 0,
             completions: HashMap::new(),
+            call_steps: HashMap::new(),
         }
     }
 
@@ -89,11 +92,18 @@ impl Conversation {
         &self.tokenizer
     }
 
-    /// A fresh tool-call id: nine alphanumerics, unique in the episode (Mistral's template
-    /// requires exactly nine).
-    pub fn next_call_id(&mut self) -> String {
+    /// A fresh id for a tool call that `step` wrote: nine alphanumerics, unique in the
+    /// episode (Mistral's template requires exactly nine).
+    pub fn next_call_id(&mut self, step: usize) -> String {
         self.next_call_id += 1;
-        format!("call{:05}", self.next_call_id % 100_000)
+        let id = format!("call{:05}", self.next_call_id % 100_000);
+        self.call_steps.insert(id.clone(), step);
+        id
+    }
+
+    /// The step that wrote the tool call `id` (one this endpoint returned).
+    pub fn step_of_call(&self, id: &str) -> Option<usize> {
+        self.call_steps.get(id).copied()
     }
 
     fn renderer(&mut self, tools: &[Value]) -> Result<Arc<TurnRenderer>, ApiError> {

@@ -4,7 +4,9 @@
 //! takes many episodes at once: each episode is one `POST` to `service_url` with
 //! `{"task", "base_url", "api_key", "episode_base_url"}`, answered (status 200) with the
 //! reward object below. The run can start the service itself (`service_command`,
-//! `agent_service.rs`): the URL is then the first line the service prints. A command is run like this: the task as JSON on its stdin, the
+//! `agent_service.rs`): the URL is then the first line the service prints. The program may
+//! call the run's own tools through the endpoint (`run_tools.rs`). A command is run like
+//! this: the task as JSON on its stdin, the
 //! endpoint in `OPENAI_BASE_URL` and the episode's key in `OPENAI_API_KEY` (also
 //! `AGENT_R1_EPISODE_BASE_URL`, a base URL naming the episode, for clients whose key is
 //! fixed). With `token_file` (required off loopback) the API key is the run's token and
@@ -95,6 +97,11 @@ pub struct ExternalAgentOptions {
     /// Longest a request waits for its answer before it is answered 504.
     #[schemars(range(min = 0.001))]
     pub request_timeout_secs: f64,
+    /// Longest tool result `POST /v1/agent_r1/tool_calls` answers, in characters (cut as the
+    /// built-in loop cuts observations). When `[env.workflow]` drives an env's episodes, the
+    /// env's own `max_observation_chars` is used unless this is written.
+    #[schemars(range(min = 1))]
+    pub max_observation_chars: usize,
 }
 
 impl Default for ExternalAgentOptions {
@@ -114,6 +121,7 @@ impl Default for ExternalAgentOptions {
             max_processes: 256,
             max_requests_per_episode: 16,
             request_timeout_secs: 600.0,
+            max_observation_chars: 2048,
         }
     }
 }
@@ -199,6 +207,9 @@ impl KindOptions for ExternalAgentOptions {
         }
         if self.max_requests_per_episode == 0 {
             return bad("max_requests_per_episode", "0: at least 1".into());
+        }
+        if self.max_observation_chars == 0 {
+            return bad("max_observation_chars", "0: at least 1".into());
         }
         Ok(())
     }
@@ -325,6 +336,7 @@ impl Workflow for ExternalAgent {
         tokio::pin!(idle_deadline);
         let mut in_flight = FuturesUnordered::new();
         let in_flight_limit = self.options.max_requests_per_episode;
+        let observation_chars = self.options.max_observation_chars;
         let timed_out = |what: String, after: Duration| {
             metrics::counter!(crate::metric_names::AGENT_PROCESSES_TOTAL.name, "outcome" => "timed_out")
                 .increment(1);
@@ -337,7 +349,8 @@ impl Workflow for ExternalAgent {
                 Some(request) = requests.recv(), if in_flight.len() < in_flight_limit => {
                     let (conversation, tag) = (&conversation, &tag);
                     in_flight.push(async move {
-                        let answer = serve(agent, conversation, request.call, tag).await;
+                        let answer =
+                            serve(agent, conversation, request.call, tag, observation_chars).await;
                         let _ = request.reply.send(answer);
                     });
                 }

@@ -50,6 +50,14 @@ pub struct ChatRequest {
     pub presence_penalty: Option<f64>,
 }
 
+/// `POST /v1/agent_r1/tool_calls`: the calls of an assistant message, as the chat answer
+/// returned them, run through the run's tools.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolCallsRequest {
+    pub tool_calls: Vec<MessageToolCall>,
+}
+
 /// `POST /v1/completions`, as sent.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]

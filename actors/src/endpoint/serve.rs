@@ -11,8 +11,9 @@ use super::conversation::{Conversation, Prepared};
 use super::error::ApiError;
 use super::protocol::{
     check_sampling, reads_tool_calls, template_messages, template_tools, ChatRequest,
-    CompletionRequest, Prompt, Sampling,
+    CompletionRequest, Prompt, Sampling, ToolCallsRequest,
 };
+use super::run_tools;
 use crate::model::generate::FinishReason;
 use crate::runtime::{Agent, GenerateOptions, Generation};
 use crate::tokenizer::HfTokenizer;
@@ -24,6 +25,10 @@ pub enum Call {
     Chat(Box<ChatRequest>),
     /// `POST /v1/completions`.
     Completion(Box<CompletionRequest>),
+    /// `GET /v1/agent_r1/tools`.
+    Tools,
+    /// `POST /v1/agent_r1/tool_calls`.
+    ToolCalls(Box<ToolCallsRequest>),
 }
 
 /// An answer: a JSON body, or the whole event stream when the request streamed.
@@ -35,16 +40,22 @@ pub enum Reply {
     Events(String),
 }
 
-/// Serves `call` on `agent`; `tag` names the episode in completion ids.
+/// Serves `call` on `agent`; `tag` names the episode in completion ids, and tool results
+/// are cut to `max_observation_chars`.
 pub async fn serve(
     agent: &Agent,
     conversation: &Mutex<Conversation>,
     call: Call,
     tag: &str,
+    max_observation_chars: usize,
 ) -> Result<Reply, ApiError> {
     match call {
         Call::Chat(req) => serve_chat(agent, conversation, *req, tag).await,
         Call::Completion(req) => serve_completion(agent, conversation, *req, tag).await,
+        Call::Tools => Ok(run_tools::list(agent)),
+        Call::ToolCalls(req) => {
+            run_tools::run(agent, conversation, *req, max_observation_chars).await
+        }
     }
 }
 
@@ -322,7 +333,7 @@ async fn serve_chat(
                     content: format.content_before_calls(&g.text).to_string(),
                     calls: parsed
                         .into_iter()
-                        .map(|c| (conv.next_call_id(), c.name, c.arguments))
+                        .map(|c| (conv.next_call_id(g.step), c.name, c.arguments))
                         .collect(),
                     finish: "tool_calls",
                 }

@@ -275,6 +275,8 @@ async fn respond(req: Request<Incoming>, shared: &Shared) -> Response<Full<Bytes
         "v1/chat/completions" => "chat_completions",
         "v1/completions" => "completions",
         "v1/models" => "models",
+        "v1/agent_r1/tools" => "tools",
+        "v1/agent_r1/tool_calls" => "tool_calls",
         _ => "other",
     };
     let authorization = req
@@ -342,9 +344,26 @@ async fn route_request(
             let call = Call::Completion(Box::new(protocol::parse(&body)?));
             hand_over(shared, &key, call).await
         }
+        "v1/agent_r1/tools" => {
+            if method != Method::GET {
+                return Err(ApiError::not_found(format!(
+                    "{method} /v1/agent_r1/tools: takes GET"
+                )));
+            }
+            let key = episode_key(&req, path_key, &shared.access)?;
+            hand_over(shared, &key, Call::Tools).await
+        }
+        "v1/agent_r1/tool_calls" => {
+            post("tool calls")?;
+            let key = episode_key(&req, path_key, &shared.access)?;
+            let body = read_body(req, shared.limits.max_body_bytes).await?;
+            let call = Call::ToolCalls(Box::new(protocol::parse(&body)?));
+            hand_over(shared, &key, call).await
+        }
         other => Err(ApiError::not_found(format!(
             "{method} /{other}: no such route; served: POST /v1/chat/completions, POST \
-             /v1/completions, GET /v1/models (also under /episodes/KEY/)"
+             /v1/completions, GET /v1/models, GET /v1/agent_r1/tools, POST \
+             /v1/agent_r1/tool_calls (also under /episodes/KEY/)"
         ))),
     }
 }
