@@ -33,6 +33,7 @@ fn every_example_config_parses_and_validates() {
             "demo.toml",
             "demo_async.toml",
             "demo_lora.toml",
+            "demo_python_agent.toml",
             "external_agent.toml",
             "grpo.toml",
             "hotpotqa_llama3.1_8b_lora.toml",

@@ -14,10 +14,14 @@ own loop with the official client:
   (the run's BM25 index over the generated world), whose tool messages are appended;
 - the loop ends at a reply without a tool call, or after `--max-turns` replies.
 
-The agent scores itself: the answer is the text inside the last reply's
-<answer>...</answer>; the reward is 1 when a normalised gold answer is contained in it, 0
-for a wrong answer and -1 for no answer; `em` and `f1` are HotpotQA's official scores of
-the answer. It answers {"reward", "metrics"}.
+The agent scores itself with Agent-R1's `qa_em_and_format` reward (the built-in demo's
+`agent_r1_qa`): a format score of 0.5 per well-formed searching reply
+(`<think>...</think>` and one tool call) and 0.5 for a well-formed final answer
+(`<think>...</think>...<answer>...</answer>`), capped at 1; an answer score of 1 when a
+normalised gold answer is contained in the last reply's <answer>, 0.2 when it is only
+somewhere in that reply; the reward is -1 + format + answer when the format score is at
+least 0.5, else -1 + format. `em` and `f1` are HotpotQA's official scores of the answer.
+It answers {"reward", "metrics"}.
 
     python examples/agents/search_agent.py [--max-turns 4] [--model agent-r1]
 """
@@ -53,17 +57,43 @@ def f1(prediction, gold):
     return 2 * precision * recall / (precision + recall)
 
 
-def score(reply_text, answers):
-    """The reward and metrics of an episode whose last reply is `reply_text`."""
-    found = re.search(r"<answer>(.*?)</answer>", reply_text or "", re.S)
-    if found is None:
-        return -1.0, {"em": 0.0, "f1": 0.0, "substring_em": 0.0, "answered": 0.0}
-    said = normalise(found.group(1).strip())
+def thinks_once(text):
+    return text.startswith("<think>") and text.count("<think>") == 1 \
+        and text.count("</think>") == 1
+
+
+def is_search_reply(message):
+    """A well-formed searching reply: `<think>...</think>` then exactly one tool call."""
+    return thinks_once((message.get("content") or "").rstrip("\n") or "") \
+        and len(message.get("tool_calls") or []) == 1
+
+
+def is_answer_reply(text):
+    """A well-formed final reply: `<think>...</think>`, then `<answer>...</answer>` at the end."""
+    text = text[:-1] if text.endswith("\n") else text
+    if not text.startswith("<think>") or not text.endswith("</answer>"):
+        return False
+    think_end = text.find("</think>", len("<think>"))
+    return think_end >= 0 and "<answer>" in text[think_end + len("</think>"):]
+
+
+def score(replies, answers):
+    """The reward and metrics of an episode whose assistant messages are `replies`."""
+    last_text = (replies[-1].get("content") or "") if replies else ""
+    found = re.search(r"<answer>(.*?)</answer>", last_text, re.S)
     golds = [normalise(a) for a in answers]
-    em = float(any(said == g for g in golds))
-    best_f1 = max((f1(said, g) for g in golds), default=0.0)
-    contained = float(any(g and g in said for g in golds))
-    return contained, {"em": em, "f1": best_f1, "substring_em": contained, "answered": 1.0}
+    said = normalise(found.group(1).strip()) if found else None
+    em = float(said is not None and any(said == g for g in golds))
+    best_f1 = max((f1(said, g) for g in golds), default=0.0) if said is not None else 0.0
+    contained = float(said is not None and any(g and g in said for g in golds))
+    form = 0.5 * sum(is_search_reply(m) for m in replies[:-1])
+    form += 0.5 if is_answer_reply(last_text) else 0.0
+    form = min(form, 1.0)
+    answer = 1.0 if contained else (0.2 if any(g and g in normalise(last_text) for g in golds)
+                                    else 0.0)
+    reward = -1.0 + form + answer if form >= 0.5 else -1.0 + form
+    return reward, {"em": em, "f1": best_f1, "substring_em": contained,
+                    "answered": float(said is not None), "format": form}
 
 
 def agent_r1_call(base_url, api_key, route, body=None):
@@ -81,20 +111,20 @@ def run_episode(episode, max_turns, model):
     client = OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=600)
     tools = agent_r1_call(base_url, api_key, "tools")["data"]
     messages = list(task["prompt"])
-    last_text, calls, turns = "", 0, 0
+    replies, calls, turns = [], 0, 0
     for turns in range(1, max_turns + 1):
         choice = client.chat.completions.create(
             model=model, messages=messages, tools=tools).choices[0]
         message = choice.message.model_dump(exclude_none=True)
         messages.append(message)
-        last_text = message.get("content") or ""
+        replies.append(message)
         if choice.finish_reason != "tool_calls":
             break
         calls += len(message["tool_calls"])
         results = agent_r1_call(base_url, api_key, "tool_calls",
                                 {"tool_calls": message["tool_calls"]})
         messages.extend(results["messages"])
-    reward, metrics = score(last_text, task.get("answers", []))
+    reward, metrics = score(replies, task.get("answers", []))
     metrics.update({"turns": float(turns), "tool_calls": float(calls)})
     return {"reward": reward, "metrics": metrics}
 

@@ -18,7 +18,6 @@ use agent_r1_envs::tool::{CallError, ToolCall};
 use super::conversation::Conversation;
 use super::error::ApiError;
 use super::protocol::ToolCallsRequest;
-use super::serve::Reply;
 use crate::runtime::Agent;
 
 /// The most calls one request may carry (the built-in loop's own limit per turn is
@@ -26,13 +25,13 @@ use crate::runtime::Agent;
 pub const MAX_CALLS_PER_REQUEST: usize = 64;
 
 /// `GET /v1/agent_r1/tools`: the episode's tools.
-pub fn list(agent: &Agent) -> Reply {
+pub fn list(agent: &Agent) -> Value {
     let data: Vec<Value> = agent
         .renderer()
         .tools()
         .map(<[Value]>::to_vec)
         .unwrap_or_default();
-    Reply::Json(json!({"object": "list", "data": data}))
+    json!({"object": "list", "data": data})
 }
 
 /// `POST /v1/agent_r1/tool_calls`: runs the calls and answers their tool messages.
@@ -41,7 +40,7 @@ pub async fn run(
     conversation: &Mutex<Conversation>,
     req: ToolCallsRequest,
     max_observation_chars: usize,
-) -> Result<Reply, ApiError> {
+) -> Result<Value, ApiError> {
     if req.tool_calls.is_empty() || req.tool_calls.len() > MAX_CALLS_PER_REQUEST {
         return Err(ApiError::invalid(
             format!(
@@ -97,9 +96,9 @@ pub async fn run(
             })
         })
         .collect();
-    Ok(Reply::Json(json!({
+    Ok(json!({
         "object": "agent_r1.tool_results",
         "messages": messages,
         "step": step,
-    })))
+    }))
 }

@@ -52,10 +52,10 @@ pub async fn serve(
     match call {
         Call::Chat(req) => serve_chat(agent, conversation, *req, tag).await,
         Call::Completion(req) => serve_completion(agent, conversation, *req, tag).await,
-        Call::Tools => Ok(run_tools::list(agent)),
-        Call::ToolCalls(req) => {
-            run_tools::run(agent, conversation, *req, max_observation_chars).await
-        }
+        Call::Tools => Ok(Reply::Json(run_tools::list(agent))),
+        Call::ToolCalls(req) => run_tools::run(agent, conversation, *req, max_observation_chars)
+            .await
+            .map(Reply::Json),
     }
 }
 
