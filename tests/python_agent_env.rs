@@ -122,7 +122,7 @@ fn a_python_agent_on_the_demo_env_writes_what_the_built_in_loop_writes() {
         expected.keys().collect::<Vec<_>>(),
         got.keys().collect::<Vec<_>>()
     );
-    let mut calls = 0;
+    let (mut calls, mut cut_offs) = (0, 0);
     for (id, want) in &expected {
         let have = &got[id];
         assert_eq!(
@@ -134,22 +134,35 @@ fn a_python_agent_on_the_demo_env_writes_what_the_built_in_loop_writes() {
             want["steps"].as_array().unwrap(),
             have["steps"].as_array().unwrap(),
         );
-        assert_eq!(have_steps.len(), want_steps.len(), "{id}: steps\n{have}");
+        // A reply cut off at `max_response_length` inside a tool call: the built-in loop
+        // answers the cut-off call with an error and goes on; the endpoint returns it as
+        // content with `finish_reason: "length"`, and the agent ends its episode there.
+        let cut_off = have_steps.last().is_some_and(|h| {
+            h["finish_reason"] == "length" && h["tool_calls"].as_array().is_none_or(Vec::is_empty)
+        });
+        if cut_off {
+            cut_offs += 1;
+            assert!(have_steps.len() <= want_steps.len(), "{id}: steps\n{have}");
+        } else {
+            assert_eq!(have_steps.len(), want_steps.len(), "{id}: steps\n{have}");
+        }
         for (k, (w, h)) in want_steps.iter().zip(have_steps).enumerate() {
             assert_eq!(
                 ids(&h["action_ids"]),
                 ids(&w["action_ids"]),
                 "{id}: step {k}'s action"
             );
-            assert_eq!(
-                h["tool_calls"].as_array().map_or(0, Vec::len),
-                w["tool_calls"].as_array().map_or(0, Vec::len),
-                "{id}: step {k}'s tool calls"
-            );
-            calls += w["tool_calls"].as_array().map_or(0, Vec::len);
+            if !(cut_off && k + 1 == have_steps.len()) {
+                assert_eq!(
+                    h["tool_calls"].as_array().map_or(0, Vec::len),
+                    w["tool_calls"].as_array().map_or(0, Vec::len),
+                    "{id}: step {k}'s tool calls"
+                );
+            }
+            calls += h["tool_calls"].as_array().map_or(0, Vec::len);
             // Every reply went back unchanged: each step continues the one before.
             assert!(h["rebuilt"].is_null(), "{id}: step {k} rebuilt: {h}");
-            if k + 1 < want_steps.len() {
+            if k + 1 < have_steps.len() {
                 assert_eq!(
                     ids(&h["observation_ids"]),
                     ids(&w["observation_ids"]),
@@ -157,8 +170,14 @@ fn a_python_agent_on_the_demo_env_writes_what_the_built_in_loop_writes() {
                 );
             }
         }
-        assert_eq!(have["metrics"]["em"], want["metrics"]["em"], "{id}: em");
+        if !cut_off {
+            assert_eq!(have["metrics"]["em"], want["metrics"]["em"], "{id}: em");
+        }
     }
+    assert!(
+        cut_offs < expected.len(),
+        "every episode was cut off: nothing compared to its end"
+    );
     assert!(
         calls > 0,
         "the warm-started model searched on no held-out question"
