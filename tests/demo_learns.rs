@@ -1,5 +1,5 @@
-//! `make demo-math` shortened, in `make test`, so that a change which stops the demos from
-//! learning fails a test when it is made: the built-in `math` preset as `--preset math`
+//! `make demo-math` shortened, run on demand, so that a change which stops the demos from
+//! learning fails a test: the built-in `math` preset as `--preset math`
 //! reads it, with half its warm start and a third of its updates, on its seed 0. The
 //! held-out accuracy after RL must beat the one after the warm start by `LIFT`.
 //!
@@ -15,7 +15,7 @@ use serde_json::Value;
 
 /// Steps of the first warm-start phase (the preset's 2000): on seed 0 copying numbers from
 /// the problem and the calculator's result is learnt by about step 800 (on seeds 1 and 2
-/// by about 1,200 and 1,000). The warm start of a seed is the same on every run.
+/// by about 1,200 and 1,000).
 const WARM_START_STEPS: i64 = 1000;
 /// Updates (the preset's 12): the preset's runs remove the bad habit within 4.
 const UPDATES: i64 = 4;
@@ -60,7 +60,12 @@ fn shortened_math_preset(dir: &Path) -> String {
     toml::to_string(&config).unwrap()
 }
 
+// Not in `make test`: on 2 busy cores the shortened warm start does not always learn to copy
+// numbers by step 1,000 (one fresh-clone run stayed at a loss of 0.3 and lifted by -0.013),
+// so the test could fail on a change that broke nothing. Run it on demand:
+// `cargo test --workspace --release --test demo_learns -- --ignored`.
 #[test]
+#[ignore = "a 4-minute learning check whose warm start is not the same on every run"]
 fn the_math_demo_shortened_still_lifts_held_out_accuracy() {
     let tmp = tempfile::tempdir().unwrap();
     let config = tmp.path().join("math-short.toml");
