@@ -64,7 +64,7 @@ def thinks_once(text):
 
 def is_search_reply(message):
     """A well-formed searching reply: `<think>...</think>` then exactly one tool call."""
-    return thinks_once((message.get("content") or "").rstrip("\n") or "") \
+    return thinks_once(message.get("content") or "") \
         and len(message.get("tool_calls") or []) == 1
 
 
