@@ -134,11 +134,16 @@ fn a_python_agent_on_the_demo_env_writes_what_the_built_in_loop_writes() {
             want["steps"].as_array().unwrap(),
             have["steps"].as_array().unwrap(),
         );
-        // A reply cut off at `max_response_length` inside a tool call: the built-in loop
-        // answers the cut-off call with an error and goes on; the endpoint returns it as
-        // content with `finish_reason: "length"`, and the agent ends its episode there.
+        // A tool call the endpoint cannot parse (cut off at `max_response_length`, or
+        // malformed JSON such as `"arguments": "..."}}`): the built-in loop answers it with
+        // an error and goes on; the endpoint returns it as content without `tool_calls`,
+        // and the agent ends its episode there.
         let cut_off = have_steps.last().is_some_and(|h| {
-            h["finish_reason"] == "length" && h["tool_calls"].as_array().is_none_or(Vec::is_empty)
+            h["tool_calls"].as_array().is_none_or(Vec::is_empty)
+                && (h["finish_reason"] == "length"
+                    || h["action_text"]
+                        .as_str()
+                        .is_some_and(|t| t.contains("<tool_call>")))
         });
         if cut_off {
             cut_offs += 1;
