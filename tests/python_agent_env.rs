@@ -122,7 +122,7 @@ fn a_python_agent_on_the_demo_env_writes_what_the_built_in_loop_writes() {
         expected.keys().collect::<Vec<_>>(),
         got.keys().collect::<Vec<_>>()
     );
-    let (mut calls, mut cut_offs) = (0, 0);
+    let (mut calls, mut unparsed_ends) = (0, 0);
     for (id, want) in &expected {
         let have = &got[id];
         assert_eq!(
@@ -138,15 +138,15 @@ fn a_python_agent_on_the_demo_env_writes_what_the_built_in_loop_writes() {
         // malformed JSON such as `"arguments": "..."}}`): the built-in loop answers it with
         // an error and goes on; the endpoint returns it as content without `tool_calls`,
         // and the agent ends its episode there.
-        let cut_off = have_steps.last().is_some_and(|h| {
+        let ends_unparsed = have_steps.last().is_some_and(|h| {
             h["tool_calls"].as_array().is_none_or(Vec::is_empty)
                 && (h["finish_reason"] == "length"
                     || h["action_text"]
                         .as_str()
                         .is_some_and(|t| t.contains("<tool_call>")))
         });
-        if cut_off {
-            cut_offs += 1;
+        if ends_unparsed {
+            unparsed_ends += 1;
             assert!(have_steps.len() <= want_steps.len(), "{id}: steps\n{have}");
         } else {
             assert_eq!(have_steps.len(), want_steps.len(), "{id}: steps\n{have}");
@@ -157,7 +157,7 @@ fn a_python_agent_on_the_demo_env_writes_what_the_built_in_loop_writes() {
                 ids(&w["action_ids"]),
                 "{id}: step {k}'s action"
             );
-            if !(cut_off && k + 1 == have_steps.len()) {
+            if !(ends_unparsed && k + 1 == have_steps.len()) {
                 assert_eq!(
                     h["tool_calls"].as_array().map_or(0, Vec::len),
                     w["tool_calls"].as_array().map_or(0, Vec::len),
@@ -175,13 +175,13 @@ fn a_python_agent_on_the_demo_env_writes_what_the_built_in_loop_writes() {
                 );
             }
         }
-        if !cut_off {
+        if !ends_unparsed {
             assert_eq!(have["metrics"]["em"], want["metrics"]["em"], "{id}: em");
         }
     }
     assert!(
-        cut_offs < expected.len(),
-        "every episode was cut off: nothing compared to its end"
+        unparsed_ends < expected.len(),
+        "every episode ended on an unparsed call: nothing compared to its end"
     );
     assert!(
         calls > 0,
