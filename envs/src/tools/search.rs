@@ -7,6 +7,11 @@
 //! content hash) and of the index settings is stored with it; a corpus that changed is
 //! re-indexed on the next open. A build goes to a temporary sibling directory that replaces
 //! the old index only when complete, so an interrupted build never leaves a half index.
+//!
+//! Documents with equal scores come back in corpus order: the index is built by several
+//! threads into segments whose split varies from build to build, so without that tie-break
+//! the same query on the same corpus could return other documents (and a run that indexes
+//! its corpus, such as the demo, would not repeat).
 
 pub mod corpus;
 pub mod fingerprint;
@@ -14,6 +19,7 @@ pub mod fingerprint;
 pub use corpus::CorpusSource;
 pub use fingerprint::Fingerprint;
 
+use std::cmp::Reverse;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,8 +28,10 @@ use async_trait::async_trait;
 use serde_json::{json, Value};
 use tantivy::collector::TopDocs;
 use tantivy::query::QueryParser;
-use tantivy::schema::{Field, Schema, Value as _, STORED, STRING, TEXT};
-use tantivy::{doc, Index, IndexReader, ReloadPolicy, TantivyDocument};
+use tantivy::schema::{Field, Schema, Value as _, FAST, STORED, STRING, TEXT};
+use tantivy::{
+    doc, DocId, Index, IndexReader, ReloadPolicy, Score, SegmentReader, TantivyDocument,
+};
 
 use crate::error::{Error, Result};
 use crate::tool::{Tool, ToolOutput};
@@ -119,18 +127,49 @@ impl std::fmt::Debug for SearchTool {
 
 const FINGERPRINT_FILE: &str = "agent-r1-fingerprint.json";
 /// Bump when the schema or tokenisation changes: every index is rebuilt.
-const INDEX_FORMAT: &str = "agent-r1-search-v2";
+const INDEX_FORMAT: &str = "agent-r1-search-v3";
+/// The fast field holding each document's place in the corpus, the tie-break between equal
+/// scores.
+const POSITION: &str = "position";
 
 fn tantivy_err(dir: &Path, e: impl std::fmt::Display) -> Error {
     Error::Other(format!("{}: search index: {e}", dir.display()))
 }
 
-fn schema() -> (Schema, Field, Field, Field) {
+struct Fields {
+    id: Field,
+    title: Field,
+    text: Field,
+    position: Field,
+}
+
+fn schema() -> (Schema, Fields) {
     let mut schema = Schema::builder();
     let id = schema.add_text_field("id", STRING | STORED);
     let title = schema.add_text_field("title", TEXT | STORED);
     let text = schema.add_text_field("text", TEXT | STORED);
-    (schema.build(), id, title, text)
+    let position = schema.add_u64_field(POSITION, FAST);
+    let fields = Fields {
+        id,
+        title,
+        text,
+        position,
+    };
+    (schema.build(), fields)
+}
+
+/// Sorts by score, then by corpus position (earlier first). Read per segment from the
+/// position fast field; an index without it (never built by this version) ties at the end.
+fn score_then_position(segment: &SegmentReader) -> impl Fn(DocId, Score) -> (Score, Reverse<u64>) {
+    let positions = segment
+        .fast_fields()
+        .u64(POSITION)
+        .ok()
+        .map(|column| column.first_or_default_col(u64::MAX));
+    move |doc, score| {
+        let position = positions.as_ref().map_or(u64::MAX, |p| p.get_val(doc));
+        (score, Reverse(position))
+    }
 }
 
 /// The default index directory: beside the corpus, else in the user's cache.
@@ -194,7 +233,7 @@ impl SearchTool {
             Some(d) => d.clone(),
             None => default_index_dir(files[0], &key),
         };
-        let (schema, id, title, text) = schema();
+        let (schema, fields) = schema();
         let have = Fingerprint::load(&dir.join(FINGERPRINT_FILE));
         let reused = match have {
             Some(have) if have.matches(&want) => Index::open_in_dir(&dir).ok(),
@@ -204,7 +243,7 @@ impl SearchTool {
         let index = match reused {
             Some(index) => index,
             None => {
-                build_index(&config, &dir, schema, (id, title, text))?;
+                build_index(&config, &dir, schema, &fields)?;
                 want.store(&dir.join(FINGERPRINT_FILE))?;
                 Index::open_in_dir(&dir).map_err(|e| tantivy_err(&dir, e))?
             }
@@ -215,17 +254,17 @@ impl SearchTool {
             .try_into()
             .map_err(|e| tantivy_err(&dir, e))?;
         let documents = reader.searcher().num_docs();
-        let mut parser = QueryParser::for_index(&index, vec![title, text]);
-        parser.set_field_boost(title, config.title_boost);
+        let mut parser = QueryParser::for_index(&index, vec![fields.title, fields.text]);
+        parser.set_field_boost(fields.title, config.title_boost);
         Ok(Self {
             inner: Arc::new(Inner {
                 config,
                 dir,
                 reader,
                 parser,
-                id,
-                title,
-                text,
+                id: fields.id,
+                title: fields.title,
+                text: fields.text,
                 rebuilt,
                 documents,
             }),
@@ -260,7 +299,10 @@ impl SearchTool {
         let (q, _errors) = inner.parser.parse_query_lenient(query);
         let searcher = inner.reader.searcher();
         let top = searcher
-            .search(&q, &TopDocs::with_limit(k.max(1)).order_by_score())
+            .search(
+                &q,
+                &TopDocs::with_limit(k.max(1)).tweak_score(score_then_position),
+            )
             .map_err(|e| tantivy_err(&inner.dir, e))?;
         let field = |d: &TantivyDocument, f: Field| {
             d.get_first(f)
@@ -269,7 +311,7 @@ impl SearchTool {
                 .to_string()
         };
         top.into_iter()
-            .map(|(score, addr)| {
+            .map(|((score, _), addr)| {
                 let d: TantivyDocument =
                     searcher.doc(addr).map_err(|e| tantivy_err(&inner.dir, e))?;
                 Ok(Hit {
@@ -299,12 +341,7 @@ impl SearchTool {
 }
 
 /// Builds the index into a temporary sibling of `dir`, then moves it into place.
-fn build_index(
-    config: &SearchConfig,
-    dir: &Path,
-    schema: Schema,
-    (id, title, text): (Field, Field, Field),
-) -> Result<()> {
+fn build_index(config: &SearchConfig, dir: &Path, schema: Schema, fields: &Fields) -> Result<()> {
     let parent = dir
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -326,11 +363,19 @@ fn build_index(
             index.writer_with_num_threads::<TantivyDocument>(config.index_threads, memory)
         }
         .map_err(|e| tantivy_err(&tmp, e))?;
+        let mut position = 0u64;
         config
             .corpus
             .for_each_document(|doc_id, doc_title, doc_text| {
+                let document = doc!(
+                    fields.id => doc_id,
+                    fields.title => doc_title,
+                    fields.text => doc_text,
+                    fields.position => position,
+                );
+                position += 1;
                 writer
-                    .add_document(doc!(id => doc_id, title => doc_title, text => doc_text))
+                    .add_document(document)
                     .map(|_| ())
                     .map_err(|e| tantivy_err(&tmp, e))
             })?;
@@ -466,6 +511,31 @@ mod tests {
         let path = corpus(tmp.path(), &docs[..2]);
         let changed = SearchTool::open(SearchConfig::new(CorpusSource::Jsonl(path))).unwrap();
         assert!(changed.rebuilt() && changed.num_documents() == 2);
+    }
+
+    #[test]
+    fn equal_scores_come_back_in_corpus_order_however_the_index_was_split() {
+        let tmp = tempfile::tempdir().unwrap();
+        let docs: Vec<(&str, &str)> = (0..400).map(|_| ("Same", "alpha beta")).collect();
+        let path = corpus(tmp.path(), &docs);
+        let want: Vec<String> = (0..docs.len()).map(|i| format!("d{i}")).collect();
+        for (build, threads) in [1, 4, 4].into_iter().enumerate() {
+            let mut config = SearchConfig::new(CorpusSource::Jsonl(path.clone()));
+            config.index_threads = threads;
+            config.index_dir = Some(tmp.path().join(format!("index-{build}")));
+            let tool = SearchTool::open(config).unwrap();
+            let hits = tool.search("alpha", docs.len()).unwrap();
+            assert!(hits.windows(2).all(|w| w[0].score == w[1].score));
+            let ids: Vec<String> = hits.into_iter().map(|h| h.id).collect();
+            assert_eq!(ids, want, "build {build} with {threads} indexing threads");
+            let first: Vec<String> = tool
+                .search("alpha", 3)
+                .unwrap()
+                .into_iter()
+                .map(|h| h.id)
+                .collect();
+            assert_eq!(first, want[..3], "top 3, build {build}");
+        }
     }
 
     #[test]
