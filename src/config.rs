@@ -476,6 +476,7 @@ impl TrainConfig {
             top_p: r.top_p,
             tool_call_format: self.model.tool_call_format,
             max_tool_calls_per_turn: self.env.max_tool_calls_per_turn,
+            tool_schemas_in_prompt: r.tool_schemas_in_prompt,
             waits: r.waits(),
         }
     }

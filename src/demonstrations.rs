@@ -67,7 +67,7 @@ pub fn chat_row_rules(cfg: &TrainConfig, specs: Vec<Value>, env: Option<&dyn Env
         format: cfg.model.resolved_tool_call_format(),
         tools: Some(names),
         max_calls_per_turn: cfg.env.max_tool_calls_per_turn,
-        default_tools: (!specs.is_empty()).then_some(specs),
+        default_tools: Some(cfg.rollout.template_specs(specs)).filter(|s| !s.is_empty()),
         default_system,
     }
 }

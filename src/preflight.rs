@@ -355,6 +355,7 @@ fn longest_prompt(
         .tools_config(None)
         .specs(&registries.tools)
         .map_err(|e| ConfigError::new("tools", e.to_string()))?;
+    let specs = cfg.rollout.template_specs(specs);
     let renderer = TurnRenderer::new(tokenizer, specs, cfg.model.tool_call_format)
         .map_err(|e| ConfigError::new("model.dir", e.to_string()))?;
     let mut prompts = Vec::new();

@@ -57,20 +57,20 @@ pub struct TokenizerCorpus {
 
 /// The tokenizer corpus of a generated env: its own text (documents, problems,
 /// demonstrations), every training prompt as the chat template renders it (system prompt,
-/// tool list, question), and its whole words. Why the prompts: they are in every context the
-/// model sees, and a tokenizer that never saw them splits them into near-single characters,
-/// which doubles context lengths and pushes the question far from where the model answers.
+/// tool list `specs` when the run shows one, question), and its whole words. Why the prompts:
+/// they are in every context the model sees, and a tokenizer that never saw them splits them
+/// into near-single characters, which doubles context lengths and pushes the question far
+/// from where the model answers.
 pub fn tokenizer_corpus(
     env: &dyn GeneratedEnv,
     tasks: &[Task],
-    tools: &[Arc<dyn Tool>],
+    specs: &[serde_json::Value],
 ) -> anyhow::Result<TokenizerCorpus> {
     let template = ChatTemplate::new(QWEN2_5_CHAT_TEMPLATE)?;
-    let specs: Vec<serde_json::Value> = tools.iter().map(|t| t.spec()).collect();
+    let specs = (!specs.is_empty()).then_some(specs);
     let mut text = env.tokenizer_text();
     for task in tasks {
-        let prompt =
-            template.render(&env.reset(task)?, Some(&specs), true, &TemplateVars::new())?;
+        let prompt = template.render(&env.reset(task)?, specs, true, &TemplateVars::new())?;
         text.push_str(&prompt);
         text.push('\n');
     }
@@ -240,6 +240,9 @@ pub struct RolloutKnobs {
     pub max_tool_calls_per_turn: usize,
     /// Nucleus sampling's probability mass (`rollout.top_p`; 1 keeps every token).
     pub top_p: f64,
+    /// Whether the chat template is given the tools' schemas
+    /// (`rollout.tool_schemas_in_prompt`).
+    pub tool_schemas_in_prompt: bool,
     /// How long each part of an episode may take (`[rollout]`'s `*_timeout_secs`).
     pub waits: EpisodeWaits,
 }
@@ -276,7 +279,11 @@ pub fn rollout_setup(
     tools: Vec<Arc<dyn Tool>>,
     knobs: &RolloutKnobs,
 ) -> anyhow::Result<RolloutSetup> {
-    let specs = tools.iter().map(|t| t.spec()).collect();
+    let specs = if knobs.tool_schemas_in_prompt {
+        tools.iter().map(|t| t.spec()).collect()
+    } else {
+        Vec::new()
+    };
     let renderer = Arc::new(TurnRenderer::new(
         tokenizer.clone(),
         specs,
@@ -486,6 +493,7 @@ pub fn warm_start(
     env: &dyn GeneratedEnv,
     train: &[Task],
     tools: &[Arc<dyn Tool>],
+    shown_specs: &[serde_json::Value],
     base: &Path,
     out: &Path,
     placement: Placement,
@@ -501,7 +509,7 @@ pub fn warm_start(
     let tokenizer = Arc::new(HfTokenizer::from_dir(base)?);
     let tasks: HashMap<&str, &Task> = train.iter().map(|t| (t.id.as_str(), t)).collect();
     let by_name: HashMap<&str, &Arc<dyn Tool>> = tools.iter().map(|t| (t.name(), t)).collect();
-    let specs: Vec<serde_json::Value> = tools.iter().map(|t| t.spec()).collect();
+    let specs = shown_specs.to_vec();
     // Under a policy other than `full`, each turn is taught in the context that policy
     // will give it.
     let renderer = (context.name() != "full")
@@ -543,7 +551,7 @@ pub fn warm_start(
                     &tokenizer,
                     &Demonstration {
                         messages,
-                        tools: Some(specs.clone()),
+                        tools: (!specs.is_empty()).then(|| specs.clone()),
                     },
                 )?),
                 Some(renderer) => {

@@ -361,3 +361,58 @@ fn bench_demo_refuses_bad_flags_before_it_runs() {
         "{line}"
     );
 }
+
+/// `rollout.tool_schemas_in_prompt = false` leaves the tools' JSON schemas out of the chat
+/// template: `check-config`'s longest prompt is shorter by the schema block, and the prompts
+/// a `train` run samples from carry the system prompt without it.
+#[test]
+fn tool_schemas_can_be_left_out_of_the_prompt() {
+    let own = OwnData::new();
+    let system = "Search with <tool_call>, answer in <answer>.";
+    let without = own
+        .config()
+        .replace("[rollout]\n", "[rollout]\ntool_schemas_in_prompt = false\n");
+    let without = without.replace(
+        "reward = \"agent_r1_qa\"\n",
+        &format!("reward = \"agent_r1_qa\"\nsystem_prompt = \"{system}\"\n"),
+    );
+    let with = without.replace("tool_schemas_in_prompt = false\n", "");
+    let longest = |text: &str| -> usize {
+        let out = own.check(text);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{stderr}");
+        let rest = stderr.split("longest prompt: ").nth(1).expect(&stderr);
+        rest.split(' ').next().unwrap().parse().expect(&stderr)
+    };
+    let (shown, left_out) = (longest(&with), longest(&without));
+    assert!(
+        left_out + 100 < shown,
+        "the schema block is over 100 tokens: {shown} with it, {left_out} without"
+    );
+
+    std::fs::write(own.path("own.toml"), &without).unwrap();
+    let out = Command::new(BIN)
+        .args(["train", "--config"])
+        .arg(own.path("own.toml"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rollouts =
+        std::fs::read_to_string(own.path("run/rollouts/train-step-000001.jsonl")).unwrap();
+    let mut episodes = 0;
+    for line in rollouts.lines() {
+        let episode: serde_json::Value = serde_json::from_str(line).unwrap();
+        let prompt = episode["prompt_text"].as_str().unwrap();
+        assert!(prompt.contains(system), "{prompt}");
+        assert!(
+            !prompt.contains("<tools>") && !prompt.contains("# Tools"),
+            "{prompt}"
+        );
+        episodes += 1;
+    }
+    assert_eq!(episodes, 4, "batch_size 2 x group_size 2");
+}

@@ -248,6 +248,7 @@ fn execute(
         tool_call_format: a.tool_call_format,
         max_tool_calls_per_turn: 1,
         top_p: defaults.top_p,
+        tool_schemas_in_prompt: defaults.tool_schemas_in_prompt,
         waits: defaults.waits(),
     };
     let env: Arc<dyn Env> = scenario.env.clone();

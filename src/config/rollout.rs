@@ -88,6 +88,13 @@ pub struct RolloutSection {
     /// on what else shared a batch. With `mode = "sync"` a run then repeats bit for bit, and
     /// a resume continues exactly. Much slower; for checks, not for throughput.
     pub deterministic: bool,
+    /// Give the chat template the tools' JSON schemas (its `tools`), which Qwen-style
+    /// templates list in the system turn with instructions on calling them. false: the
+    /// system prompt alone tells the model about its tools (as Search-R1-style prompts do),
+    /// and every context is shorter by that block (about 160 tokens for `search` under the
+    /// Qwen template): for a model that learns the call format from demonstrations. The
+    /// episodes, the warm start, `sft` and the tiny tokenizer's corpus all render alike.
+    pub tool_schemas_in_prompt: bool,
 }
 
 impl Default for RolloutSection {
@@ -113,11 +120,22 @@ impl Default for RolloutSection {
             env_timeout_secs: 60.0,
             workflow_timeout_secs: 3600.0,
             deterministic: false,
+            tool_schemas_in_prompt: true,
         }
     }
 }
 
 impl RolloutSection {
+    /// The tool specs the chat template is given: `specs`, or none with
+    /// `tool_schemas_in_prompt = false`.
+    pub fn template_specs(&self, specs: Vec<serde_json::Value>) -> Vec<serde_json::Value> {
+        if self.tool_schemas_in_prompt {
+            specs
+        } else {
+            Vec::new()
+        }
+    }
+
     /// The `*_timeout_secs` keys as an episode reads them.
     pub fn waits(&self) -> EpisodeWaits {
         EpisodeWaits {

@@ -56,7 +56,7 @@ pub(super) fn base_model(
                     Some(env) => Some(setup::tokenizer_corpus(
                         env.as_ref(),
                         &scenario.train,
-                        &scenario.tools,
+                        &shown_specs(cfg, scenario),
                     )?),
                     None => None,
                 };
@@ -139,6 +139,12 @@ pub(super) fn base_model(
     })
 }
 
+/// The tools' specs as the run's chat template is given them (`rollout.tool_schemas_in_prompt`).
+fn shown_specs(cfg: &TrainConfig, scenario: &Scenario) -> Vec<serde_json::Value> {
+    cfg.rollout
+        .template_specs(scenario.tools.iter().map(|t| t.spec()).collect())
+}
+
 /// The warm start on the demonstrations a generated env makes (its skills, then the bad
 /// habit of `[warm_start.bad_habit]`).
 pub(super) fn generated_warm_start(
@@ -185,6 +191,7 @@ pub(super) fn generated_warm_start(
         env.as_ref(),
         &scenario.train,
         &scenario.tools,
+        &shown_specs(cfg, scenario),
         dir,
         sft_dir,
         placement,
