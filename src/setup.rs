@@ -509,11 +509,10 @@ pub fn warm_start(
     let tokenizer = Arc::new(HfTokenizer::from_dir(base)?);
     let tasks: HashMap<&str, &Task> = train.iter().map(|t| (t.id.as_str(), t)).collect();
     let by_name: HashMap<&str, &Arc<dyn Tool>> = tools.iter().map(|t| (t.name(), t)).collect();
-    let specs = shown_specs.to_vec();
     // Under a policy other than `full`, each turn is taught in the context that policy
     // will give it.
     let renderer = (context.name() != "full")
-        .then(|| TurnRenderer::new(tokenizer.clone(), specs.clone(), None))
+        .then(|| TurnRenderer::new(tokenizer.clone(), shown_specs.to_vec(), None))
         .transpose()?;
     let mut model = PolicyModel::load(base, placement, false)?;
     let mut report: Option<SftReport> = None;
@@ -551,7 +550,7 @@ pub fn warm_start(
                     &tokenizer,
                     &Demonstration {
                         messages,
-                        tools: (!specs.is_empty()).then(|| specs.clone()),
+                        tools: (!shown_specs.is_empty()).then(|| shown_specs.to_vec()),
                     },
                 )?),
                 Some(renderer) => {

@@ -13,6 +13,7 @@ use own_data::{OwnData, BIN};
 /// `check-config` and `train` on a config over [`OwnData`].
 trait Checks {
     fn check(&self, text: &str) -> Output;
+    fn train(&self, text: &str) -> Output;
     fn refused(&self, text: &str, needles: &[&str]) -> String;
 }
 
@@ -28,6 +29,17 @@ impl Checks for OwnData {
             .unwrap()
     }
 
+    /// Writes `text` as the config and runs `train` on it.
+    fn train(&self, text: &str) -> Output {
+        let path = self.path("own.toml");
+        std::fs::write(&path, text).unwrap();
+        Command::new(BIN)
+            .args(["train", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap()
+    }
+
     /// `check-config` and `train` both refuse `text` with exit code 2 and one line that
     /// contains each of `needles`; no run directory is created. Returns the line.
     fn refused(&self, text: &str, needles: &[&str]) -> String {
@@ -36,12 +48,7 @@ impl Checks for OwnData {
         for needle in needles {
             assert!(line.contains(needle), "{needle:?} not in {line}");
         }
-        let out = Command::new(BIN)
-            .args(["train", "--config"])
-            .arg(self.path("own.toml"))
-            .output()
-            .unwrap();
-        let train_line = one_line_error(&out);
+        let train_line = one_line_error(&self.train(text));
         assert_eq!(train_line, line, "train and check-config disagree");
         assert!(
             !self.path("run").exists(),
@@ -390,12 +397,7 @@ fn tool_schemas_can_be_left_out_of_the_prompt() {
         "the schema block is over 100 tokens: {shown} with it, {left_out} without"
     );
 
-    std::fs::write(own.path("own.toml"), &without).unwrap();
-    let out = Command::new(BIN)
-        .args(["train", "--config"])
-        .arg(own.path("own.toml"))
-        .output()
-        .unwrap();
+    let out = own.train(&without);
     assert!(
         out.status.success(),
         "{}",
