@@ -3,6 +3,32 @@ include!("../build/torch_link.rs");
 fn main() {
     link_torch();
     build_cuda_shim();
+    build_dist_shim();
+}
+
+/// Compiles `csrc/dist_shim.cpp`: torch.distributed's Gloo process groups for the learner's
+/// ranks. Gloo itself is inside libtorch_cpu; the headers c10d's `ProcessGroupGloo.hpp`
+/// includes (absent from PyTorch's wheels) are vendored in `csrc/third_party`.
+fn build_dist_shim() {
+    println!("cargo:rerun-if-changed=csrc/dist_shim.cpp");
+    println!("cargo:rerun-if-changed=csrc/third_party");
+    let Some(lib) = torch_lib_dir() else { return };
+    let include = lib
+        .parent()
+        .map(|root| root.join("include"))
+        .unwrap_or_default();
+    cc::Build::new()
+        .cpp(true)
+        .file("csrc/dist_shim.cpp")
+        .include(&include)
+        .include(include.join("torch/csrc/api/include"))
+        .include("csrc/third_party")
+        .define("USE_C10D_GLOO", None)
+        .flag("-std=c++17")
+        .flag("-D_GLIBCXX_USE_CXX11_ABI=1")
+        .flag("-DGLOG_USE_GLOG_EXPORT")
+        .warnings(false)
+        .compile("agent_r1_dist_shim");
 }
 
 /// Compiles `csrc/cuda_shim.cpp` and sets `cfg(agent_r1_cuda)` where libtorch was built with

@@ -83,6 +83,19 @@ pub enum Error {
         /// Expected and found checksums.
         detail: String,
     },
+    /// A collective of the learner's ranks failed: a peer left (its process ended) or the
+    /// collective ran past the group's timeout.
+    #[error("learner rank {rank} of {world}: {op} failed: {message}")]
+    Collective {
+        /// The operation (`all-reduce of gradients`, `rendezvous`, ...).
+        op: String,
+        /// This process's rank.
+        rank: usize,
+        /// How many ranks the group has.
+        world: usize,
+        /// torch.distributed's message.
+        message: String,
+    },
     /// The learner actor failed; its supervisor reported why.
     #[error("the learner failed: {0}")]
     LearnerFailed(String),

@@ -20,6 +20,7 @@ pub(crate) mod batch;
 pub mod config;
 mod critic_input;
 mod critic_prefix;
+mod data_parallel;
 mod distill;
 mod estimation_layout;
 mod micro_batches;
@@ -35,6 +36,7 @@ pub use config::{
     AlgorithmConfig, CriticConfig, Estimator, KlConfig, KlPlacement, LearnerConfig, MemoryConfig,
 };
 pub use critic_prefix::CriticPrefix;
+pub use data_parallel::ShardMode;
 pub use distill::{DistillCombine, DistillConfig};
 pub use stats::{DistillStats, Mismatch, UpdateStats};
 pub use thread::{BeforeUpdate, PolicyWeights};

@@ -16,6 +16,7 @@ pub mod memory_plan;
 pub mod metric_names;
 pub mod model;
 pub mod openenv;
+pub mod process_group;
 pub mod runtime;
 pub mod sft;
 pub mod stall;

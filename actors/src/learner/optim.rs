@@ -18,6 +18,7 @@ use std::path::Path;
 
 use tch::Tensor;
 
+use crate::process_group::ProcessGroup;
 use crate::{Error, Result};
 
 /// AdamW's `eps`, as torch's default.
@@ -44,6 +45,11 @@ pub(crate) struct ParamOptimizer {
     betas: (f64, f64),
     warmup_steps: usize,
     steps: usize,
+    /// The rank that steps each parameter and holds its master and moments (all 0 unless
+    /// the optimizer state is sharded across learner ranks, see [`Self::shard`]).
+    owners: Vec<usize>,
+    /// This process's rank.
+    rank: usize,
 }
 
 impl ParamOptimizer {
@@ -74,7 +80,52 @@ impl ParamOptimizer {
             betas,
             warmup_steps,
             steps: 0,
+            owners: vec![0; n],
+            rank: 0,
         })
+    }
+
+    /// Shards the state across `world` ranks as rank `rank`: each parameter gets one owner
+    /// (largest parameters first, each to the rank with the fewest elements so far, so every
+    /// rank holds about `1/world` of the state); this rank drops the masters and moments of
+    /// the parameters it does not own and steps only its own. Every rank computes the same
+    /// owners.
+    pub(crate) fn shard(&mut self, rank: usize, world: usize) {
+        let world = world.max(1);
+        let mut order: Vec<usize> = (0..self.params.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(self.params[i].numel()));
+        let mut load = vec![0usize; world];
+        for i in order {
+            let r = (0..world).min_by_key(|&r| (load[r], r)).unwrap_or(0);
+            load[r] += self.params[i].numel();
+            self.owners[i] = r;
+        }
+        self.rank = rank;
+        self.drop_unowned();
+    }
+
+    fn drop_unowned(&mut self) {
+        for i in 0..self.params.len() {
+            if self.owners[i] != self.rank {
+                self.masters[i] = None;
+                self.moments[i] = None;
+            }
+        }
+    }
+
+    /// The parameters, in the optimizer's order.
+    pub(crate) fn params(&self) -> &[Tensor] {
+        &self.params
+    }
+
+    /// The rank that steps parameter `i`.
+    pub(crate) fn owner(&self, i: usize) -> usize {
+        self.owners[i]
+    }
+
+    /// Whether the state is split across ranks.
+    pub(crate) fn is_sharded(&self) -> bool {
+        self.owners.iter().any(|&o| o != 0) || self.rank != 0
     }
 
     /// Learning rate of optimizer step `step` (0-based): linear ramp to the peak over the
@@ -166,21 +217,25 @@ impl ParamOptimizer {
         let lr = self.lr_at(self.steps);
         let (b1, b2) = self.betas;
         tch::no_grad(|| {
-            for (((param, master), moments), t) in self
+            for ((((param, master), moments), t), owner) in self
                 .params
                 .iter_mut()
                 .zip(&mut self.masters)
                 .zip(&mut self.moments)
                 .zip(&mut self.param_steps)
+                .zip(&self.owners)
             {
                 let g = param.grad();
                 if !g.defined() {
                     continue;
                 }
+                *t += 1;
+                if *owner != self.rank {
+                    continue;
+                }
                 let p = master.as_mut().unwrap_or(param);
                 // Float32 whatever the parameter's precision: the master's or the parameter's.
                 let (m, v) = moments.get_or_insert_with(|| (p.zeros_like(), p.zeros_like()));
-                *t += 1;
                 let step_size = lr / (1.0 - b1.powf(*t as f64));
                 let bias2_sqrt = (1.0 - b2.powf(*t as f64)).sqrt();
                 // Elementwise, so it runs on row slices of a large parameter (an embedding)
@@ -222,35 +277,60 @@ impl ParamOptimizer {
     }
 
     /// The optimizer's state as named tensors under `prefix`: each parameter's moments and
-    /// step count, and the schedule's step.
+    /// step count, and the schedule's step. (A sharded optimizer's own part only: see
+    /// [`Self::state_gathered`].)
     pub(crate) fn state(&self, prefix: &str) -> Vec<(String, Tensor)> {
-        let mut out = vec![(
-            format!("{prefix}.schedule_step"),
-            Tensor::from_slice(&[self.steps as i64]),
-        )];
-        for (i, (m, t)) in self.moments.iter().zip(&self.param_steps).enumerate() {
-            out.push((
-                format!("{prefix}.{i}.step"),
-                Tensor::from_slice(&[*t as i64]),
-            ));
-            if let Some(master) = &self.masters[i] {
-                out.push((
-                    format!("{prefix}.{i}.master"),
-                    master.to_device(tch::Device::Cpu),
-                ));
-            }
-            if let Some((m, v)) = m {
-                out.push((
-                    format!("{prefix}.{i}.exp_avg"),
-                    m.to_device(tch::Device::Cpu),
-                ));
-                out.push((
-                    format!("{prefix}.{i}.exp_avg_sq"),
-                    v.to_device(tch::Device::Cpu),
-                ));
-            }
+        state_of(
+            prefix,
+            self.steps,
+            &self.param_steps,
+            &self.masters,
+            &self.moments,
+        )
+    }
+
+    /// [`Self::state`] of the whole optimizer, on every rank, when its state is sharded: each
+    /// owner broadcasts its parameters' masters and moments. A collective: every rank calls
+    /// it.
+    pub(crate) fn state_gathered(
+        &self,
+        prefix: &str,
+        group: &ProcessGroup,
+    ) -> Result<Vec<(String, Tensor)>> {
+        if !self.is_sharded() {
+            return Ok(self.state(prefix));
         }
-        out
+        let mut masters = Vec::with_capacity(self.params.len());
+        let mut moments = Vec::with_capacity(self.params.len());
+        for (i, p) in self.params.iter().enumerate() {
+            let owner = self.owners[i];
+            let take = |local: Option<&Tensor>| -> Result<Tensor> {
+                let mut t = match local {
+                    Some(t) if owner == self.rank => t.to_device(tch::Device::Cpu).contiguous(),
+                    _ => Tensor::zeros(p.size(), (tch::Kind::Float, tch::Device::Cpu)),
+                };
+                group.broadcast(&mut t, owner, &format!("{prefix} optimizer state {i}"))?;
+                Ok(t)
+            };
+            masters.push(if p.kind() != tch::Kind::Float {
+                Some(take(self.masters[i].as_ref())?)
+            } else {
+                None
+            });
+            moments.push(if self.param_steps[i] > 0 {
+                let local = self.moments[i].as_ref();
+                Some((take(local.map(|(m, _)| m))?, take(local.map(|(_, v)| v))?))
+            } else {
+                None
+            });
+        }
+        Ok(state_of(
+            prefix,
+            self.steps,
+            &self.param_steps,
+            &masters,
+            &moments,
+        ))
     }
 
     /// Restores [`Self::state`] (tensors named under `prefix`), checking that every shape
@@ -275,12 +355,13 @@ impl ParamOptimizer {
         let mut masters = Vec::with_capacity(self.params.len());
         for (i, param) in self.params.iter().enumerate() {
             param_steps.push(int(format!("{prefix}.{i}.step"))?);
-            let master = match (&self.masters[i], get(format!("{prefix}.{i}.master"))) {
-                (Some(_), Some(t)) if t.size() == param.size() && t.kind() == tch::Kind::Float => {
+            let has_master = param.kind() != tch::Kind::Float;
+            let master = match (has_master, get(format!("{prefix}.{i}.master"))) {
+                (true, Some(t)) if t.size() == param.size() && t.kind() == tch::Kind::Float => {
                     Some(t.to_device(param.device()))
                 }
-                (None, None) => None,
-                (Some(_), None) => {
+                (false, None) => None,
+                (true, None) => {
                     return Err(bad(format!(
                         "`{prefix}.{i}.master` is missing: parameter {i} is {:?} and trains \
                          on a float32 master copy",
@@ -344,8 +425,46 @@ impl ParamOptimizer {
         self.masters = masters;
         self.moments = moments;
         self.param_steps = param_steps;
+        self.drop_unowned();
         Ok(())
     }
+}
+
+/// The named tensors of [`ParamOptimizer::state`].
+fn state_of(
+    prefix: &str,
+    steps: usize,
+    param_steps: &[u64],
+    masters: &[Option<Tensor>],
+    moments: &[Option<(Tensor, Tensor)>],
+) -> Vec<(String, Tensor)> {
+    let mut out = vec![(
+        format!("{prefix}.schedule_step"),
+        Tensor::from_slice(&[steps as i64]),
+    )];
+    for (i, (m, t)) in moments.iter().zip(param_steps).enumerate() {
+        out.push((
+            format!("{prefix}.{i}.step"),
+            Tensor::from_slice(&[*t as i64]),
+        ));
+        if let Some(master) = &masters[i] {
+            out.push((
+                format!("{prefix}.{i}.master"),
+                master.to_device(tch::Device::Cpu),
+            ));
+        }
+        if let Some((m, v)) = m {
+            out.push((
+                format!("{prefix}.{i}.exp_avg"),
+                m.to_device(tch::Device::Cpu),
+            ));
+            out.push((
+                format!("{prefix}.{i}.exp_avg_sq"),
+                v.to_device(tch::Device::Cpu),
+            ));
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ use super::advantages::estimate;
 use super::batch::{build_batch, TrainBatch};
 use super::config::{KlPlacement, LearnerConfig};
 use super::critic_prefix::{critic_input, CriticPrefix};
+use super::data_parallel::{self, Ranks, ShardMode};
 use super::distill::{reverse_kl_advantage, DistillCombine};
 use super::micro_batches::MicroBatching;
 use super::optim::ParamOptimizer;
@@ -24,6 +25,7 @@ use super::stats::{DistillStats, UpdateStats};
 use super::token_stats::{self, Positions};
 use crate::algo::{self, LossAgg};
 use crate::model::{LayerCheckpoints, PolicyModel, VALUE_HEAD};
+use crate::process_group::ProcessGroup;
 use crate::trajectory::Trajectory;
 use crate::weight_digest::WeightDigest;
 use crate::{Error, Result};
@@ -117,6 +119,9 @@ pub struct Learner {
     /// Mini-batch shuffles. ChaCha (what `StdRng` is) because its position can be saved:
     /// a resumed run continues the same sequence of shuffles.
     rng: ChaCha12Rng,
+    /// The other learner ranks, when the update is split across processes
+    /// ([`Learner::join_ranks`]).
+    ranks: Option<Ranks>,
 }
 
 /// Where [`Learner::save`] writes a separate critic, inside the policy's directory.
@@ -352,7 +357,65 @@ impl Learner {
             actor_opt,
             critic_opt,
             updates: 0,
+            ranks: None,
         })
+    }
+
+    /// Makes this learner one rank of `group`: every rank must call it, with the same model,
+    /// configuration and batches, and then call [`Self::update`], [`Self::save_optimizer`]
+    /// and [`Self::load_optimizer`] together (they are collectives). Each update trains this
+    /// rank's share of every mini-batch and sums gradients across the ranks, so all ranks end
+    /// each update with the same weights (see `data_parallel`). A rank that loaded other
+    /// weights or another configuration than rank 0 is refused, on every rank, before any
+    /// work.
+    pub fn join_ranks(&mut self, group: ProcessGroup, mode: ShardMode) -> Result<()> {
+        let (rank, world) = (group.rank(), group.world());
+        let ranks = Ranks { group, mode };
+        let weights = self.policy_digest()?;
+        let critic = match &self.critic {
+            Critic::Separate(c) => Some(WeightDigest::of(&named_params(c, |_| true))?),
+            _ => None,
+        };
+        ranks.check_same(&[
+            data_parallel::fingerprint(&(weights, critic)),
+            data_parallel::fingerprint(&(&self.config, mode)),
+        ])?;
+        if mode == ShardMode::OptimizerState {
+            self.actor_opt.shard(rank, world);
+            if let Some(c) = self.critic_opt.as_mut() {
+                c.shard(rank, world);
+            }
+        }
+        tracing::info!(rank, world, mode = mode.as_str(), "learner rank joined");
+        self.ranks = Some(ranks);
+        Ok(())
+    }
+
+    /// This learner's rank and the number of ranks (0 of 1 without [`Self::join_ranks`]).
+    pub fn rank(&self) -> (usize, usize) {
+        self.ranks
+            .as_ref()
+            .map_or((0, 1), |r| (r.group.rank(), r.group.world()))
+    }
+
+    /// This rank's share of `rows` (all of them in a single process).
+    fn my_rows(&self, rows: &[i64], lengths: &[usize]) -> Vec<i64> {
+        match &self.ranks {
+            Some(r) => r.share(rows, lengths),
+            None => rows.to_vec(),
+        }
+    }
+
+    /// Sums a `[rows, cols]` tensor each rank filled on its own rows.
+    fn sum_rows(&self, t: Tensor, what: &str) -> Result<Tensor> {
+        match &self.ranks {
+            Some(r) => {
+                let mut t = t.contiguous();
+                r.sum_rows(&mut t, what)?;
+                Ok(t)
+            }
+            None => Ok(t),
+        }
     }
 
     /// The policy version of the current weights.
@@ -428,10 +491,20 @@ impl Learner {
 
     /// Writes the optimizers' state (AdamW moments and step counts, actor and critic) to one
     /// safetensors file, so a resumed run continues Adam where it stopped.
+    ///
+    /// With ranks it is a collective: the sharded state is gathered and rank 0 writes the
+    /// file, in the same format, so a run resumes on any number of ranks.
     pub fn save_optimizer(&self, path: &Path) -> Result<()> {
-        let mut tensors = self.actor_opt.state("actor");
+        let state = |opt: &ParamOptimizer, prefix: &str| match &self.ranks {
+            Some(r) => opt.state_gathered(prefix, &r.group),
+            None => Ok(opt.state(prefix)),
+        };
+        let mut tensors = state(&self.actor_opt, "actor")?;
         if let Some(c) = &self.critic_opt {
-            tensors.extend(c.state("critic"));
+            tensors.extend(state(c, "critic")?);
+        }
+        if self.rank().0 != 0 {
+            return Ok(());
         }
         tensors.push((
             "learner.updates".into(),
@@ -448,7 +521,8 @@ impl Learner {
     }
 
     /// Restores [`Self::save_optimizer`]'s file; the parameters must be the same ones (a
-    /// shape or count mismatch is an error naming the file).
+    /// shape or count mismatch is an error naming the file). Each rank reads the file and
+    /// keeps its own share of a sharded state.
     pub fn load_optimizer(&mut self, path: &Path) -> Result<()> {
         let tensors = Tensor::read_safetensors(path)
             .map_err(|e| Error::invalid("optimizer state", format!("{}: {e}", path.display())))?;
@@ -553,21 +627,23 @@ impl Learner {
 
     /// Rollout-time values and reference log-probabilities `[B, L]`, without grad, in the
     /// update's micro-batches.
-    fn prepass(&self, batch: &TrainBatch) -> Prepass {
+    fn prepass(&self, batch: &TrainBatch) -> Result<Prepass> {
         let n = batch.rows();
         let all: Vec<i64> = (0..n).collect();
+        let mine = self.my_rows(&all, &batch.lengths);
         let full = || Tensor::zeros([n, batch.cols()], (Kind::Float, batch.ids.device()));
         let reference = self
             .reference
             .as_ref()
             .filter(|_| self.config.algorithm.kl.active().is_some());
         let (old_values, ref_logprobs, prox_logprobs) = tch::no_grad(|| {
-            let mut values: Option<Tensor> = None;
-            let mut refs: Option<Tensor> = None;
+            // Made whether or not this rank has rows, so every rank sums the same tensors.
+            let mut values: Option<Tensor> = (!matches!(self.critic, Critic::None)).then(full);
+            let mut refs: Option<Tensor> = reference.is_some().then(full);
             // The policy's own log-probabilities are always computed: the sampler/trainer gap
             // is measured on every update.
             let mut prox = full();
-            for micro in MicroBatching::of(&self.config).split(&all, &batch.lengths) {
+            for micro in MicroBatching::of(&self.config).split(&mine, &batch.lengths) {
                 let idx = Tensor::from_slice(&micro).to_device(batch.ids.device());
                 let mb = batch.select(&micro);
                 if let (Some(v), _) = self.critic_values(&mb, None, false) {
@@ -588,20 +664,27 @@ impl Learner {
             }
             (values, refs, prox)
         });
+        let sum = |t: Option<Tensor>, what: &str| t.map(|t| self.sum_rows(t, what)).transpose();
+        let old_values = sum(old_values, "values")?;
+        let ref_logprobs = sum(ref_logprobs, "reference log-probabilities")?;
+        let prox_logprobs = self.sum_rows(prox_logprobs, "log-probabilities")?;
         let (teacher_logprobs, teacher_seconds) = match &self.teacher {
             Some(teacher) => {
-                let (lp, seconds) = self.teacher_pass(teacher, batch, &all);
-                (Some(lp), seconds)
+                let (lp, seconds) = self.teacher_pass(teacher, batch, &mine);
+                (
+                    Some(self.sum_rows(lp, "teacher log-probabilities")?),
+                    seconds,
+                )
             }
             None => (None, 0.0),
         };
-        Prepass {
+        Ok(Prepass {
             old_values,
             ref_logprobs,
             prox_logprobs,
             teacher_logprobs,
             teacher_seconds,
-        }
+        })
     }
 
     /// `model`'s log-probabilities `[b, cols]` of a micro-batch's action tokens (0 elsewhere),
@@ -832,7 +915,7 @@ impl Learner {
             prox_logprobs,
             teacher_logprobs,
             teacher_seconds,
-        } = self.prepass(&batch);
+        } = self.prepass(&batch)?;
         let Corrected {
             train_mask,
             anchor,
@@ -1008,7 +1091,8 @@ impl Learner {
         let mut step = Sums::default();
         let mut finite = true;
         let recompute = self.config.memory.recompute;
-        for micro in MicroBatching::of(&self.config).split(chunk, &ctx.batch.lengths) {
+        let mine = self.my_rows(chunk, &ctx.batch.lengths);
+        for micro in MicroBatching::of(&self.config).split(&mine, &ctx.batch.lengths) {
             let idx = Tensor::from_slice(&micro).to_device(device);
             let mb = ctx.batch.select(&micro);
             let cols = mb.cols();
@@ -1154,6 +1238,35 @@ impl Learner {
                 checkpoints.backward(c);
             }
         }
+        if let Some(ranks) = &self.ranks {
+            let mut shared = [
+                step.policy_loss,
+                step.entropy,
+                step.kl,
+                step.approx_kl,
+                step.clip,
+                step.clip_lower,
+                step.value_loss,
+                step.value_clip,
+                f64::from(u8::from(!finite)),
+            ];
+            ranks.group.sum_f64s(&mut shared, "step statistics")?;
+            [
+                step.policy_loss,
+                step.entropy,
+                step.kl,
+                step.approx_kl,
+                step.clip,
+                step.clip_lower,
+                step.value_loss,
+                step.value_clip,
+            ] = shared[..8].try_into().expect("eight");
+            finite = shared[8] == 0.0;
+            ranks.sum_gradients(&self.actor_opt, "policy")?;
+            if let Some(opt) = &self.critic_opt {
+                ranks.sum_gradients(opt, "critic")?;
+            }
+        }
         let actor_norm = if ctx.train_policy {
             self.actor_opt.grad_norm()
         } else {
@@ -1199,10 +1312,16 @@ impl Learner {
             self.actor_opt
                 .clip(actor_norm, self.config.algorithm.grad_clip);
             self.actor_opt.step()?;
+            if let Some(ranks) = &self.ranks {
+                ranks.share_parameters(&self.actor_opt, "policy")?;
+            }
         }
         if let Some(opt) = self.critic_opt.as_mut() {
             opt.clip(critic_norm, self.config.algorithm.grad_clip);
             opt.step()?;
+            if let Some(ranks) = &self.ranks {
+                ranks.share_parameters(opt, "critic")?;
+            }
         }
         step.grad_norm = actor_norm;
         step.critic_grad_norm = critic_norm;
