@@ -180,36 +180,45 @@ fn run_rank(job: &Job) -> agent_r1_actors::Result<()> {
         })?;
         learner.join_ranks(group, job.mode)?;
     }
-    if let Some(dir) = &job.resume {
-        learner.load_optimizer(&dir.join("optimizer.safetensors"))?;
-    }
     if job.die {
         // Fault injection: this rank vanishes as a killed process does.
         unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
     }
     let mut out: Vec<(String, Tensor)> = Vec::new();
-    for u in job.first_update..job.first_update + job.updates {
-        let s = learner.update(batch(u))?;
-        assert_eq!(s.optimizer_steps, 2, "two mini-batches of 8");
-        let mut figures = vec![
-            s.policy_loss,
-            s.grad_norm,
-            s.entropy,
-            s.approx_kl,
-            s.clip_fraction,
-        ];
-        figures.extend([s.value_loss, s.critic_grad_norm].into_iter().flatten());
-        out.push((format!("stats.{u}"), Tensor::from_slice(&figures)));
+    if job.rank == 0 {
+        // Rank 0 leads: each call below is sent to the other ranks too.
+        if let Some(dir) = &job.resume {
+            learner.load_optimizer(&dir.join("optimizer.safetensors"))?;
+        }
+        for u in job.first_update..job.first_update + job.updates {
+            let s = learner.update(batch(u))?;
+            assert_eq!(s.optimizer_steps, 2, "two mini-batches of 8");
+            let mut figures = vec![
+                s.policy_loss,
+                s.grad_norm,
+                s.entropy,
+                s.approx_kl,
+                s.clip_fraction,
+            ];
+            figures.extend([s.value_loss, s.critic_grad_norm].into_iter().flatten());
+            out.push((format!("stats.{u}"), Tensor::from_slice(&figures)));
+        }
+        if let Some(dir) = &job.save {
+            std::fs::create_dir_all(dir).map_err(|e| agent_r1_actors::Error::io(dir, e))?;
+            learner.save_optimizer(&dir.join("optimizer.safetensors"))?;
+            learner.save(dir, None)?;
+        }
+    }
+    if job.world > 1 {
+        // Rank 0 tells the others to stop (dropping its learner would too); they return
+        // from `follow` with the same weights.
+        match job.rank {
+            0 => learner.stop_ranks()?,
+            _ => learner.follow()?,
+        }
     }
     for (name, t) in learner.master_weights() {
         out.push((format!("policy.{name}"), t));
-    }
-    if let Some(dir) = &job.save {
-        std::fs::create_dir_all(dir).map_err(|e| agent_r1_actors::Error::io(dir, e))?;
-        learner.save_optimizer(&dir.join("optimizer.safetensors"))?;
-        if job.rank == 0 {
-            learner.save(dir, None)?;
-        }
     }
     if job.ppo {
         // The critic's weights, as `save` writes them.

@@ -43,6 +43,20 @@ impl ShardMode {
     }
 }
 
+/// What rank 0 tells the other ranks to do (see [`Ranks::lead`] and
+/// `Learner::follow`): each is a collective the followers then run with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Order {
+    /// The learner is done: followers return.
+    Stop = 0,
+    /// Train on the batch in the payload (JSON trajectories).
+    Update = 1,
+    /// Write the optimizer state to the path in the payload (rank 0 writes).
+    SaveOptimizer = 2,
+    /// Restore the optimizer state from the path in the payload.
+    LoadOptimizer = 3,
+}
+
 /// A learner's process group and how it shards.
 #[derive(Debug)]
 pub(crate) struct Ranks {
@@ -51,6 +65,44 @@ pub(crate) struct Ranks {
 }
 
 impl Ranks {
+    /// Rank 0 sends an order and its payload to every other rank.
+    pub(crate) fn lead(&self, order: Order, payload: &[u8]) -> Result<()> {
+        let mut header = Tensor::from_slice(&[order as i64, payload.len() as i64]);
+        self.group.broadcast(&mut header, 0, "the leader's order")?;
+        if !payload.is_empty() {
+            let mut bytes = Tensor::from_slice(payload);
+            self.group.broadcast(&mut bytes, 0, "the leader's order")?;
+        }
+        Ok(())
+    }
+
+    /// A follower waits for rank 0's next order (up to the group's timeout: a leader that
+    /// trains slower than that ends its followers).
+    pub(crate) fn next_order(&self) -> Result<(Order, Vec<u8>)> {
+        let mut header = Tensor::from_slice(&[0i64, 0]);
+        self.group.broadcast(&mut header, 0, "the leader's order")?;
+        let v = Vec::<i64>::try_from(&header)?;
+        let order = match v[0] {
+            0 => Order::Stop,
+            1 => Order::Update,
+            2 => Order::SaveOptimizer,
+            3 => Order::LoadOptimizer,
+            other => {
+                return Err(Error::Other(format!(
+                "learner rank {}: rank 0 sent unknown order {other} (ranks of different builds?)",
+                self.group.rank()
+            )))
+            }
+        };
+        let mut payload = Vec::new();
+        if v[1] > 0 {
+            let mut bytes = Tensor::zeros([v[1]], (Kind::Uint8, tch::Device::Cpu));
+            self.group.broadcast(&mut bytes, 0, "the leader's order")?;
+            payload = Vec::<u8>::try_from(&bytes)?;
+        }
+        Ok((order, payload))
+    }
+
     /// This rank's rows of `rows` (indices into a batch whose row `i` has `lengths[i]`
     /// tokens): longest first, each row to the rank with the fewest tokens so far (ties to
     /// the lower rank), so the ranks finish together; returned in `rows`' order. Every rank

@@ -4,7 +4,7 @@
 //! [`super::LearnerRef`]); it is public for callers that already own such a thread (the
 //! learner benchmark).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use rand::seq::SliceRandom;
@@ -16,7 +16,7 @@ use super::advantages::estimate;
 use super::batch::{build_batch, TrainBatch};
 use super::config::{KlPlacement, LearnerConfig};
 use super::critic_prefix::{critic_input, CriticPrefix};
-use super::data_parallel::{self, Ranks, ShardMode};
+use super::data_parallel::{self, Order, Ranks, ShardMode};
 use super::distill::{reverse_kl_advantage, DistillCombine};
 use super::micro_batches::MicroBatching;
 use super::optim::ParamOptimizer;
@@ -122,6 +122,8 @@ pub struct Learner {
     /// The other learner ranks, when the update is split across processes
     /// ([`Learner::join_ranks`]).
     ranks: Option<Ranks>,
+    /// Rank 0 told the other ranks to stop ([`Learner::stop_ranks`]).
+    stopped: bool,
 }
 
 /// Where [`Learner::save`] writes a separate critic, inside the policy's directory.
@@ -358,16 +360,17 @@ impl Learner {
             critic_opt,
             updates: 0,
             ranks: None,
+            stopped: false,
         })
     }
 
-    /// Makes this learner one rank of `group`: every rank must call it, with the same model,
-    /// configuration and batches, and then call [`Self::update`], [`Self::save_optimizer`]
-    /// and [`Self::load_optimizer`] together (they are collectives). Each update trains this
-    /// rank's share of every mini-batch and sums gradients across the ranks, so all ranks end
-    /// each update with the same weights (see `data_parallel`). A rank that loaded other
-    /// weights or another configuration than rank 0 is refused, on every rank, before any
-    /// work.
+    /// Makes this learner one rank of `group`; every rank calls it, with the same model and
+    /// configuration. Rank 0 then leads: its [`Self::update`], [`Self::save_optimizer`] and
+    /// [`Self::load_optimizer`] send the same order (and batch) to the other ranks, which run
+    /// [`Self::follow`] until rank 0's learner is dropped. Each update trains this rank's
+    /// share of every mini-batch and sums gradients across the ranks, so all ranks end each
+    /// update with the same weights (see `data_parallel`). A rank that loaded other weights
+    /// or another configuration than rank 0 is refused, on every rank, before any work.
     pub fn join_ranks(&mut self, group: ProcessGroup, mode: ShardMode) -> Result<()> {
         let (rank, world) = (group.rank(), group.world());
         let ranks = Ranks { group, mode };
@@ -389,6 +392,62 @@ impl Learner {
         tracing::info!(rank, world, mode = mode.as_str(), "learner rank joined");
         self.ranks = Some(ranks);
         Ok(())
+    }
+
+    /// A rank other than 0: carries out rank 0's orders until rank 0 stops (its learner is
+    /// dropped), or returns the first error (a collective that failed: rank 0 gone or past the
+    /// group's timeout).
+    pub fn follow(&mut self) -> Result<()> {
+        loop {
+            let (order, payload) = match &self.ranks {
+                Some(r) if r.group.rank() != 0 => r.next_order()?,
+                _ => {
+                    return Err(Error::invalid(
+                        "learner rank",
+                        "only ranks other than 0 follow (rank 0 leads)",
+                    ))
+                }
+            };
+            let path = || PathBuf::from(String::from_utf8_lossy(&payload).into_owned());
+            match order {
+                Order::Stop => return Ok(()),
+                Order::Update => {
+                    let batch: Vec<Trajectory> = serde_json::from_slice(&payload).map_err(|e| {
+                        Error::Other(format!("the batch rank 0 sent does not parse: {e}"))
+                    })?;
+                    // An error here is rank 0's too (the same checks on the same batch).
+                    if let Err(e) = self.train(batch) {
+                        if matches!(e, Error::Collective { .. }) {
+                            return Err(e);
+                        }
+                    }
+                }
+                Order::SaveOptimizer => self.save_optimizer_here(&path())?,
+                Order::LoadOptimizer => self.load_optimizer_here(&path())?,
+            }
+        }
+    }
+
+    /// Rank 0 of several: tells the other ranks to stop (their [`Self::follow`] returns).
+    /// This learner trains no more after it; dropping it does the same.
+    pub fn stop_ranks(&mut self) -> Result<()> {
+        self.lead(Order::Stop, &[])?;
+        self.stopped = true;
+        Ok(())
+    }
+
+    /// Rank 0 of several: sends `order` to the followers first.
+    fn lead(&self, order: Order, payload: &[u8]) -> Result<()> {
+        if self.stopped {
+            return Err(Error::invalid(
+                "learner",
+                "its ranks were stopped; it trains no more",
+            ));
+        }
+        match &self.ranks {
+            Some(r) if r.group.rank() == 0 => r.lead(order, payload),
+            _ => Ok(()),
+        }
     }
 
     /// This learner's rank and the number of ranks (0 of 1 without [`Self::join_ranks`]).
@@ -495,6 +554,11 @@ impl Learner {
     /// With ranks it is a collective: the sharded state is gathered and rank 0 writes the
     /// file, in the same format, so a run resumes on any number of ranks.
     pub fn save_optimizer(&self, path: &Path) -> Result<()> {
+        self.lead(Order::SaveOptimizer, path.to_string_lossy().as_bytes())?;
+        self.save_optimizer_here(path)
+    }
+
+    fn save_optimizer_here(&self, path: &Path) -> Result<()> {
         let state = |opt: &ParamOptimizer, prefix: &str| match &self.ranks {
             Some(r) => opt.state_gathered(prefix, &r.group),
             None => Ok(opt.state(prefix)),
@@ -524,6 +588,11 @@ impl Learner {
     /// shape or count mismatch is an error naming the file). Each rank reads the file and
     /// keeps its own share of a sharded state.
     pub fn load_optimizer(&mut self, path: &Path) -> Result<()> {
+        self.lead(Order::LoadOptimizer, path.to_string_lossy().as_bytes())?;
+        self.load_optimizer_here(path)
+    }
+
+    fn load_optimizer_here(&mut self, path: &Path) -> Result<()> {
         let tensors = Tensor::read_safetensors(path)
             .map_err(|e| Error::invalid("optimizer state", format!("{}: {e}", path.display())))?;
         self.actor_opt.load_state("actor", &tensors, path)?;
@@ -825,7 +894,31 @@ impl Learner {
     /// not finite is skipped (gradients dropped, no step), counted and logged with the
     /// episodes to blame. A batch with a non-finite reward is rejected before anything is
     /// trained (see `check_rewards`). Exports metrics and returns the same numbers.
+    ///
+    /// Rank 0 of several sends the batch to the other ranks first (a batch with a value JSON
+    /// cannot carry, a non-finite sampled log-probability, is refused before anything is
+    /// sent).
     pub fn update(&mut self, trajectories: Vec<Trajectory>) -> Result<UpdateStats> {
+        if matches!(&self.ranks, Some(r) if r.group.rank() == 0) || self.stopped {
+            if let Some(t) = trajectories.iter().find(|t| {
+                t.steps
+                    .iter()
+                    .any(|s| s.logprobs.iter().any(|l| !l.is_finite()))
+            }) {
+                return Err(Error::invalid(
+                    format!("trajectory {}", t.episode_id),
+                    "a sampled log-probability is not finite; learner ranks refuse such a \
+                     batch (it cannot be sent to the other ranks)",
+                ));
+            }
+            let payload = serde_json::to_vec(&trajectories)
+                .map_err(|e| Error::Other(format!("cannot send the batch to the ranks: {e}")))?;
+            self.lead(Order::Update, &payload)?;
+        }
+        self.train(trajectories)
+    }
+
+    fn train(&mut self, trajectories: Vec<Trajectory>) -> Result<UpdateStats> {
         let start = Instant::now();
         if trajectories.is_empty() {
             return Err(Error::invalid("batch", "has no trajectories"));
@@ -1328,6 +1421,18 @@ impl Learner {
         sums.add(&step);
         stats.optimizer_steps += 1;
         Ok(true)
+    }
+}
+
+impl Drop for Learner {
+    /// Rank 0 of several tells the followers to stop.
+    fn drop(&mut self) {
+        if self.stopped || self.ranks.as_ref().is_none_or(|r| r.group.rank() != 0) {
+            return;
+        }
+        if let Err(e) = self.lead(Order::Stop, &[]) {
+            tracing::warn!("the learner ranks were not told to stop: {e}");
+        }
     }
 }
 
