@@ -93,6 +93,33 @@ enum Command {
     /// Benchmarks that print figures.
     #[command(subcommand)]
     Bench(bench::BenchCmd),
+    /// One learner rank other than 0, started by `train` with `learner.ranks > 1`.
+    #[command(hide = true)]
+    LearnerRank(LearnerRankArgs),
+}
+
+/// `agent-r1 learner-rank`: what `train` passes to each rank it starts.
+#[derive(Debug, clap::Args)]
+struct LearnerRankArgs {
+    /// The learner plan `train` wrote (`RUN/learner-ranks/plan.json`).
+    #[arg(long)]
+    plan: std::path::PathBuf,
+    /// The rendezvous file of the ranks.
+    #[arg(long)]
+    store: std::path::PathBuf,
+    /// This rank, 1 to `learner.ranks - 1`.
+    #[arg(long)]
+    rank: usize,
+    /// Fault injection (a test double): this rank kills itself (SIGKILL) as it starts this
+    /// update (from 1).
+    #[cfg(feature = "fault-injection")]
+    #[arg(long, hide = true)]
+    inject_kill_at_update: Option<u64>,
+    /// Fault injection (a test double): this rank stops (SIGSTOP: it hangs) as it starts this
+    /// update (from 1).
+    #[cfg(feature = "fault-injection")]
+    #[arg(long, hide = true)]
+    inject_hang_at_update: Option<u64>,
 }
 
 /// The command line's definition (every subcommand and its arguments), for checking a command
@@ -130,6 +157,21 @@ pub fn main(registries: Registries) -> ! {
         Command::Train(args) => train::run(args, registries),
         Command::View(args) => view::run(args),
         Command::Worker(args) => worker::run(args, registries),
+        Command::LearnerRank(args) => {
+            #[cfg(feature = "fault-injection")]
+            let kill_at = match (args.inject_kill_at_update, args.inject_hang_at_update) {
+                (Some(u), _) => Some((u, libc::SIGKILL)),
+                (None, Some(u)) => Some((u, libc::SIGSTOP)),
+                (None, None) => None,
+            };
+            #[cfg(not(feature = "fault-injection"))]
+            let kill_at = None;
+            crate::train::learner_ranks::follow(&args.plan, &args.store, args.rank, kill_at)
+                .inspect_err(|e| {
+                    eprintln!("error: learner rank {}: {e:#}", args.rank);
+                    std::process::exit(crate::train::STALL_EXIT_CODE);
+                })
+        }
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

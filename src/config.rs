@@ -295,6 +295,7 @@ impl TrainConfig {
         self.learner
             .fits(self.rollout.max_context_length)
             .map_err(placed("learner"))?;
+        self.check_learner_ranks()?;
         self.rollout.rules().map_err(placed("rollout"))?;
         let estimator = self.algorithm.estimator;
         if estimator.compares_groups() && self.rollout.group_size < 2 {
@@ -341,6 +342,32 @@ impl TrainConfig {
             }
         }
         self.check_warm_start(registries)
+    }
+
+    fn check_learner_ranks(&self) -> Result<(), ConfigError> {
+        let l = &self.learner;
+        if l.ranks == 1 && l.shard != agent_r1_actors::learner::ShardMode::Replicated {
+            return Err(ConfigError::new(
+                "learner.shard",
+                format!(
+                    "{:?} shards across learner ranks; with learner.ranks = 1 there is nothing \
+                     to shard (set learner.ranks >= 2, or shard = \"replicated\")",
+                    l.shard.as_str()
+                ),
+            ));
+        }
+        if l.ranks > 1 && self.model.device.starts_with("cuda") {
+            return Err(ConfigError::new(
+                "learner.ranks",
+                format!(
+                    "{} with model.device = {:?}: learner ranks run on the CPU (torch.distributed \
+                     with Gloo; NCCL ranks on GPUs are not built in): set model.device = \"cpu\" \
+                     or learner.ranks = 1",
+                    l.ranks, self.model.device
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn check_distill(&self, files: FileCheck) -> Result<(), ConfigError> {

@@ -42,6 +42,7 @@ mod checkpointing;
 mod evaluate;
 pub mod faults;
 mod journal;
+pub mod learner_ranks;
 pub mod plot;
 pub mod records;
 mod sampler;
@@ -234,6 +235,7 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<RunSummary> {
         .with_context(|| format!("{}: cannot create the run directory", run_dir.display()))?;
     let placement = cfg.placement()?;
     check_memory(&cfg, placement)?;
+    learner_ranks::check_ranks(&cfg.learner_config(), placement)?;
     let rt = setup::actor_runtime()?;
     let stop = Arc::new(AtomicBool::new(false));
     install_signal_handler(&rt, stop.clone());
@@ -300,13 +302,16 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<RunSummary> {
         let longest = prefix.check(scenario.train.iter().chain(&scenario.test))?;
         eprintln!("critic prefix: up to {longest} tokens");
     }
-    let learner = rt.block_on(start_learner(
+    // Dropped after the learner (declared before it): rank 0's learner tells the other
+    // ranks to stop as it closes, and they are given a moment to end on their own.
+    let (learner, _followers) = rt.block_on(start_learner(
         &cfg,
         &start,
         &base.dir,
         placement,
         critic_prefix,
         &args.faults,
+        &run_dir,
     ))?;
     let republisher = {
         let _in_runtime = rt.enter();

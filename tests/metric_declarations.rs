@@ -26,7 +26,7 @@ const DECLARATIONS: [&str; 4] = [
 ];
 
 /// `agent_r1_`-prefixed literals that are not metric names.
-const NOT_METRICS: [(&str, &str); 5] = [
+const NOT_METRICS: [(&str, &str); 6] = [
     (
         "agent_r1_test_total",
         "a series tests/metrics_server.rs records to probe the exporter",
@@ -35,6 +35,10 @@ const NOT_METRICS: [(&str, &str); 5] = [
     ("agent_r1_reward", "the reward kind's Python name"),
     ("agent_r1_parquet", "a dataset format"),
     ("agent_r1_cuda_shim", "the CUDA shim's library name"),
+    (
+        "agent_r1_dist_shim",
+        "the torch.distributed shim's library name",
+    ),
 ];
 
 fn relative(path: &Path) -> String {

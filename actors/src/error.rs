@@ -99,12 +99,24 @@ pub enum Error {
     /// The learner actor failed; its supervisor reported why.
     #[error("the learner failed: {0}")]
     LearnerFailed(String),
+    /// The learner failed because one of its ranks did (a [`Error::Collective`] ended it).
+    #[error("the learner failed: {0}")]
+    LearnerRankFailed(String),
     /// Any other error, its context already in the message.
     #[error("{0}")]
     Other(String),
     /// An error from the environments crate.
     #[error(transparent)]
     Envs(#[from] agent_r1_envs::Error),
+}
+
+impl Error {
+    /// Whether this error means a learner rank is gone or hung: the learner's ranks can no
+    /// longer agree, so the run stops (as the stall detector stops it) and a resume continues
+    /// from the newest checkpoint.
+    pub fn is_learner_rank_failure(&self) -> bool {
+        matches!(self, Error::Collective { .. } | Error::LearnerRankFailed(_))
+    }
 }
 
 /// The crate's result type.

@@ -36,7 +36,7 @@ pub use config::{
     AlgorithmConfig, CriticConfig, Estimator, KlConfig, KlPlacement, LearnerConfig, MemoryConfig,
 };
 pub use critic_prefix::CriticPrefix;
-pub use data_parallel::ShardMode;
+pub use data_parallel::{RankJoin, ShardMode};
 pub use distill::{DistillCombine, DistillConfig};
 pub use stats::{DistillStats, Mismatch, UpdateStats};
 pub use thread::{BeforeUpdate, PolicyWeights};

@@ -90,6 +90,7 @@ pub struct ProcessGroup {
     raw: *mut c_void,
     rank: usize,
     world: usize,
+    timeout: Duration,
 }
 
 // SAFETY: c10d's process groups are used from any thread (PyTorch's own DDP reduces from
@@ -140,7 +141,13 @@ impl ProcessGroup {
             raw,
             rank: spec.rank,
             world: spec.world,
+            timeout: spec.timeout,
         })
+    }
+
+    /// How long the rendezvous and each collective may take.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     /// This process's rank.
@@ -155,11 +162,21 @@ impl ProcessGroup {
 
     fn failed(&self, op: &str) -> impl FnOnce(String) -> Error + '_ {
         let op = op.to_string();
-        move |message| Error::Collective {
-            op,
-            rank: self.rank,
-            world: self.world,
-            message,
+        move |message| {
+            // Gloo's own words for a timeout do not say how long it waited.
+            let message = match message.to_ascii_lowercase().contains("timed out") {
+                true => format!(
+                    "{message} (no answer from every rank within {} s: a rank hung)",
+                    self.timeout.as_secs_f64()
+                ),
+                false => message,
+            };
+            Error::Collective {
+                op,
+                rank: self.rank,
+                world: self.world,
+                message,
+            }
         }
     }
 

@@ -190,6 +190,7 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
                 recompute: args.recompute,
                 max_tokens_per_micro_batch: args.max_tokens_per_micro_batch,
                 check_memory: true,
+                ..Default::default()
             },
             max_len: tokens_per_trajectory,
             seed: args.seed,

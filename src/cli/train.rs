@@ -7,7 +7,7 @@ use crate::registries::Registries;
 #[cfg(not(feature = "fault-injection"))]
 use crate::train::faults::Faults;
 #[cfg(feature = "fault-injection")]
-use crate::train::faults::HangStage;
+use crate::train::faults::{HangStage, RankFault};
 use crate::train::{self, ConfigSource, TrainArgs};
 
 /// Flags of `agent-r1 train`.
@@ -48,6 +48,22 @@ pub(crate) fn run(args: TrainCmdArgs, registries: Registries) -> anyhow::Result<
         faults: args.faults.into(),
         #[cfg(not(feature = "fault-injection"))]
         faults: Faults,
+    })
+    .inspect_err(|e| {
+        // A learner rank gone or hung ends the run as a stall does: with its exit code, so a
+        // supervisor restarts it and the resume continues from the newest checkpoint.
+        let rank_failed = e.chain().any(|c| {
+            c.downcast_ref::<agent_r1_actors::Error>()
+                .is_some_and(agent_r1_actors::Error::is_learner_rank_failure)
+        });
+        if rank_failed {
+            eprintln!("error: {e:#}");
+            eprintln!(
+                "the run fails: a learner rank failed (exit code {})",
+                train::STALL_EXIT_CODE
+            );
+            std::process::exit(train::STALL_EXIT_CODE);
+        }
     })?;
     println!("{}", train::summary_table(&summary));
     println!("{}", serde_json::to_string(&summary)?);
@@ -87,6 +103,31 @@ struct FaultFlags {
     /// published, every engine stops for good.
     #[arg(long, hide = true)]
     inject_engine_stop_after_update: bool,
+    /// Fault injection for the learner ranks' test: `RANK:UPDATE[:STOP]`, that rank's
+    /// process kills itself (SIGKILL), or stops (SIGSTOP: a hung rank), as it starts that
+    /// update (from 1).
+    #[arg(long, hide = true, value_parser = parse_rank_fault)]
+    inject_learner_rank_kill: Option<RankFault>,
+}
+
+#[cfg(feature = "fault-injection")]
+fn parse_rank_fault(s: &str) -> Result<RankFault, String> {
+    let mut parts = s.split(':');
+    let (Some(rank), Some(update)) = (parts.next(), parts.next()) else {
+        return Err(format!(
+            "{s:?}: expected RANK:UPDATE or RANK:UPDATE:STOP, e.g. 1:3"
+        ));
+    };
+    let hang = match parts.next() {
+        None => false,
+        Some("STOP") => true,
+        Some(other) => return Err(format!("{other:?}: expected STOP or nothing")),
+    };
+    Ok(RankFault {
+        rank: rank.parse().map_err(|e| format!("{rank:?}: {e}"))?,
+        update: update.parse().map_err(|e| format!("{update:?}: {e}"))?,
+        hang,
+    })
 }
 
 #[cfg(feature = "fault-injection")]
@@ -101,6 +142,7 @@ impl From<FaultFlags> for crate::train::faults::Faults {
             tool_fault_rate: f.inject_tool_faults,
             engine_panic_after_steps: f.inject_engine_panic_after,
             engine_stop_after_first_update: f.inject_engine_stop_after_update,
+            learner_rank_kill: f.inject_learner_rank_kill,
         }
     }
 }

@@ -8,17 +8,16 @@ use anyhow::Context;
 
 use agent_r1_actors::engine::{EngineConfig, EngineFaults};
 use agent_r1_actors::engine_set::EngineSet;
-use agent_r1_actors::learner::{
-    CriticPrefix, LearnerModels, LearnerRef, LearnerStart, Reference, CRITIC_DIR,
-};
+use agent_r1_actors::learner::{LearnerRef, LearnerStart, CRITIC_DIR};
 use agent_r1_actors::model::lora::{AdapterSource, ADAPTER_CONFIG_FILE};
-use agent_r1_actors::model::{Placement, PolicyModel};
+use agent_r1_actors::model::Placement;
 use agent_r1_actors::runtime::{LiveBoard, RolloutSetup};
 use agent_r1_actors::stall::{StallWatch, Watchdog};
 use agent_r1_actors::tokenizer::HfTokenizer;
 
 use super::base_model::StartPoint;
 use super::faults::Faults;
+use super::learner_ranks::{Followers, LearnerPlan, ModelPlan, ReferencePlan};
 use super::scenario::Scenario;
 use super::{OPTIMIZER_STATE, STALL_EXIT_CODE};
 use crate::config::TrainConfig;
@@ -151,7 +150,8 @@ pub(super) async fn start_learner(
     placement: Placement,
     critic_prefix: Option<TemplatePrefix>,
     faults: &Faults,
-) -> anyhow::Result<LearnerRef> {
+    run_dir: &Path,
+) -> anyhow::Result<(LearnerRef, Option<Followers>)> {
     let seed = cfg.training.seed;
     let mut config = cfg.learner_config();
     config.initial_version = start.state.policy_version;
@@ -240,42 +240,33 @@ pub(super) async fn start_learner(
         None => None,
     };
     let value_head_on_policy = needs_critic && critic_dir.is_none();
-    let load = move || {
-        tch::manual_seed(seed as i64);
-        let policy = PolicyModel::load_adapted(
-            &policy_dir,
-            placement,
-            value_head_on_policy,
-            adapter.as_ref(),
-        )?;
-        let critic = critic_dir
-            .map(|(dir, adapter)| {
-                PolicyModel::load_adapted(&dir, placement, true, adapter.as_ref())
-            })
-            .transpose()?;
-        let reference = match (with_reference, reference_is_base) {
-            (false, _) => None,
-            (true, true) => Some(Reference::PolicyBase),
-            (true, false) => Some(Reference::Model(Box::new(PolicyModel::load(
-                &reference_dir,
-                placement,
-                false,
-            )?))),
-        };
-        let teacher = teacher_dir
-            .map(|dir| PolicyModel::load(&dir, placement, false))
-            .transpose()?;
-        Ok(LearnerModels {
-            policy,
-            critic,
-            reference,
-            teacher,
-            critic_prefix: critic_prefix.map(|p| Box::new(p) as Box<dyn CriticPrefix>),
-        })
+    let plan = LearnerPlan {
+        config,
+        seed,
+        policy: ModelPlan::new(policy_dir, adapter),
+        value_head_on_policy,
+        critic: critic_dir.map(|(dir, adapter)| ModelPlan::new(dir, adapter)),
+        reference: match (with_reference, reference_is_base) {
+            (false, _) => ReferencePlan::None,
+            (true, true) => ReferencePlan::PolicyBase,
+            (true, false) => ReferencePlan::Model(reference_dir),
+        },
+        teacher: teacher_dir,
+        critic_prefix: critic_prefix.is_some().then(|| cfg.critic.clone()),
     };
+    let (followers, ranks) = match plan.ranks() {
+        1 => (None, None),
+        _ => {
+            let (followers, join) = Followers::start(&plan, run_dir, |r| faults.rank_args(r))?;
+            (Some(followers), Some(join))
+        }
+    };
+    let config = plan.config.clone();
+    let load = move || plan.load(placement, critic_prefix);
     let before_update = faults.before_update();
     let learner = LearnerRef::spawn(LearnerStart {
         before_update,
+        ranks,
         ..LearnerStart::new(load, config)
     })
     .await
@@ -287,7 +278,7 @@ pub(super) async fn start_learner(
             .with_context(|| format!("restoring the optimizer state {}", path.display()))?;
         eprintln!("AdamW state restored from {OPTIMIZER_STATE}");
     }
-    Ok(learner)
+    Ok((learner, followers))
 }
 
 /// The rollout setups of training (sampled) and of the held-out evaluation (greedy when

@@ -12,7 +12,7 @@
 #[cfg(feature = "fault-injection")]
 mod plan;
 #[cfg(feature = "fault-injection")]
-pub use plan::{Faults, HangStage};
+pub use plan::{Faults, HangStage, RankFault};
 
 #[cfg(not(feature = "fault-injection"))]
 mod inert;

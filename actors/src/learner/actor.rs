@@ -19,6 +19,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent
 use tokio::sync::watch;
 
 use super::config::LearnerConfig;
+use super::data_parallel::RankJoin;
 use super::stats::UpdateStats;
 use super::thread::{self, BeforeUpdate, Command, PolicyWeights};
 use super::trainer::LearnerModels;
@@ -37,6 +38,9 @@ pub struct LearnerStart {
     pub config: LearnerConfig,
     /// Fault injection for tests and benchmarks ([`BeforeUpdate`]); `None` in production.
     pub before_update: Option<BeforeUpdate>,
+    /// With several learner ranks: this learner is rank 0 of the group, which it joins once
+    /// loaded (the other ranks run `Learner::follow` in their own processes).
+    pub ranks: Option<RankJoin>,
 }
 
 impl LearnerStart {
@@ -49,6 +53,7 @@ impl LearnerStart {
             load: Box::new(load),
             config,
             before_update: None,
+            ranks: None,
         }
     }
 }
@@ -57,7 +62,7 @@ impl LearnerStart {
 /// thread's report that a command panicked.
 enum LearnerMsg {
     Command(Command),
-    ThreadFailed(String),
+    ThreadFailed(Error),
 }
 
 // Local only: never sent to another node.
@@ -79,12 +84,18 @@ impl Actor for LearnerActor {
         myself: ActorRef<Self::Msg>,
         start: LearnerStart,
     ) -> Result<Self::State, ActorProcessingErr> {
-        let report = move |why: String| {
+        let report = move |why: Error| {
             let _ = myself.cast(LearnerMsg::ThreadFailed(why));
         };
         // Loading reads checkpoints from disk: keep it off the runtime's threads.
         let started = tokio::task::spawn_blocking(move || {
-            thread::start(start.load, start.config, start.before_update, report)
+            thread::start(
+                start.load,
+                start.config,
+                start.before_update,
+                start.ranks,
+                report,
+            )
         })
         .await?;
         Ok(started?)
@@ -108,9 +119,17 @@ impl Actor for LearnerActor {
                 // caller, left unanswered, gets the supervisor's reason.
                 Err(TrySendError::Disconnected(_)) => Ok(()),
             },
-            LearnerMsg::ThreadFailed(why) => Err(why.into()),
+            LearnerMsg::ThreadFailed(why) => Err(Box::new(why)),
         }
     }
+}
+
+/// Why the learner failed, as its supervisor keeps it for callers.
+#[derive(Debug, Clone)]
+struct Failure {
+    why: String,
+    /// A collective of the learner's ranks failed.
+    rank: bool,
 }
 
 /// Watches the learner actor: a failure is logged, counted and kept for callers.
@@ -118,8 +137,8 @@ struct LearnerSupervisor;
 
 impl Actor for LearnerSupervisor {
     type Msg = ();
-    type State = watch::Sender<Option<String>>;
-    type Arguments = watch::Sender<Option<String>>;
+    type State = watch::Sender<Option<Failure>>;
+    type Arguments = watch::Sender<Option<Failure>>;
 
     async fn pre_start(
         &self,
@@ -138,10 +157,13 @@ impl Actor for LearnerSupervisor {
     ) -> Result<(), ActorProcessingErr> {
         match event {
             SupervisionEvent::ActorFailed(_, why) => {
+                let rank = why
+                    .downcast_ref::<Error>()
+                    .is_some_and(Error::is_learner_rank_failure);
                 let why = why.to_string();
                 tracing::error!("the learner failed: {why}");
                 metrics::counter!(crate::metric_names::LEARNER_FAILURES_TOTAL.name).increment(1);
-                failure.send_replace(Some(why));
+                failure.send_replace(Some(Failure { why, rank }));
                 myself.stop(Some("the learner failed".into()));
             }
             SupervisionEvent::ActorTerminated(..) => myself.stop(None),
@@ -155,7 +177,7 @@ impl Actor for LearnerSupervisor {
 #[derive(Clone)]
 pub struct LearnerRef {
     actor: ActorRef<LearnerMsg>,
-    failure: watch::Receiver<Option<String>>,
+    failure: watch::Receiver<Option<Failure>>,
     timeout: Duration,
 }
 
@@ -249,7 +271,7 @@ impl LearnerRef {
 
     /// Why the learner failed, once its supervisor has reported it (`None` while it runs).
     pub fn failure(&self) -> Option<String> {
-        self.failure.borrow().clone()
+        self.failure.borrow().as_ref().map(|f| f.why.clone())
     }
 
     /// Stops the learner: it finishes the message it is on, and its thread the work queued.
@@ -280,7 +302,11 @@ impl LearnerRef {
         let reported =
             tokio::time::timeout(Duration::from_secs(10), failure.wait_for(|f| f.is_some())).await;
         match reported {
-            Ok(Ok(why)) => Error::LearnerFailed(why.clone().unwrap_or_default()),
+            Ok(Ok(f)) => match f.as_ref() {
+                Some(Failure { why, rank: true }) => Error::LearnerRankFailed(why.clone()),
+                Some(Failure { why, .. }) => Error::LearnerFailed(why.clone()),
+                None => Error::LearnerFailed(String::new()),
+            },
             _ => Error::LearnerFailed("the learner actor stopped".into()),
         }
     }

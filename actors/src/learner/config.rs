@@ -263,6 +263,19 @@ pub struct MemoryConfig {
     /// Refuse to start when the memory planner's predicted peak exceeds the device's memory
     /// (`check-config` prints the plan either way).
     pub check_memory: bool,
+    /// Learner ranks: processes that each train a share of every mini-batch (split by
+    /// tokens) and sum their gradients through torch.distributed (Gloo, on the CPU); rank 0
+    /// is the trainer's learner and owns checkpoints and weight publication. 1 = one process.
+    #[schemars(range(min = 1, max = 64))]
+    pub ranks: usize,
+    /// What each rank keeps of the optimizer with `ranks > 1`: `replicated` (all of it) or
+    /// `optimizer_state` (float32 masters and AdamW moments split across the ranks, ZeRO-1:
+    /// their memory divided by `ranks`).
+    pub shard: crate::learner::ShardMode,
+    /// Longest a rank waits for the others (joining, and in each collective) before the run
+    /// fails with the rank named; a rank killed mid-collective is noticed at once.
+    #[schemars(range(min = 5, max = 86400))]
+    pub rank_timeout_s: u64,
 }
 
 impl Default for MemoryConfig {
@@ -272,6 +285,9 @@ impl Default for MemoryConfig {
             recompute: false,
             max_tokens_per_micro_batch: 0,
             check_memory: true,
+            ranks: 1,
+            shard: crate::learner::ShardMode::Replicated,
+            rank_timeout_s: 300,
         }
     }
 }

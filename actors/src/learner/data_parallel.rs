@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
 
 use super::optim::ParamOptimizer;
-use crate::process_group::{ProcessGroup, ReduceOp};
+use crate::process_group::{GroupSpec, ProcessGroup, ReduceOp};
 use crate::{Error, Result};
 
 /// Gradient elements reduced per collective: one float32 copy of this many elements at a
@@ -43,6 +43,22 @@ impl ShardMode {
     }
 }
 
+/// How a learner joins its ranks: where they meet, which rank it is, how they shard.
+#[derive(Debug, Clone)]
+pub struct RankJoin {
+    /// The group's rendezvous, this rank, the rank count and the timeout.
+    pub spec: GroupSpec,
+    /// Replicated or sharded optimizer state.
+    pub mode: ShardMode,
+}
+
+impl RankJoin {
+    /// Joins the group (waits up to its timeout for every rank).
+    pub fn group(&self) -> Result<ProcessGroup> {
+        ProcessGroup::join(&self.spec)
+    }
+}
+
 /// What rank 0 tells the other ranks to do (see [`Ranks::lead`] and
 /// `Learner::follow`): each is a collective the followers then run with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +71,9 @@ pub(crate) enum Order {
     SaveOptimizer = 2,
     /// Restore the optimizer state from the path in the payload.
     LoadOptimizer = 3,
+    /// Nothing to do: rank 0 is idle (between updates), and says so before the followers'
+    /// wait would pass the group's timeout.
+    Idle = 4,
 }
 
 /// A learner's process group and how it shards.
@@ -87,6 +106,7 @@ impl Ranks {
             1 => Order::Update,
             2 => Order::SaveOptimizer,
             3 => Order::LoadOptimizer,
+            4 => Order::Idle,
             other => {
                 return Err(Error::Other(format!(
                 "learner rank {}: rank 0 sent unknown order {other} (ranks of different builds?)",

@@ -13,6 +13,7 @@ use ractor::RpcReplyPort;
 use tch::Tensor;
 
 use super::config::LearnerConfig;
+use super::data_parallel::RankJoin;
 use super::stats::UpdateStats;
 use super::trainer::{Learner, LearnerModels};
 use crate::error::panic_message;
@@ -76,15 +77,21 @@ impl Command {
 /// ready (call it off the async runtime), and returns where its commands go (dropping it
 /// stops the thread once it has served what is queued), or the loading error.
 ///
+/// With `ranks`, the learner joins its process group once loaded (this is rank 0, which
+/// leads: see [`Learner::join_ranks`]); while idle it tells the other ranks so before their
+/// wait passes the group's timeout.
+///
 /// `on_failure` is called from the thread, once, whenever it stops other than by its sender
 /// being dropped: when a command panicked (libtorch raises through tch as panics), its caller
-/// was answered [`Error::Panicked`] first. The thread then serves nothing more; commands
-/// still queued are dropped unanswered.
+/// was answered [`Error::Panicked`] first; when a collective of the ranks failed
+/// ([`Error::Collective`]: the ranks can no longer agree). The thread then serves nothing
+/// more; commands still queued are dropped unanswered.
 pub(super) fn start(
     load: impl FnOnce() -> Result<LearnerModels> + Send + 'static,
     config: LearnerConfig,
     before_update: Option<BeforeUpdate>,
-    on_failure: impl FnOnce(String) + Send + 'static,
+    ranks: Option<RankJoin>,
+    on_failure: impl FnOnce(Error) + Send + 'static,
 ) -> Result<crossbeam::channel::Sender<Command>> {
     let (commands, rx) = crossbeam::channel::bounded::<Command>(config.queue_capacity);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<()>>();
@@ -92,7 +99,11 @@ pub(super) fn start(
         .name("agent-r1-learner".into())
         .spawn(move || {
             let learner = match catch_unwind(AssertUnwindSafe(|| {
-                load().and_then(|models| Learner::new(models, config))
+                let mut learner = load().and_then(|models| Learner::new(models, config))?;
+                if let Some(join) = ranks {
+                    learner.join_ranks(join.group()?, join.mode)?;
+                }
+                Ok(learner)
             })) {
                 Ok(Ok(l)) => l,
                 Ok(Err(e)) => {
@@ -112,10 +123,10 @@ pub(super) fn start(
             match served {
                 Ok(None) => {}
                 Ok(Some(why)) => on_failure(why),
-                Err(panic) => on_failure(format!(
-                    "the learner thread panicked: {}",
-                    panic_message(panic.as_ref())
-                )),
+                Err(panic) => on_failure(Error::Panicked {
+                    what: "the learner thread".into(),
+                    message: panic_message(panic.as_ref()),
+                }),
             }
         })
         .map_err(|e| Error::Other(format!("cannot start the learner thread: {e}")))?;
@@ -137,10 +148,25 @@ fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
 }
 
 /// Answers `reply` with `result`; returns why the learner cannot go on when the command
-/// panicked (the optimizer may have stepped some parameters and not others).
-fn answer<T>(reply: RpcReplyPort<Result<T>>, result: Result<T>) -> Option<String> {
+/// panicked (the optimizer may have stepped some parameters and not others) or a collective
+/// of its ranks failed (they can no longer agree).
+fn answer<T>(reply: RpcReplyPort<Result<T>>, result: Result<T>) -> Option<Error> {
     let fatal = match &result {
-        Err(e @ Error::Panicked { .. }) => Some(e.to_string()),
+        Err(Error::Panicked { what, message }) => Some(Error::Panicked {
+            what: what.clone(),
+            message: message.clone(),
+        }),
+        Err(Error::Collective {
+            op,
+            rank,
+            world,
+            message,
+        }) => Some(Error::Collective {
+            op: op.clone(),
+            rank: *rank,
+            world: *world,
+            message: message.clone(),
+        }),
         _ => None,
     };
     let _ = reply.send(result);
@@ -148,13 +174,33 @@ fn answer<T>(reply: RpcReplyPort<Result<T>>, result: Result<T>) -> Option<String
 }
 
 /// The thread's loop, until the actor drops its sender (a normal stop: what was queued is
-/// served first) or a command panics (returns why).
+/// served first) or a command panics or a collective fails (returns why). The learner's
+/// ranks hear from it at least every quarter of their timeout.
 fn serve(
     mut learner: Learner,
     rx: crossbeam::channel::Receiver<Command>,
     before_update: Option<BeforeUpdate>,
-) -> Option<String> {
-    while let Ok(command) = rx.recv() {
+) -> Option<Error> {
+    let keep_alive = learner.rank_timeout().map(|t| t / 4);
+    loop {
+        let command = match keep_alive {
+            None => match rx.recv() {
+                Ok(c) => c,
+                Err(_) => return None,
+            },
+            Some(every) => match rx.recv_timeout(every) {
+                Ok(c) => c,
+                Err(crossbeam::channel::RecvTimeoutError::Timeout) => {
+                    match guarded("telling the learner ranks it is idle", || {
+                        learner.keep_ranks_alive()
+                    }) {
+                        Ok(()) => continue,
+                        Err(e) => return Some(e),
+                    }
+                }
+                Err(crossbeam::channel::RecvTimeoutError::Disconnected) => return None,
+            },
+        };
         let fatal = match command {
             Command::Update(batch, reply) => {
                 let result = guarded("learner update", || {
@@ -203,5 +249,4 @@ fn serve(
             return fatal;
         }
     }
-    None
 }

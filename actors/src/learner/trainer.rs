@@ -124,6 +124,9 @@ pub struct Learner {
     ranks: Option<Ranks>,
     /// Rank 0 told the other ranks to stop ([`Learner::stop_ranks`]).
     stopped: bool,
+    /// A collective of the ranks failed: the group is unusable, so the followers are not
+    /// told to stop (they end on the same failure).
+    ranks_broken: std::cell::Cell<bool>,
 }
 
 /// Where [`Learner::save`] writes a separate critic, inside the policy's directory.
@@ -361,6 +364,7 @@ impl Learner {
             updates: 0,
             ranks: None,
             stopped: false,
+            ranks_broken: std::cell::Cell::new(false),
         })
     }
 
@@ -398,6 +402,13 @@ impl Learner {
     /// dropped), or returns the first error (a collective that failed: rank 0 gone or past the
     /// group's timeout).
     pub fn follow(&mut self) -> Result<()> {
+        self.follow_with(|_| {})
+    }
+
+    /// [`Self::follow`], calling `before_update` with the number of each update order (from
+    /// 1) before it trains: fault injection for tests (a rank that dies mid-update).
+    pub fn follow_with(&mut self, mut before_update: impl FnMut(u64)) -> Result<()> {
+        let mut updates = 0;
         loop {
             let (order, payload) = match &self.ranks {
                 Some(r) if r.group.rank() != 0 => r.next_order()?,
@@ -412,6 +423,8 @@ impl Learner {
             match order {
                 Order::Stop => return Ok(()),
                 Order::Update => {
+                    updates += 1;
+                    before_update(updates);
                     let batch: Vec<Trajectory> = serde_json::from_slice(&payload).map_err(|e| {
                         Error::Other(format!("the batch rank 0 sent does not parse: {e}"))
                     })?;
@@ -424,6 +437,7 @@ impl Learner {
                 }
                 Order::SaveOptimizer => self.save_optimizer_here(&path())?,
                 Order::LoadOptimizer => self.load_optimizer_here(&path())?,
+                Order::Idle => {}
             }
         }
     }
@@ -436,6 +450,18 @@ impl Learner {
         Ok(())
     }
 
+    /// Rank 0 of several, idle: tells the followers it is still there, so that their wait for
+    /// the next order does not pass the group's timeout (call it more often than that). An
+    /// error names the rank that is gone. Nothing to do in a single process.
+    pub fn keep_ranks_alive(&self) -> Result<()> {
+        self.lead(Order::Idle, &[])
+    }
+
+    /// The group's timeout, when this learner is one of several ranks.
+    pub fn rank_timeout(&self) -> Option<std::time::Duration> {
+        self.ranks.as_ref().map(|r| r.group.timeout())
+    }
+
     /// Rank 0 of several: sends `order` to the followers first.
     fn lead(&self, order: Order, payload: &[u8]) -> Result<()> {
         if self.stopped {
@@ -445,7 +471,7 @@ impl Learner {
             ));
         }
         match &self.ranks {
-            Some(r) if r.group.rank() == 0 => r.lead(order, payload),
+            Some(r) if r.group.rank() == 0 => self.noting_broken_ranks(r.lead(order, payload)),
             _ => Ok(()),
         }
     }
@@ -555,7 +581,15 @@ impl Learner {
     /// file, in the same format, so a run resumes on any number of ranks.
     pub fn save_optimizer(&self, path: &Path) -> Result<()> {
         self.lead(Order::SaveOptimizer, path.to_string_lossy().as_bytes())?;
-        self.save_optimizer_here(path)
+        self.noting_broken_ranks(self.save_optimizer_here(path))
+    }
+
+    /// `result`, noting a failed collective (the ranks' group is unusable after it).
+    fn noting_broken_ranks<T>(&self, result: Result<T>) -> Result<T> {
+        if matches!(result, Err(Error::Collective { .. })) {
+            self.ranks_broken.set(true);
+        }
+        result
     }
 
     fn save_optimizer_here(&self, path: &Path) -> Result<()> {
@@ -589,7 +623,8 @@ impl Learner {
     /// keeps its own share of a sharded state.
     pub fn load_optimizer(&mut self, path: &Path) -> Result<()> {
         self.lead(Order::LoadOptimizer, path.to_string_lossy().as_bytes())?;
-        self.load_optimizer_here(path)
+        let loaded = self.load_optimizer_here(path);
+        self.noting_broken_ranks(loaded)
     }
 
     fn load_optimizer_here(&mut self, path: &Path) -> Result<()> {
@@ -915,7 +950,8 @@ impl Learner {
                 .map_err(|e| Error::Other(format!("cannot send the batch to the ranks: {e}")))?;
             self.lead(Order::Update, &payload)?;
         }
-        self.train(trajectories)
+        let trained = self.train(trajectories);
+        self.noting_broken_ranks(trained)
     }
 
     fn train(&mut self, trajectories: Vec<Trajectory>) -> Result<UpdateStats> {
@@ -1427,7 +1463,10 @@ impl Learner {
 impl Drop for Learner {
     /// Rank 0 of several tells the followers to stop.
     fn drop(&mut self) {
-        if self.stopped || self.ranks.as_ref().is_none_or(|r| r.group.rank() != 0) {
+        if self.stopped
+            || self.ranks_broken.get()
+            || self.ranks.as_ref().is_none_or(|r| r.group.rank() != 0)
+        {
             return;
         }
         if let Err(e) = self.lead(Order::Stop, &[]) {

@@ -24,6 +24,10 @@ impl Faults {
         None
     }
 
+    pub(crate) fn rank_args(&self, _rank: usize) -> Vec<String> {
+        Vec::new()
+    }
+
     pub(crate) fn before_sampling(&self, _updates_done: u64, _engines: &EngineFaults) {}
 
     pub(crate) fn before_publication(&self, _engines: &EngineFaults) {}

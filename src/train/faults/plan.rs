@@ -85,6 +85,21 @@ pub struct Faults {
     /// Once the first update's weights are published, every engine stops for good (as one
     /// past its restart policy does), so the rollout fails as a whole.
     pub engine_stop_after_first_update: bool,
+    /// A learner rank that dies or hangs as it starts an update, while rank 0 runs that
+    /// update's collectives.
+    pub learner_rank_kill: Option<RankFault>,
+}
+
+/// A learner rank's process killed (SIGKILL) or stopped (SIGSTOP: it hangs) as it starts
+/// update `update` (from 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RankFault {
+    /// The rank, 1 or more.
+    pub rank: usize,
+    /// The update, from 1.
+    pub update: u64,
+    /// Stopped rather than killed.
+    pub hang: bool,
 }
 
 impl Faults {
@@ -92,6 +107,20 @@ impl Faults {
     /// run without faults hands them none, so their decode loop never reads one.
     pub(crate) fn any(&self) -> bool {
         *self != Faults::default()
+    }
+
+    /// The fault-injection arguments of learner rank `rank`'s process.
+    pub(crate) fn rank_args(&self, rank: usize) -> Vec<String> {
+        match self.learner_rank_kill {
+            Some(f) if f.rank == rank => {
+                let flag = match f.hang {
+                    true => "--inject-hang-at-update",
+                    false => "--inject-kill-at-update",
+                };
+                vec![flag.into(), f.update.to_string()]
+            }
+            _ => Vec::new(),
+        }
     }
 
     /// Whether `stage` is the one made to hang.
