@@ -1,12 +1,14 @@
 //! The memory planner applied to a training config: which model and critic the run loads,
 //! what the engine reserves beside the learner, and how much memory the device has.
 //! `check-config` prints the plan; `train` refuses, before loading anything, a config whose
-//! predicted peak does not fit (`learner.check_memory = false` skips that).
+//! predicted peak does not fit (`learner.check_memory = false` skips that). With learner
+//! ranks, the plan is rank 0's (beside the engine) and one line for the other ranks'
+//! processes on the same host.
 
 use std::path::Path;
 
 use agent_r1_actors::device::memory;
-use agent_r1_actors::memory_plan::{EnginePlan, MemoryPlan, PlanInput};
+use agent_r1_actors::memory_plan::{EnginePlan, MemoryPlan, PlanInput, Term};
 use agent_r1_actors::model::presets::{preset, shape};
 use agent_r1_actors::model::{ModelConfig, Placement};
 use anyhow::Context;
@@ -76,7 +78,7 @@ pub fn plan(
             .filter(|(_, p)| p.device == placement.device)
             .count(),
     };
-    Ok(MemoryPlan::predict(&PlanInput {
+    let mut input = PlanInput {
         device: placement.device,
         model: &model,
         kind: placement.kind,
@@ -95,7 +97,20 @@ pub fn plan(
             }),
         }),
         action_tokens: None,
-    }))
+    };
+    let mut plan = MemoryPlan::predict(&input);
+    // Learner ranks are processes on the same host (the CPU): the others' plans, without
+    // the engine, add to rank 0's.
+    let ranks = learner.memory.ranks as u64;
+    if ranks > 1 {
+        input.engine = None;
+        plan.terms.push(Term {
+            name: "the other learner ranks (each its own process)",
+            bytes: (ranks - 1) * MemoryPlan::predict(&input).total(),
+            knobs: "learner.ranks, learner.shard = \"optimizer_state\"",
+        });
+    }
+    Ok(plan)
 }
 
 /// Bytes of memory `device` has for the run: a GPU's total (from `nvidia-smi`), the

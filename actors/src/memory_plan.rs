@@ -13,6 +13,11 @@
 //! projections, rotary halves, attention output and log-sum-exp, the SwiGLU intermediates),
 //! or with recomputation each layer's input plus one layer's worth. `agent-r1 bench learner`
 //! prints this prediction beside the measured peak.
+//!
+//! With `learner.ranks > 1` the plan is one rank's: every rank holds the weights, gradients
+//! and its micro-batch's activations, plus one float32 bucket of the gradient all-reduce;
+//! with `learner.shard = "optimizer_state"` its masters and moments are its `1/ranks` share.
+//! Rank 0's plan has the engine beside it; the other ranks' have none.
 
 pub mod engine_share;
 
@@ -143,6 +148,17 @@ impl MemoryPlan {
         let s = element_bytes(input.kind);
         let params = m.num_parameters() as u64;
         let reduced = s < 4;
+        // With the optimizer state sharded, each rank keeps about `1/ranks` of the masters
+        // and moments (parameters are dealt out whole, largest first).
+        let ranks = l.memory.ranks.max(1) as u64;
+        let sharded = ranks > 1 && l.memory.shard == crate::learner::ShardMode::OptimizerState;
+        let shard = |bytes: u64| {
+            if sharded {
+                bytes.div_ceil(ranks)
+            } else {
+                bytes
+            }
+        };
         let mut terms = Vec::new();
         let mut term = |name, bytes, knobs| terms.push(Term { name, bytes, knobs });
         // The adapters are float32 whatever the base's precision: no master copies.
@@ -160,11 +176,21 @@ impl MemoryPlan {
                 term("policy gradients", params * s, "");
                 term(
                     "float32 master weights",
-                    if reduced { params * 4 } else { 0 },
-                    "",
+                    if reduced { shard(params * 4) } else { 0 },
+                    "learner.ranks, learner.shard = \"optimizer_state\"",
                 );
-                term("AdamW moments (float32)", params * 8, "");
+                term(
+                    "AdamW moments (float32)",
+                    shard(params * 8),
+                    "learner.ranks, learner.shard = \"optimizer_state\"",
+                );
             }
+        }
+        if ranks > 1 {
+            // Gradients are summed across the ranks in float32 buckets of at most 2^24
+            // elements (one at a time).
+            let trained = input.lora.map_or(params, |_| adapters);
+            term("gradient all-reduce bucket", trained.min(1 << 24) * 4, "");
         }
         // The padded tokens of the largest micro-batch.
         let tokens = match l.memory.max_tokens_per_micro_batch {
@@ -229,7 +255,7 @@ impl MemoryPlan {
             let (state, adapter_per_token) = match input.critic_lora {
                 // A frozen base and float32 adapters with their gradients and AdamW moments.
                 Some(lora) => (p * s + lora.parameters(c) * 16, adapter_bytes(lora, c)),
-                None => (p * (2 * s + 8 + if reduced { 4 } else { 0 }), 0),
+                None => (p * 2 * s + shard(p * (8 + if reduced { 4 } else { 0 })), 0),
             };
             term(
                 "critic weights, gradients and optimizer",
@@ -466,6 +492,31 @@ mod tests {
         assert!(
             bytes(&with(Some(&lora)), "critic activations")
                 > bytes(&with(None), "critic activations")
+        );
+    }
+
+    #[test]
+    fn sharded_optimizer_state_divides_masters_and_moments_by_the_ranks() {
+        let n = 1_543_714_304u64;
+        let with = |ranks, shard| {
+            let mut l = crate::learner::config::fixture();
+            l.memory.ranks = ranks;
+            l.memory.shard = shard;
+            plan(&l, Kind::BFloat16, None)
+        };
+        let one = with(1, crate::learner::ShardMode::Replicated);
+        let replicated = with(2, crate::learner::ShardMode::Replicated);
+        let sharded = with(4, crate::learner::ShardMode::OptimizerState);
+        assert_eq!(bytes(&one, "gradient all-reduce bucket"), 0);
+        assert_eq!(bytes(&replicated, "AdamW moments (float32)"), 8 * n);
+        assert_eq!(bytes(&replicated, "gradient all-reduce bucket"), 4 << 24);
+        assert_eq!(bytes(&sharded, "AdamW moments (float32)"), 2 * n);
+        assert_eq!(bytes(&sharded, "float32 master weights"), n);
+        assert_eq!(bytes(&sharded, "policy gradients"), 2 * n);
+        assert_eq!(
+            one.total() - sharded.total(),
+            9 * n - (4 << 24),
+            "three quarters of 12 bytes per parameter, less the bucket"
         );
     }
 

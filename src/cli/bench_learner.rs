@@ -100,9 +100,71 @@ pub(crate) struct LearnerBench {
     /// base with adapters off saves).
     #[arg(long, requires = "kl")]
     kl_reference_copy: bool,
+    /// Learner ranks: this process is rank 0 and starts the others as processes of this
+    /// program (each with `1/ranks` of the cores); every update is split across them by tokens
+    /// and their gradients summed (torch.distributed with Gloo, CPU only). Each rank's peak
+    /// RSS is measured.
+    #[arg(long, default_value_t = 1)]
+    ranks: usize,
+    /// With --ranks: `replicated` or `optimizer_state` (masters and AdamW moments split
+    /// across the ranks).
+    #[arg(long, default_value = "replicated")]
+    shard: String,
+    /// Set by rank 0 for the ranks it starts.
+    #[arg(long, default_value_t = 0, hide = true)]
+    rank: usize,
+    /// Set by rank 0 for the ranks it starts: the rendezvous file.
+    #[arg(long, hide = true)]
+    store: Option<std::path::PathBuf>,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+}
+
+/// The other ranks of a `bench learner --ranks N`: this program again with `--rank r
+/// --store FILE`; each prints its peak RSS as one JSON line when rank 0 stops it.
+struct BenchRanks {
+    store: std::path::PathBuf,
+    children: Vec<std::process::Child>,
+}
+
+impl BenchRanks {
+    fn start(ranks: usize) -> anyhow::Result<Self> {
+        let store = std::env::temp_dir().join(format!(
+            "agent-r1-bench-ranks-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos())
+        ));
+        let exe = std::env::current_exe()?;
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        let children = (1..ranks)
+            .map(|r| {
+                std::process::Command::new(&exe)
+                    .args(&args)
+                    .args(["--rank", &r.to_string(), "--store"])
+                    .arg(&store)
+                    .stdout(std::process::Stdio::piped())
+                    .spawn()
+                    .map_err(|e| anyhow::anyhow!("starting learner rank {r}: {e}"))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(Self { store, children })
+    }
+
+    /// Each other rank's peak RSS in MB, once rank 0's learner has stopped them.
+    fn peaks(self) -> anyhow::Result<Vec<f64>> {
+        let mut peaks = Vec::new();
+        for (i, child) in self.children.into_iter().enumerate() {
+            let out = child.wait_with_output()?;
+            anyhow::ensure!(out.status.success(), "learner rank {} failed", i + 1);
+            let line: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+            peaks.push(line["peak_rss_mb"].as_f64().unwrap_or(0.0));
+        }
+        let _ = std::fs::remove_file(&self.store);
+        Ok(peaks)
+    }
 }
 
 pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
@@ -125,7 +187,37 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
         !args.kl_reference_copy || args.lora_rank > 0,
         "--kl-reference-copy compares references of a LoRA policy: give --lora-rank too"
     );
+    let shard: agent_r1_actors::learner::ShardMode = serde_json::from_value(json!(args.shard))
+        .map_err(|_| {
+            anyhow::anyhow!(
+                "--shard: got {:?}; allowed: replicated, optimizer_state",
+                args.shard
+            )
+        })?;
+    anyhow::ensure!(
+        (1..=64).contains(&args.ranks),
+        "--ranks: got {}; allowed: 1 to 64",
+        args.ranks
+    );
+    anyhow::ensure!(
+        args.ranks == 1 || estimators.len() == 1,
+        "--ranks {} measures one estimator: give one with --estimators",
+        args.ranks
+    );
     let placement = parse_placement(&args.device, &args.dtype)?;
+    anyhow::ensure!(
+        args.ranks == 1 || placement.device == tch::Device::Cpu,
+        "--ranks {}: learner ranks run on the CPU (Gloo); give --device cpu",
+        args.ranks
+    );
+    let mut others = None;
+    if args.ranks > 1 {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        tch::set_num_threads((cores / args.ranks).max(1) as i32);
+        if args.rank == 0 {
+            others = Some(BenchRanks::start(args.ranks)?);
+        }
+    }
     let choice = args.model.choice();
     let model_config = choice.config()?;
     let vocab = model_config.vocab_size as u64;
@@ -190,6 +282,8 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
                 recompute: args.recompute,
                 max_tokens_per_micro_batch: args.max_tokens_per_micro_batch,
                 check_memory: true,
+                ranks: args.ranks,
+                shard,
                 ..Default::default()
             },
             max_len: tokens_per_trajectory,
@@ -250,6 +344,30 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
             },
             config,
         )?;
+        if args.ranks > 1 {
+            let store = match (&args.store, &others) {
+                (Some(s), _) => s.clone(),
+                (None, Some(o)) => o.store.clone(),
+                (None, None) => anyhow::bail!("--rank {} needs --store", args.rank),
+            };
+            let spec = agent_r1_actors::process_group::GroupSpec {
+                rendezvous: agent_r1_actors::process_group::Rendezvous::File(store),
+                rank: args.rank,
+                world: args.ranks,
+                timeout: std::time::Duration::from_secs(600),
+                interface: "127.0.0.1".into(),
+            };
+            let group = agent_r1_actors::process_group::ProcessGroup::join(&spec)?;
+            learner.join_ranks(group, shard)?;
+            if args.rank > 0 {
+                learner.follow()?;
+                println!(
+                    "{}",
+                    json!({"rank": args.rank, "peak_rss_mb": peak_rss_mb()})
+                );
+                return Ok(());
+            }
+        }
         // Warm-up on one micro-batch-sized slice: allocator growth and kernel selection.
         let warm = args.micro_batch_size.min(batch.len()).max(1);
         learner.update(batch[..warm].to_vec())?;
@@ -290,6 +408,13 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
             .iter()
             .map(|r| r["seconds"].as_f64().unwrap_or(0.0))
             .collect();
+        let rank0_peak = peak_rss_mb();
+        // Rank 0's learner stops the other ranks as it is dropped.
+        drop(learner);
+        let mut rank_peaks = vec![rank0_peak];
+        if let Some(o) = others.take() {
+            rank_peaks.extend(o.peaks()?);
+        }
         let mean = seconds.iter().sum::<f64>() / seconds.len() as f64;
         let best = seconds.iter().cloned().fold(f64::INFINITY, f64::min);
         let tokens = runs[0]["tokens"].as_f64().unwrap_or(0.0) * args.ppo_epochs as f64;
@@ -304,7 +429,8 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
             "tokens_per_s": tokens / mean,
             "action_tokens_per_s": actions / mean,
             "best_tokens_per_s": tokens / best,
-            "peak_rss_mb": peak_rss_mb(),
+            "peak_rss_mb": rank0_peak,
+            "rank_peak_rss_mb": rank_peaks,
             "teacher_tokens_per_s": (!teacher_tps.is_empty())
                 .then(|| teacher_tps.iter().sum::<f64>() / teacher_tps.len() as f64),
             "predicted_peak_mb": plan.total() as f64 / (1u64 << 20) as f64,
@@ -329,6 +455,8 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
         "logits_chunk_tokens": args.logits_chunk_tokens,
         "recompute": args.recompute,
         "max_tokens_per_micro_batch": args.max_tokens_per_micro_batch,
+        "ranks": args.ranks,
+        "shard": shard.as_str(),
         "results": results,
     });
     if args.json {
@@ -367,6 +495,21 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
                 r["peak_rss_mb"].as_f64().unwrap_or(0.0),
                 r["predicted_peak_mb"].as_f64().unwrap_or(0.0),
             );
+            if args.ranks > 1 {
+                let peaks: Vec<String> = r["rank_peak_rss_mb"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|p| format!("{:.0}", p.as_f64().unwrap_or(0.0)))
+                    .collect();
+                println!(
+                    "{:<14} {} ranks ({}): peak RSS MB per rank {}",
+                    "",
+                    args.ranks,
+                    shard.as_str(),
+                    peaks.join(", ")
+                );
+            }
             if let Some(tps) = r["teacher_tokens_per_s"].as_f64() {
                 println!("{:<14} teacher forward: {tps:.0} tokens/s", "");
             }
