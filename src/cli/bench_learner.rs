@@ -110,11 +110,12 @@ pub(crate) struct LearnerBench {
     /// across the ranks).
     #[arg(long, default_value = "replicated")]
     shard: String,
-    /// Set by rank 0 for the ranks it starts.
-    #[arg(long, default_value_t = 0, hide = true)]
+    /// With --ranks: this process's rank (rank 0, the default, starts the others and passes
+    /// each its rank).
+    #[arg(long, default_value_t = 0)]
     rank: usize,
-    /// Set by rank 0 for the ranks it starts: the rendezvous file.
-    #[arg(long, hide = true)]
+    /// With --ranks: the rendezvous file (rank 0 chooses one and passes it to the others).
+    #[arg(long)]
     store: Option<std::path::PathBuf>,
     /// Print one JSON object instead of a table.
     #[arg(long)]
