@@ -73,6 +73,20 @@ pub struct GroupSpec {
     pub interface: String,
 }
 
+impl GroupSpec {
+    /// Rank `rank` of `world` ranks on this machine, meeting at the file `store` (which must
+    /// not hold an earlier group's keys), over loopback.
+    pub fn on_this_machine(store: PathBuf, rank: usize, world: usize, timeout: Duration) -> Self {
+        Self {
+            rendezvous: Rendezvous::File(store),
+            rank,
+            world,
+            timeout,
+            interface: "127.0.0.1".into(),
+        }
+    }
+}
+
 /// How a collective combines the ranks' values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReduceOp {

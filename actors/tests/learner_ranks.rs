@@ -21,7 +21,7 @@ use agent_r1_actors::learner::{
     ShardMode,
 };
 use agent_r1_actors::model::{Placement, PolicyModel};
-use agent_r1_actors::process_group::{GroupSpec, ProcessGroup, Rendezvous};
+use agent_r1_actors::process_group::{GroupSpec, ProcessGroup};
 use agent_r1_actors::testing;
 use agent_r1_actors::trajectory::Trajectory;
 use learner_common::{model_config, save_policy, trajectory, TestStep};
@@ -171,13 +171,12 @@ fn run_rank(job: &Job) -> agent_r1_actors::Result<()> {
         },
     )?;
     if job.world > 1 {
-        let group = ProcessGroup::join(&GroupSpec {
-            rendezvous: Rendezvous::File(job.store.clone()),
-            rank: job.rank,
-            world: job.world,
-            timeout: GROUP_TIMEOUT,
-            interface: "127.0.0.1".into(),
-        })?;
+        let group = ProcessGroup::join(&GroupSpec::on_this_machine(
+            job.store.clone(),
+            job.rank,
+            job.world,
+            GROUP_TIMEOUT,
+        ))?;
         learner.join_ranks(group, job.mode)?;
     }
     if job.die {

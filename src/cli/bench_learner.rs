@@ -351,13 +351,12 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
                 (None, Some(o)) => o.store.clone(),
                 (None, None) => anyhow::bail!("--rank {} needs --store", args.rank),
             };
-            let spec = agent_r1_actors::process_group::GroupSpec {
-                rendezvous: agent_r1_actors::process_group::Rendezvous::File(store),
-                rank: args.rank,
-                world: args.ranks,
-                timeout: std::time::Duration::from_secs(600),
-                interface: "127.0.0.1".into(),
-            };
+            let spec = agent_r1_actors::process_group::GroupSpec::on_this_machine(
+                store,
+                args.rank,
+                args.ranks,
+                std::time::Duration::from_secs(600),
+            );
             let group = agent_r1_actors::process_group::ProcessGroup::join(&spec)?;
             learner.join_ranks(group, shard)?;
             if args.rank > 0 {

@@ -11,7 +11,7 @@ use agent_r1_actors::learner::{
 };
 use agent_r1_actors::model::lora::{AdapterSource, LoraConfig};
 use agent_r1_actors::model::{Placement, PolicyModel};
-use agent_r1_actors::process_group::{GroupSpec, Rendezvous};
+use agent_r1_actors::process_group::GroupSpec;
 use agent_r1_actors::tokenizer::HfTokenizer;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
@@ -143,13 +143,12 @@ impl LearnerPlan {
     /// The group rank `rank` joins, meeting at `store`.
     pub fn join(&self, store: &Path, rank: usize) -> RankJoin {
         RankJoin {
-            spec: GroupSpec {
-                rendezvous: Rendezvous::File(store.to_path_buf()),
+            spec: GroupSpec::on_this_machine(
+                store.to_path_buf(),
                 rank,
-                world: self.ranks(),
-                timeout: Duration::from_secs(self.config.memory.rank_timeout_s),
-                interface: "127.0.0.1".into(),
-            },
+                self.ranks(),
+                Duration::from_secs(self.config.memory.rank_timeout_s),
+            ),
             mode: self.config.memory.shard,
         }
     }
@@ -238,11 +237,6 @@ impl Followers {
             plan.config.memory.rank_timeout_s
         );
         Ok((followers, plan.join(&store, 0)))
-    }
-
-    /// The process ids of ranks `1..`, in rank order.
-    pub fn pids(&self) -> Vec<u32> {
-        self.children.iter().map(|(_, c)| c.id()).collect()
     }
 }
 
