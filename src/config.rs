@@ -356,6 +356,23 @@ impl TrainConfig {
                 ),
             ));
         }
+        if l.shard == agent_r1_actors::learner::ShardMode::Parameters {
+            if !l.recompute {
+                return Err(ConfigError::new(
+                    "learner.shard",
+                    "\"parameters\" gathers each decoder layer only while it runs, so its \
+                     backward pass must recompute it: set learner.recompute = true (or shard = \
+                     \"optimizer_state\")",
+                ));
+            }
+            if self.lora.is_some() {
+                return Err(ConfigError::new(
+                    "learner.shard",
+                    "\"parameters\" does not shard LoRA adapters over a frozen base: with [lora] \
+                     use shard = \"replicated\" or \"optimizer_state\"",
+                ));
+            }
+        }
         if l.ranks > 1 && self.model.device.starts_with("cuda") {
             return Err(ConfigError::new(
                 "learner.ranks",

@@ -97,6 +97,7 @@ pub fn plan(
             }),
         }),
         action_tokens: None,
+        rank: 0,
     };
     let mut plan = MemoryPlan::predict(&input);
     // Learner ranks are processes on the same host (the CPU): the others' plans, without
@@ -104,10 +105,11 @@ pub fn plan(
     let ranks = learner.memory.ranks as u64;
     if ranks > 1 {
         input.engine = None;
+        input.rank = 1;
         plan.terms.push(Term {
             name: "the other learner ranks (each its own process)",
             bytes: (ranks - 1) * MemoryPlan::predict(&input).total(),
-            knobs: "learner.ranks, learner.shard = \"optimizer_state\"",
+            knobs: "learner.ranks, learner.shard = \"optimizer_state\" or \"parameters\"",
         });
     }
     Ok(plan)

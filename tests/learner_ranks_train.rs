@@ -129,7 +129,10 @@ fn bad_learner_rank_settings_are_one_line_before_any_work() {
         ("ranks = 0", "learner.ranks"),
         ("ranks = 65", "learner.ranks"),
         ("shard = \"optimizer_state\"", "learner.shard"),
-        ("ranks = 2\nshard = \"parameters\"", "parameters"),
+        (
+            "ranks = 2\nshard = \"parameters\"",
+            "set learner.recompute = true",
+        ),
         ("ranks = 2\nrank_timeout_s = 1", "learner.rank_timeout_s"),
     ];
     for (learner, named) in cases {

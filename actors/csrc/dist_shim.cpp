@@ -117,4 +117,17 @@ char* ar1_dist_barrier(void* g) {
     finish(group(g), group(g)->pg->barrier(opts));
   });
 }
+
+// Sets the gradient of `param` to `grad` (a tensor of the parameter's shape), or clears it
+// when `grad` is NULL, freeing its memory: tch can read `.grad` but not assign it. A learner
+// rank that shards parameters keeps only the gradients of the parameters it owns.
+char* ar1_set_grad(void* param, void* grad) {
+  return guarded([&] {
+    if (grad == nullptr) {
+      tensor(param).mutable_grad() = at::Tensor();
+    } else {
+      tensor(param).mutable_grad() = tensor(grad);
+    }
+  });
+}
 }

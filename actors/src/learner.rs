@@ -23,6 +23,7 @@ mod critic_prefix;
 mod data_parallel;
 mod distill;
 mod estimation_layout;
+mod layer_shards;
 mod micro_batches;
 mod optim;
 mod staleness;

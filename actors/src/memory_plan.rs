@@ -16,7 +16,9 @@
 //!
 //! With `learner.ranks > 1` the plan is one rank's: every rank holds the weights, gradients
 //! and its micro-batch's activations, plus one float32 bucket of the gradient all-reduce;
-//! with `learner.shard = "optimizer_state"` its masters and moments are its `1/ranks` share.
+//! with `learner.shard = "optimizer_state"` its masters and moments are its `1/ranks` share;
+//! with `"parameters"` also its decoder layers' weights and gradients, plus one whole layer
+//! gathered and reduced at a time (rank 0 keeps every weight whole, to publish them).
 //! Rank 0's plan has the engine beside it; the other ranks' have none.
 
 pub mod engine_share;
@@ -81,6 +83,9 @@ pub struct PlanInput<'a> {
     /// Sampled tokens in the largest micro-batch when known (a benchmark's fixed shape);
     /// `None` plans for the worst case, every token sampled.
     pub action_tokens: Option<usize>,
+    /// The learner rank planned for (0 with one rank; with sharded parameters rank 0 keeps
+    /// whole weights and the others their shares).
+    pub rank: usize,
 }
 
 /// One line of a plan.
@@ -151,7 +156,7 @@ impl MemoryPlan {
         // With the optimizer state sharded, each rank keeps about `1/ranks` of the masters
         // and moments (parameters are dealt out whole, largest first).
         let ranks = l.memory.ranks.max(1) as u64;
-        let sharded = ranks > 1 && l.memory.shard == crate::learner::ShardMode::OptimizerState;
+        let sharded = ranks > 1 && l.memory.shard.shards_optimizer();
         let shard = |bytes: u64| {
             if sharded {
                 bytes.div_ceil(ranks)
@@ -159,11 +164,37 @@ impl MemoryPlan {
                 bytes
             }
         };
+        // With sharded parameters a rank holds the non-layer parameters and its share of
+        // the decoder layers' (rank 0: all weights, its share of the gradients).
+        let layers_sharded = ranks > 1
+            && l.memory.shard == crate::learner::ShardMode::Parameters
+            && input.lora.is_none();
+        let held = |c: &ModelConfig| -> u64 {
+            let all = c.num_parameters() as u64;
+            if !layers_sharded {
+                return all;
+            }
+            let layers = (c.num_hidden_layers * c.layer_parameters()) as u64;
+            all - layers + layers.div_ceil(ranks)
+        };
+        let weights_held = |c: &ModelConfig| -> u64 {
+            if input.rank == 0 {
+                c.num_parameters() as u64
+            } else {
+                held(c)
+            }
+        };
+        const SHARD_KNOBS: &str =
+            "learner.ranks, learner.shard = \"optimizer_state\" or \"parameters\"";
         let mut terms = Vec::new();
         let mut term = |name, bytes, knobs| terms.push(Term { name, bytes, knobs });
         // The adapters are float32 whatever the base's precision: no master copies.
         let adapters = input.lora.map_or(0, |lora| lora.parameters(m));
-        term("policy weights", params * s, "");
+        term(
+            "policy weights",
+            weights_held(m) * s,
+            if layers_sharded { SHARD_KNOBS } else { "" },
+        );
         match input.lora {
             Some(_) => {
                 term(
@@ -173,24 +204,38 @@ impl MemoryPlan {
                 );
             }
             None => {
-                term("policy gradients", params * s, "");
+                term(
+                    "policy gradients",
+                    held(m) * s,
+                    if layers_sharded { SHARD_KNOBS } else { "" },
+                );
                 term(
                     "float32 master weights",
                     if reduced { shard(params * 4) } else { 0 },
-                    "learner.ranks, learner.shard = \"optimizer_state\"",
+                    SHARD_KNOBS,
                 );
-                term(
-                    "AdamW moments (float32)",
-                    shard(params * 8),
-                    "learner.ranks, learner.shard = \"optimizer_state\"",
-                );
+                term("AdamW moments (float32)", shard(params * 8), SHARD_KNOBS);
             }
         }
         if ranks > 1 {
             // Gradients are summed across the ranks in float32 buckets of at most 2^24
             // elements (one at a time).
             let trained = input.lora.map_or(params, |_| adapters);
-            term("gradient all-reduce bucket", trained.min(1 << 24) * 4, "");
+            if layers_sharded {
+                let layer = m.layer_parameters() as u64;
+                let rest = params - m.num_hidden_layers as u64 * layer;
+                term("gradient all-reduce bucket", rest.min(1 << 24) * 4, "");
+                // One layer at a time: its local gradients, their float32 copies and sum,
+                // and (off rank 0) its gathered weights.
+                let gathered = if input.rank == 0 { 0 } else { layer * s };
+                term(
+                    "gathered layer (weights, gradients, reduction)",
+                    layer * (s + 8) + gathered,
+                    "",
+                );
+            } else {
+                term("gradient all-reduce bucket", trained.min(1 << 24) * 4, "");
+            }
         }
         // The padded tokens of the largest micro-batch.
         let tokens = match l.memory.max_tokens_per_micro_batch {
@@ -255,7 +300,10 @@ impl MemoryPlan {
             let (state, adapter_per_token) = match input.critic_lora {
                 // A frozen base and float32 adapters with their gradients and AdamW moments.
                 Some(lora) => (p * s + lora.parameters(c) * 16, adapter_bytes(lora, c)),
-                None => (p * 2 * s + shard(p * (8 + if reduced { 4 } else { 0 })), 0),
+                None => (
+                    (weights_held(c) + held(c)) * s + shard(p * (8 + if reduced { 4 } else { 0 })),
+                    0,
+                ),
             };
             term(
                 "critic weights, gradients and optimizer",
@@ -405,6 +453,7 @@ mod tests {
             lora: None,
             engine,
             action_tokens: None,
+            rank: 0,
         })
     }
 
@@ -456,6 +505,7 @@ mod tests {
                 lora,
                 engine: None,
                 action_tokens: None,
+                rank: 0,
             })
         };
         assert_eq!(bytes(&with(None), "reference model"), 2 * 1_543_714_304);
@@ -479,6 +529,7 @@ mod tests {
                 lora: None,
                 engine: None,
                 action_tokens: None,
+                rank: 0,
             })
         };
         let n = model.num_parameters() as u64;

@@ -9,6 +9,7 @@
 pub mod config;
 pub mod generate;
 pub mod kv_cache;
+pub mod layer_gate;
 mod layers;
 pub mod lora;
 pub mod presets;
@@ -25,6 +26,7 @@ use tch::{Device, Kind, Tensor};
 
 pub use config::ModelConfig;
 pub use kv_cache::{KeyLengths, KvCache, KvStore};
+pub use layer_gate::LayerGate;
 pub use lora::{LoraConfig, TargetModules};
 pub use recompute::LayerCheckpoints;
 pub use sampling::SamplingParams;
@@ -84,6 +86,8 @@ pub struct PolicyModel {
     lora_switches: Arc<lora::LoraSwitches>,
     /// The directory the weights were loaded from (an adapter's `base_model_name_or_path`).
     base_dir: Option<PathBuf>,
+    /// Called around each layer of the training passes (a learner rank sharding parameters).
+    layer_gate: Option<Arc<dyn LayerGate>>,
 }
 
 /// How a fresh model's weights (and a value head a checkpoint lacks) are drawn.
@@ -216,6 +220,7 @@ impl PolicyModel {
             lora: None,
             lora_switches: Arc::default(),
             base_dir: None,
+            layer_gate: None,
         })
     }
 
@@ -384,10 +389,30 @@ impl PolicyModel {
     pub fn forward_right_padded(&self, ids: &Tensor, input_mask: &Tensor) -> Tensor {
         let (cos, sin) = self.right_padded_rotary(input_mask);
         let mut x = self.embed_tokens.forward(ids).to_kind(self.residual);
-        for layer in &self.layers {
+        for (i, layer) in self.layers.iter().enumerate() {
+            self.gate(|g| g.before_forward(i));
             x = layer.forward(&x, &cos, &sin, AttnMask::Causal, None);
+            self.gate(|g| g.after_forward(i));
         }
         self.norm.forward_to(&x, self.placement.kind)
+    }
+
+    /// Puts `gate` around each decoder layer of the training passes (see [`LayerGate`]);
+    /// `None` removes it.
+    pub fn set_layer_gate(&mut self, gate: Option<Arc<dyn LayerGate>>) {
+        self.layer_gate = gate;
+    }
+
+    /// Calls `f` on the layer gate, if there is one.
+    pub(crate) fn gate(&self, f: impl FnOnce(&dyn LayerGate)) {
+        if let Some(g) = &self.layer_gate {
+            f(g.as_ref());
+        }
+    }
+
+    /// The number of decoder layers.
+    pub fn num_layers(&self) -> usize {
+        self.layers.len()
     }
 
     /// Keeps the residual stream of training passes in float32 around reduced-precision

@@ -40,6 +40,7 @@ mod ffi {
             root: c_int,
         ) -> *mut c_char;
         pub(super) fn ar1_dist_barrier(group: *mut c_void) -> *mut c_char;
+        pub(super) fn ar1_set_grad(param: *mut c_void, grad: *mut c_void) -> *mut c_char;
     }
 }
 
@@ -110,6 +111,18 @@ pub struct ProcessGroup {
 // SAFETY: c10d's process groups are used from any thread (PyTorch's own DDP reduces from
 // autograd's threads); the learner calls one group from one thread at a time.
 unsafe impl Send for ProcessGroup {}
+// SAFETY: as for `Send`; the learner's ranks and its layer gates share one group but call
+// it from the learner's thread only.
+unsafe impl Sync for ProcessGroup {}
+
+/// Sets `param`'s gradient to `grad` (its shape), or clears it (freeing its memory) with
+/// `None`: tch reads `.grad` but cannot assign it.
+pub(crate) fn set_grad(param: &Tensor, grad: Option<&Tensor>) -> Result<()> {
+    let raw = |t: &Tensor| t.as_ptr() as *mut c_void;
+    // SAFETY: both tensors are live; the shim only reassigns the parameter's grad handle.
+    let e = unsafe { ffi::ar1_set_grad(raw(param), grad.map_or(std::ptr::null_mut(), raw)) };
+    check(e).map_err(|m| Error::Other(format!("cannot set a parameter's gradient: {m}")))
+}
 
 impl ProcessGroup {
     /// Joins the group: waits (up to the timeout) until every rank has arrived.

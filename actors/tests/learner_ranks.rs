@@ -89,6 +89,7 @@ impl Job {
             world: get("AR1_WORLD")?.parse().ok()?,
             mode: match get("AR1_MODE")?.as_str() {
                 "optimizer_state" => ShardMode::OptimizerState,
+                "parameters" => ShardMode::Parameters,
                 _ => ShardMode::Replicated,
             },
             ppo: get("AR1_PPO")? == "1",
@@ -121,7 +122,7 @@ fn batch(u: usize) -> Vec<Trajectory> {
         .collect()
 }
 
-fn config(ppo: bool, lr: f64) -> LearnerConfig {
+fn config(ppo: bool, lr: f64, mode: ShardMode) -> LearnerConfig {
     LearnerConfig {
         algorithm: AlgorithmConfig {
             estimator: if ppo { Estimator::Gae } else { Estimator::Grpo },
@@ -140,6 +141,9 @@ fn config(ppo: bool, lr: f64) -> LearnerConfig {
         memory: MemoryConfig {
             // GRPO cuts micro-batches by count, PPO by a token budget.
             max_tokens_per_micro_batch: if ppo { 128 } else { 0 },
+            // Sharded parameters are gathered per layer, which needs recomputation; the
+            // single-process reference runs without it.
+            recompute: mode == ShardMode::Parameters,
             ..testing::learner_config().memory
         },
         max_len: 64,
@@ -167,7 +171,7 @@ fn run_rank(job: &Job) -> agent_r1_actors::Result<()> {
         },
         LearnerConfig {
             initial_version: job.first_update as u64,
-            ..config(job.ppo, lr)
+            ..config(job.ppo, lr, job.mode)
         },
     )?;
     if job.world > 1 {
@@ -266,7 +270,7 @@ fn main() {
         runs: 0,
     };
     updates_across_ranks_equal_the_single_process_update(&mut d);
-    sharded_optimizer_state_resumes_on_the_same_and_another_rank_count(&mut d);
+    sharded_state_resumes_on_the_same_and_another_rank_count(&mut d);
     a_killed_rank_ends_the_others_with_a_named_error(&mut d);
     a_rank_with_other_weights_or_config_is_refused(&mut d);
     println!("learner_ranks: all checks passed");
@@ -359,14 +363,36 @@ impl Driver {
                 .collect()
         };
         let first = read(0);
+        let layer_elements = |r: &BTreeMap<String, Tensor>| -> i64 {
+            r.iter()
+                .filter(|(n, _)| n.starts_with("policy.model.layers."))
+                .map(|(_, t)| t.numel() as i64)
+                .sum()
+        };
         for rank in 1..job.world {
-            for (name, t) in read(rank) {
-                if name.starts_with("policy.") || name.starts_with("critic.") {
+            let mine = read(rank);
+            for (name, t) in &mine {
+                // With sharded parameters a rank other than 0 holds only its own layers'
+                // weights (the others are empty between updates).
+                let released = job.mode == ShardMode::Parameters && t.numel() == 0;
+                if (name.starts_with("policy.") || name.starts_with("critic.")) && !released {
                     assert!(
-                        t.equal(&first[&name]),
+                        t.equal(&first[name]),
                         "rank {rank} holds another {name} than rank 0"
                     );
                 }
+            }
+            if job.mode == ShardMode::Parameters {
+                let (held, all) = (layer_elements(&mine), layer_elements(&first));
+                println!(
+                    "rank {rank} of {} holds {held} of the {all} decoder-layer weights",
+                    job.world
+                );
+                assert!(
+                    held > 0 && held * job.world as i64 <= all * 3 / 2,
+                    "rank {rank} of {} holds {held} of {all} layer weights",
+                    job.world
+                );
             }
         }
         first
@@ -412,7 +438,11 @@ fn updates_across_ranks_equal_the_single_process_update(d: &mut Driver) {
         );
         assert!(moved > 1e-4, "the updates moved the weights ({moved:e})");
         for world in [2, 4] {
-            for mode in [ShardMode::Replicated, ShardMode::OptimizerState] {
+            for mode in [
+                ShardMode::Replicated,
+                ShardMode::OptimizerState,
+                ShardMode::Parameters,
+            ] {
                 let job = d.job(world, mode, ppo);
                 let got = d.results(&job);
                 let (diff, at) = max_diff(&reference, &got);
@@ -431,16 +461,22 @@ fn updates_across_ranks_equal_the_single_process_update(d: &mut Driver) {
     }
 }
 
-fn sharded_optimizer_state_resumes_on_the_same_and_another_rank_count(d: &mut Driver) {
-    let straight = d.job(2, ShardMode::OptimizerState, true);
+fn sharded_state_resumes_on_the_same_and_another_rank_count(d: &mut Driver) {
+    for mode in [ShardMode::OptimizerState, ShardMode::Parameters] {
+        resumes(d, mode);
+    }
+}
+
+fn resumes(d: &mut Driver, mode: ShardMode) {
+    let straight = d.job(2, mode, true);
     let straight = d.results(&straight);
-    let ckpt = d.tmp.join("ckpt");
-    let mut first = d.job(2, ShardMode::OptimizerState, true);
+    let ckpt = d.tmp.join(format!("ckpt-{}", mode.as_str()));
+    let mut first = d.job(2, mode, true);
     first.updates = 1;
     first.save = Some(ckpt.clone());
     d.results(&first);
     for world in [2, 4] {
-        let mut resumed = d.job(world, ShardMode::OptimizerState, true);
+        let mut resumed = d.job(world, mode, true);
         resumed.resume = Some(ckpt.clone());
         resumed.first_update = 1;
         resumed.updates = 1;
@@ -448,7 +484,8 @@ fn sharded_optimizer_state_resumes_on_the_same_and_another_rank_count(d: &mut Dr
         got.insert("stats.0".into(), straight["stats.0"].shallow_clone());
         let (diff, at) = max_diff(&straight, &got);
         println!(
-            "resumed on {world} ranks after 1 update on 2: max |difference| {diff:.2e} ({at})"
+            "{}: resumed on {world} ranks after 1 update on 2: max |difference| {diff:.2e} ({at})",
+            mode.as_str()
         );
         if world == 2 {
             assert_eq!(

@@ -106,8 +106,9 @@ pub(crate) struct LearnerBench {
     /// RSS is measured.
     #[arg(long, default_value_t = 1)]
     ranks: usize,
-    /// With --ranks: `replicated` or `optimizer_state` (masters and AdamW moments split
-    /// across the ranks).
+    /// With --ranks: `replicated`, `optimizer_state` (masters and AdamW moments split
+    /// across the ranks) or `parameters` (also the decoder layers' weights and gradients;
+    /// needs --recompute).
     #[arg(long, default_value = "replicated")]
     shard: String,
     /// With --ranks: this process's rank (rank 0, the default, starts the others and passes
@@ -191,7 +192,7 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
     let shard: agent_r1_actors::learner::ShardMode = serde_json::from_value(json!(args.shard))
         .map_err(|_| {
             anyhow::anyhow!(
-                "--shard: got {:?}; allowed: replicated, optimizer_state",
+                "--shard: got {:?}; allowed: replicated, optimizer_state, parameters",
                 args.shard
             )
         })?;
@@ -313,18 +314,26 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
             budget => (budget / tokens_per_trajectory).max(1),
         }
         .min(args.trajectories);
-        let mut plan = MemoryPlan::predict(&PlanInput {
-            device: placement.device,
-            model: &model_config,
-            kind: placement.kind,
-            learner: &config,
-            teacher: args.distill.then_some(&model_config),
-            separate_critic: None,
-            critic_lora: None,
-            lora: lora.as_ref(),
-            engine: None,
-            action_tokens: Some(rows_per_micro * args.steps * args.action_tokens),
-        });
+        let plan_of = |rank: usize| {
+            MemoryPlan::predict(&PlanInput {
+                device: placement.device,
+                model: &model_config,
+                kind: placement.kind,
+                learner: &config,
+                teacher: args.distill.then_some(&model_config),
+                separate_critic: None,
+                critic_lora: None,
+                lora: lora.as_ref(),
+                engine: None,
+                action_tokens: Some(rows_per_micro * args.steps * args.action_tokens),
+                rank,
+            })
+        };
+        let mut plan = plan_of(0);
+        // Each rank's planned peak (rank 0 keeps whole weights with sharded parameters).
+        let rank_plans_mb: Vec<f64> = (0..args.ranks)
+            .map(|r| plan_of(r).total() as f64 / (1u64 << 20) as f64)
+            .collect();
         if args.kl_reference_copy {
             // What the planner would count for a reference of its own (a LoRA run never keeps
             // one).
@@ -431,6 +440,7 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
             "best_tokens_per_s": tokens / best,
             "peak_rss_mb": rank0_peak,
             "rank_peak_rss_mb": rank_peaks,
+            "rank_predicted_peak_mb": rank_plans_mb,
             "teacher_tokens_per_s": (!teacher_tps.is_empty())
                 .then(|| teacher_tps.iter().sum::<f64>() / teacher_tps.len() as f64),
             "predicted_peak_mb": plan.total() as f64 / (1u64 << 20) as f64,
@@ -502,12 +512,19 @@ pub(crate) fn run(args: LearnerBench) -> anyhow::Result<()> {
                     .flatten()
                     .map(|p| format!("{:.0}", p.as_f64().unwrap_or(0.0)))
                     .collect();
+                let planned: Vec<String> = r["rank_predicted_peak_mb"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|p| format!("{:.0}", p.as_f64().unwrap_or(0.0)))
+                    .collect();
                 println!(
-                    "{:<14} {} ranks ({}): peak RSS MB per rank {}",
+                    "{:<14} {} ranks ({}): peak RSS MB per rank {} (planned {})",
                     "",
                     args.ranks,
                     shard.as_str(),
-                    peaks.join(", ")
+                    peaks.join(", "),
+                    planned.join(", ")
                 );
             }
             if let Some(tps) = r["teacher_tokens_per_s"].as_f64() {

@@ -268,9 +268,10 @@ pub struct MemoryConfig {
     /// is the trainer's learner and owns checkpoints and weight publication. 1 = one process.
     #[schemars(range(min = 1, max = 64))]
     pub ranks: usize,
-    /// What each rank keeps of the optimizer with `ranks > 1`: `replicated` (all of it) or
+    /// What each rank keeps with `ranks > 1`: `replicated` (the whole optimizer),
     /// `optimizer_state` (float32 masters and AdamW moments split across the ranks, ZeRO-1:
-    /// their memory divided by `ranks`).
+    /// their memory divided by `ranks`) or `parameters` (also the decoder layers' weights and
+    /// gradients, each layer gathered only while it runs, FSDP style; needs `recompute`).
     pub shard: crate::learner::ShardMode,
     /// Longest a rank waits for the others (joining, and in each collective) before the run
     /// fails with the rank named; a rank killed mid-collective is noticed at once.

@@ -7,9 +7,13 @@
 //! [`ShardMode::Replicated`] keeps the whole optimizer on every rank (plain data parallel);
 //! [`ShardMode::OptimizerState`] gives each parameter one owning rank that holds its float32
 //! master and AdamW moments and steps it, then broadcasts the new weights (ZeRO-1): each
-//! rank holds about `1/ranks` of the optimizer's memory.
+//! rank holds about `1/ranks` of the optimizer's memory. [`ShardMode::Parameters`] also
+//! shards the decoder layers' parameters and gradients with the same owners (FSDP style):
+//! a layer is gathered just before it runs and released after, its gradients reduced to
+//! their owners right after its backward pass (see `layer_shards`).
 
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
@@ -31,6 +35,11 @@ pub enum ShardMode {
     /// Each parameter's master and moments on one rank (ZeRO-1); gradients all-reduced, the
     /// owner steps and broadcasts the parameter.
     OptimizerState,
+    /// As `OptimizerState`, and each decoder layer's parameters and gradients held by their
+    /// owner only: gathered per layer before use, gradients reduced per layer after its
+    /// backward pass (FSDP style; needs `memory.recompute`). Rank 0 keeps the whole weights
+    /// to publish them.
+    Parameters,
 }
 
 impl ShardMode {
@@ -39,7 +48,13 @@ impl ShardMode {
         match self {
             Self::Replicated => "replicated",
             Self::OptimizerState => "optimizer_state",
+            Self::Parameters => "parameters",
         }
+    }
+
+    /// Whether each parameter's optimizer state lives on one rank.
+    pub fn shards_optimizer(self) -> bool {
+        matches!(self, Self::OptimizerState | Self::Parameters)
     }
 }
 
@@ -79,7 +94,7 @@ pub(crate) enum Order {
 /// A learner's process group and how it shards.
 #[derive(Debug)]
 pub(crate) struct Ranks {
-    pub(crate) group: ProcessGroup,
+    pub(crate) group: Arc<ProcessGroup>,
     pub(crate) mode: ShardMode,
 }
 
@@ -140,9 +155,16 @@ impl Ranks {
     /// Sums the gradients of `opt`'s parameters across the ranks, in float32 buckets. A
     /// parameter with a gradient on any rank gets one on every rank (zeros where this rank
     /// computed none), so every rank steps the same parameters; one with a gradient on no
-    /// rank keeps none, as in a single process.
+    /// rank keeps none, as in a single process. Sharded layer parameters are left out (their
+    /// gradients were reduced to their owners after each backward pass).
     pub(crate) fn sum_gradients(&self, opt: &ParamOptimizer, what: &str) -> Result<()> {
-        let params = opt.params();
+        let params: Vec<Tensor> = opt
+            .params()
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !opt.owner_only_grad(*i))
+            .map(|(_, p)| p.shallow_clone())
+            .collect();
         let mut has: Tensor = Tensor::from_slice(
             &params
                 .iter()
@@ -196,13 +218,37 @@ impl Ranks {
         })
     }
 
-    /// After a sharded optimizer's step: each parameter's owner broadcasts its new value.
+    /// The gradient norm of `opt` (as [`ParamOptimizer::grad_norm`]) when the layers'
+    /// gradients live on their owners: each rank sums the squares of its own, rank 0 adds the
+    /// replicated parameters', and the ranks sum; the same on every rank.
+    pub(crate) fn grad_norm(&self, opt: &ParamOptimizer, what: &str) -> Result<f64> {
+        if self.mode != ShardMode::Parameters {
+            return Ok(opt.grad_norm());
+        }
+        let rank = self.group.rank();
+        let mut sum = [opt.grad_square_sum(|i| {
+            if opt.owner_only_grad(i) {
+                opt.owner(i) == rank
+            } else {
+                rank == 0
+            }
+        })];
+        self.group
+            .sum_f64s(&mut sum, &format!("{what} gradient norm"))?;
+        Ok(sum[0].sqrt())
+    }
+
+    /// After a sharded optimizer's step: each parameter's owner broadcasts its new value
+    /// (sharded layer parameters are sent to rank 0 by their layer gate instead).
     pub(crate) fn share_parameters(&self, opt: &ParamOptimizer, what: &str) -> Result<()> {
-        if self.mode != ShardMode::OptimizerState {
+        if !self.mode.shards_optimizer() {
             return Ok(());
         }
         tch::no_grad(|| {
             for (i, p) in opt.params().iter().enumerate() {
+                if opt.owner_only_grad(i) {
+                    continue;
+                }
                 let mut t = p.shallow_clone();
                 self.group
                     .broadcast(&mut t, opt.owner(i), &format!("{what} parameter {i}"))?;

@@ -50,6 +50,12 @@ pub(crate) struct ParamOptimizer {
     owners: Vec<usize>,
     /// This process's rank.
     rank: usize,
+    /// Each parameter's shape (a rank that shards parameters holds some of them only while
+    /// they are used).
+    shapes: Vec<Vec<i64>>,
+    /// Parameters whose gradients live on their owner only (sharded parameters): a step
+    /// after a backward pass counts for them on every rank, gradient or not.
+    owner_only_grads: Vec<bool>,
 }
 
 impl ParamOptimizer {
@@ -71,7 +77,6 @@ impl ParamOptimizer {
                 .collect()
         });
         Ok(Self {
-            params,
             masters,
             moments: (0..n).map(|_| None).collect(),
             param_steps: vec![0; n],
@@ -82,6 +87,9 @@ impl ParamOptimizer {
             steps: 0,
             owners: vec![0; n],
             rank: 0,
+            shapes: params.iter().map(Tensor::size).collect(),
+            owner_only_grads: vec![false; n],
+            params,
         })
     }
 
@@ -111,6 +119,16 @@ impl ParamOptimizer {
                 self.moments[i] = None;
             }
         }
+    }
+
+    /// Marks the parameters (`true` at their index) whose gradients only their owner keeps.
+    pub(crate) fn set_owner_only_grads(&mut self, which: Vec<bool>) {
+        self.owner_only_grads = which;
+    }
+
+    /// Whether parameter `i`'s gradient lives on its owner only.
+    pub(crate) fn owner_only_grad(&self, i: usize) -> bool {
+        self.owner_only_grads[i]
     }
 
     /// The parameters, in the optimizer's order.
@@ -196,6 +214,27 @@ impl ParamOptimizer {
         })
     }
 
+    /// The sum of squares (float64) of the gradients of the parameters `keep` picks by index.
+    pub(crate) fn grad_square_sum(&self, keep: impl Fn(usize) -> bool) -> f64 {
+        tch::no_grad(|| {
+            let mut sum = 0.0;
+            for (i, p) in self.params.iter().enumerate() {
+                let g = p.grad();
+                if !keep(i) || !g.defined() {
+                    continue;
+                }
+                for part in g.flatten(0, -1).split(NORM_SLICE, 0) {
+                    sum += part
+                        .to_kind(tch::Kind::Double)
+                        .square()
+                        .sum(tch::Kind::Double)
+                        .double_value(&[]);
+                }
+            }
+            sum
+        })
+    }
+
     /// Scales gradients so their norm (`norm`, from [`Self::grad_norm`]) is at most `max`.
     pub(crate) fn clip(&self, norm: f64, max: f64) {
         let coef = max / (norm + 1e-6);
@@ -212,21 +251,27 @@ impl ParamOptimizer {
         });
     }
 
-    /// One AdamW step at the scheduled learning rate; returns that rate.
-    pub(crate) fn step(&mut self) -> Result<f64> {
+    /// One AdamW step at the scheduled learning rate; returns that rate. `reduced` says
+    /// that a backward pass reduced the owner-only gradients since the last step (their
+    /// parameters then step on their owners, and count the step on every rank).
+    pub(crate) fn step_after(&mut self, reduced: bool) -> Result<f64> {
         let lr = self.lr_at(self.steps);
         let (b1, b2) = self.betas;
         tch::no_grad(|| {
-            for ((((param, master), moments), t), owner) in self
+            for (((((param, master), moments), t), owner), owner_only) in self
                 .params
                 .iter_mut()
                 .zip(&mut self.masters)
                 .zip(&mut self.moments)
                 .zip(&mut self.param_steps)
                 .zip(&self.owners)
+                .zip(&self.owner_only_grads)
             {
                 let g = param.grad();
                 if !g.defined() {
+                    if *owner_only && reduced && *owner != self.rank {
+                        *t += 1;
+                    }
                     continue;
                 }
                 *t += 1;
@@ -307,7 +352,7 @@ impl ParamOptimizer {
             let take = |local: Option<&Tensor>| -> Result<Tensor> {
                 let mut t = match local {
                     Some(t) if owner == self.rank => t.to_device(tch::Device::Cpu).contiguous(),
-                    _ => Tensor::zeros(p.size(), (tch::Kind::Float, tch::Device::Cpu)),
+                    _ => Tensor::zeros(&self.shapes[i][..], (tch::Kind::Float, tch::Device::Cpu)),
                 };
                 group.broadcast(&mut t, owner, &format!("{prefix} optimizer state {i}"))?;
                 Ok(t)
@@ -354,10 +399,11 @@ impl ParamOptimizer {
         let mut param_steps = Vec::with_capacity(self.params.len());
         let mut masters = Vec::with_capacity(self.params.len());
         for (i, param) in self.params.iter().enumerate() {
+            let shape = &self.shapes[i];
             param_steps.push(int(format!("{prefix}.{i}.step"))?);
             let has_master = param.kind() != tch::Kind::Float;
             let master = match (has_master, get(format!("{prefix}.{i}.master"))) {
-                (true, Some(t)) if t.size() == param.size() && t.kind() == tch::Kind::Float => {
+                (true, Some(t)) if t.size() == *shape && t.kind() == tch::Kind::Float => {
                     Some(t.to_device(param.device()))
                 }
                 (false, None) => None,
@@ -373,30 +419,30 @@ impl ParamOptimizer {
                         "`{prefix}.{i}.master` is {:?} {:?}, the parameter is {:?} {:?}",
                         t.size(),
                         t.kind(),
-                        param.size(),
+                        shape,
                         param.kind()
                     )))
                 }
             };
             // The moments are float32, like the master (or the parameter itself).
-            let p = master.as_ref().unwrap_or(param);
+            let kind = master.as_ref().map_or(param.kind(), Tensor::kind);
             let pair = match (
                 get(format!("{prefix}.{i}.exp_avg")),
                 get(format!("{prefix}.{i}.exp_avg_sq")),
             ) {
                 (Some(m), Some(v)) => {
                     for (name, t) in [("exp_avg", m), ("exp_avg_sq", v)] {
-                        if t.size() != p.size() || t.kind() != p.kind() {
+                        if t.size() != *shape || t.kind() != kind {
                             return Err(bad(format!(
                                 "`{prefix}.{i}.{name}` is {:?} {:?}, the parameter is {:?} {:?}",
                                 t.size(),
                                 t.kind(),
-                                p.size(),
-                                p.kind()
+                                shape,
+                                kind
                             )));
                         }
                     }
-                    Some((m.to_device(p.device()), v.to_device(p.device())))
+                    Some((m.to_device(param.device()), v.to_device(param.device())))
                 }
                 (None, None) => None,
                 _ => {
@@ -416,7 +462,8 @@ impl ParamOptimizer {
         }
         tch::no_grad(|| {
             for (param, master) in self.params.iter_mut().zip(&masters) {
-                if let Some(master) = master {
+                // A sharded parameter this rank holds no data of takes it from its owner.
+                if let Some(master) = master.as_ref().filter(|m| m.numel() == param.numel()) {
                     param.copy_(master);
                 }
             }
@@ -489,7 +536,7 @@ mod tests {
         opt.clip(norm, 1.0);
         assert!((opt.grad_norm() - 1.0).abs() < 1e-4);
         let before = Vec::<f32>::try_from(w.detach()).unwrap();
-        assert!((opt.step().unwrap() - 0.025).abs() < 1e-12);
+        assert!((opt.step_after(false).unwrap() - 0.025).abs() < 1e-12);
         let after = Vec::<f32>::try_from(w.detach()).unwrap();
         assert!(after[0] < before[0] && after[1] < before[1]);
         assert_eq!(opt.steps(), 1);
@@ -519,7 +566,7 @@ mod tests {
             theirs.zero_grad().unwrap();
             set_grad(&ours_w, step);
             set_grad(&theirs_w, step);
-            ours.step().unwrap();
+            ours.step_after(false).unwrap();
             theirs.step().unwrap();
         }
         let diff = (&ours_w - &theirs_w).abs().max().double_value(&[]);
@@ -562,7 +609,7 @@ mod tests {
             for (w, b, opt) in [(&w1, &b1, &mut uninterrupted), (&w2, &b2, &mut first)] {
                 opt.zero_grad().unwrap();
                 loss(w, b, k).backward();
-                opt.step().unwrap();
+                opt.step_after(false).unwrap();
             }
         }
         let dir = tempfile::tempdir().unwrap();
@@ -583,7 +630,7 @@ mod tests {
             ] {
                 opt.zero_grad().unwrap();
                 loss(w, b, k).backward();
-                opt.step().unwrap();
+                opt.step_after(false).unwrap();
             }
         }
         let gap = |a: &Tensor, b: &Tensor| (a - b).abs().max().double_value(&[]);

@@ -5,6 +5,7 @@
 //! learner benchmark).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use rand::seq::SliceRandom;
@@ -18,6 +19,7 @@ use super::config::{KlPlacement, LearnerConfig};
 use super::critic_prefix::{critic_input, CriticPrefix};
 use super::data_parallel::{self, Order, Ranks, ShardMode};
 use super::distill::{reverse_kl_advantage, DistillCombine};
+use super::layer_shards::{self, LayerShards};
 use super::micro_batches::MicroBatching;
 use super::optim::ParamOptimizer;
 use super::staleness::filter_stale;
@@ -127,6 +129,29 @@ pub struct Learner {
     /// A collective of the ranks failed: the group is unusable, so the followers are not
     /// told to stop (they end on the same failure).
     ranks_broken: std::cell::Cell<bool>,
+    /// With `ShardMode::Parameters`: the gates that hold the policy's (and a separate
+    /// critic's) decoder layers sharded.
+    shards: Vec<Arc<LayerShards>>,
+}
+
+/// Turns layer gates on for one update and off again, however it ends.
+struct ActiveShards(Vec<Arc<LayerShards>>);
+
+impl ActiveShards {
+    fn on(shards: &[Arc<LayerShards>]) -> Self {
+        for s in shards {
+            s.activate(true);
+        }
+        Self(shards.to_vec())
+    }
+}
+
+impl Drop for ActiveShards {
+    fn drop(&mut self) {
+        for s in &self.0 {
+            s.activate(false);
+        }
+    }
 }
 
 /// Where [`Learner::save`] writes a separate critic, inside the policy's directory.
@@ -365,6 +390,7 @@ impl Learner {
             ranks: None,
             stopped: false,
             ranks_broken: std::cell::Cell::new(false),
+            shards: Vec::new(),
         })
     }
 
@@ -377,7 +403,13 @@ impl Learner {
     /// or another configuration than rank 0 is refused, on every rank, before any work.
     pub fn join_ranks(&mut self, group: ProcessGroup, mode: ShardMode) -> Result<()> {
         let (rank, world) = (group.rank(), group.world());
-        let ranks = Ranks { group, mode };
+        if mode == ShardMode::Parameters {
+            self.check_parameter_sharding()?;
+        }
+        let ranks = Ranks {
+            group: Arc::new(group),
+            mode,
+        };
         let weights = self.policy_digest()?;
         let critic = match &self.critic {
             Critic::Separate(c) => Some(WeightDigest::of(&named_params(c, |_| true))?),
@@ -387,15 +419,99 @@ impl Learner {
             data_parallel::fingerprint(&(weights, critic)),
             data_parallel::fingerprint(&(&self.config, mode)),
         ])?;
-        if mode == ShardMode::OptimizerState {
+        if mode.shards_optimizer() {
             self.actor_opt.shard(rank, world);
             if let Some(c) = self.critic_opt.as_mut() {
                 c.shard(rank, world);
             }
         }
+        if mode == ShardMode::Parameters {
+            let gate = |model: &mut PolicyModel,
+                        opt: &mut ParamOptimizer,
+                        names: Vec<String>,
+                        what: &'static str| {
+                let layers = layer_shards::by_layer(&names, model.num_layers());
+                let mut owner_only = vec![false; names.len()];
+                let layers = layers
+                    .into_iter()
+                    .map(|indices| {
+                        indices
+                            .into_iter()
+                            .map(|i| {
+                                owner_only[i] = true;
+                                (opt.params()[i].shallow_clone(), i, opt.owner(i))
+                            })
+                            .collect()
+                    })
+                    .collect();
+                opt.set_owner_only_grads(owner_only);
+                let shards = Arc::new(LayerShards::new(ranks.group.clone(), what, layers));
+                model.set_layer_gate(Some(shards.clone()));
+                shards
+            };
+            let names = named_params(&self.policy, is_actor_param)
+                .into_iter()
+                .map(|(n, _)| n)
+                .collect();
+            self.shards = vec![gate(&mut self.policy, &mut self.actor_opt, names, "policy")];
+            if let (Critic::Separate(c), Some(opt)) = (&mut self.critic, self.critic_opt.as_mut()) {
+                let names = named_params(c, |_| true)
+                    .into_iter()
+                    .map(|(n, _)| n)
+                    .collect();
+                self.shards.push(gate(c, opt, names, "critic"));
+            }
+        }
         tracing::info!(rank, world, mode = mode.as_str(), "learner rank joined");
         self.ranks = Some(ranks);
         Ok(())
+    }
+
+    /// What `ShardMode::Parameters` needs of the configuration, checked before any rank
+    /// shards anything.
+    fn check_parameter_sharding(&self) -> Result<()> {
+        let refuse = |why: &str| Err(Error::invalid("learner.shard = \"parameters\"", why));
+        if !self.config.memory.recompute {
+            return refuse(
+                "needs memory.recompute = true (each layer is gathered only while it runs, \
+                 so its backward pass must recompute it); allowed: set memory.recompute = true, \
+                 or shard = \"optimizer_state\"",
+            );
+        }
+        if self.policy.lora().is_some() {
+            return refuse(
+                "does not shard LoRA adapters (the frozen base is not trained); allowed: shard = \
+                 \"replicated\" or \"optimizer_state\" with LoRA",
+            );
+        }
+        if self.policy.placement().device != tch::Device::Cpu {
+            return refuse("runs on CPU ranks (Gloo) only; allowed: learner.device = \"cpu\"");
+        }
+        Ok(())
+    }
+
+    /// The gates' first failed collective, if any.
+    fn shard_errors(&self) -> Result<()> {
+        self.shards.iter().try_for_each(|s| s.take_error())
+    }
+
+    /// Whether layer passes must keep step with the other ranks: with sharded parameters
+    /// every rank runs the same number of passes (idle ones where it has no rows).
+    fn lockstep(&self) -> bool {
+        !self.shards.is_empty()
+    }
+
+    /// With [`Self::lockstep`]: the most micro-batches any rank has (`mine` here).
+    fn slots(&self, mine: usize, what: &str) -> Result<usize> {
+        match &self.ranks {
+            Some(r) if self.lockstep() => {
+                let mut n = Tensor::from_slice(&[mine as i64]);
+                r.group
+                    .all_reduce(&mut n, crate::process_group::ReduceOp::Max, what)?;
+                Ok(n.int64_value(&[0]) as usize)
+            }
+            _ => Ok(mine),
+        }
     }
 
     /// A rank other than 0: carries out rank 0's orders until rank 0 stops (its learner is
@@ -747,7 +863,18 @@ impl Learner {
             // The policy's own log-probabilities are always computed: the sampler/trainer gap
             // is measured on every update.
             let mut prox = full();
-            for micro in MicroBatching::of(&self.config).split(&mine, &batch.lengths) {
+            let micros = MicroBatching::of(&self.config).split(&mine, &batch.lengths);
+            // With sharded layers every rank runs as many passes as the busiest one.
+            let slots = self.slots(micros.len(), "the prepass's micro-batch count")?;
+            for _ in micros.len()..slots {
+                match &self.critic {
+                    Critic::None => {}
+                    Critic::Shared => self.policy.idle_forward(),
+                    Critic::Separate(c) => c.idle_forward(),
+                }
+                self.policy.idle_forward();
+            }
+            for micro in micros {
                 let idx = Tensor::from_slice(&micro).to_device(batch.ids.device());
                 let mb = batch.select(&micro);
                 if let (Some(v), _) = self.critic_values(&mb, None, false) {
@@ -766,8 +893,9 @@ impl Learner {
                 let lp = self.action_logprobs(&self.policy, &mb, batch.cols());
                 let _ = prox.index_copy_(0, &idx, &lp);
             }
-            (values, refs, prox)
-        });
+            Ok::<_, Error>((values, refs, prox))
+        })?;
+        self.shard_errors()?;
         let sum = |t: Option<Tensor>, what: &str| t.map(|t| self.sum_rows(t, what)).transpose();
         let old_values = sum(old_values, "values")?;
         let ref_logprobs = sum(ref_logprobs, "reference log-probabilities")?;
@@ -956,6 +1084,7 @@ impl Learner {
 
     fn train(&mut self, trajectories: Vec<Trajectory>) -> Result<UpdateStats> {
         let start = Instant::now();
+        let _active = ActiveShards::on(&self.shards);
         if trajectories.is_empty() {
             return Err(Error::invalid("batch", "has no trajectories"));
         }
@@ -1195,6 +1324,29 @@ impl Learner {
         stats
     }
 
+    /// The layer passes of one micro-batch, computing nothing, on a rank with no rows in it
+    /// while other ranks train theirs (sharded layers: the same collectives in the same
+    /// order as [`Self::train_mini_batch`]'s passes).
+    fn idle_slot(&self, ctx: &Prepared<'_>) {
+        let critic_runs = ctx.returns.is_some() && ctx.old_values.is_some();
+        if ctx.train_policy {
+            self.policy.idle_forward();
+        }
+        if critic_runs {
+            match &self.critic {
+                Critic::Separate(c) => c.idle_forward(),
+                Critic::Shared if !ctx.train_policy => self.policy.idle_forward(),
+                _ => {}
+            }
+        }
+        if ctx.train_policy {
+            self.policy.idle_backward();
+        }
+        if let (true, Critic::Separate(c)) = (critic_runs, &self.critic) {
+            c.idle_backward();
+        }
+    }
+
     /// Accumulates gradients over the micro-batches of `chunk` and steps; returns whether
     /// the step was applied.
     fn train_mini_batch(
@@ -1221,13 +1373,22 @@ impl Learner {
         let mut finite = true;
         let recompute = self.config.memory.recompute;
         let mine = self.my_rows(chunk, &ctx.batch.lengths);
-        for micro in MicroBatching::of(&self.config).split(&mine, &ctx.batch.lengths) {
+        let micros = MicroBatching::of(&self.config).split(&mine, &ctx.batch.lengths);
+        // With sharded layers every rank runs as many passes as the busiest one.
+        let slots = self.slots(micros.len(), "the mini-batch's micro-batch count")?;
+        for _ in micros.len()..slots {
+            self.idle_slot(ctx);
+        }
+        for micro in micros {
             let idx = Tensor::from_slice(&micro).to_device(device);
             let mb = ctx.batch.select(&micro);
             let cols = mb.cols();
             let mask = rows_cut(ctx.train_mask, &idx, cols);
             let w = self.agg_weight(&mask) / total;
             if w == 0.0 {
+                if self.lockstep() {
+                    self.idle_slot(ctx);
+                }
                 continue;
             }
             let mut loss: Option<Tensor> = None;
@@ -1333,6 +1494,17 @@ impl Learner {
             let Some(loss) = loss else { continue };
             if !loss.double_value(&[]).is_finite() {
                 finite = false;
+                // No gradient reaches the layers; with sharded layers their backward passes
+                // still join the other ranks' reductions.
+                if let Some(checkpoints) = policy_checkpoints.filter(|_| self.lockstep()) {
+                    checkpoints.backward(&self.policy);
+                }
+                if let (Some(checkpoints), Critic::Separate(c)) = (critic_checkpoints, &self.critic)
+                {
+                    if self.lockstep() {
+                        checkpoints.backward(c);
+                    }
+                }
                 continue;
             }
             let loss = loss * w;
@@ -1367,6 +1539,8 @@ impl Learner {
                 checkpoints.backward(c);
             }
         }
+        self.shard_errors()?;
+        let reduced: Vec<bool> = self.shards.iter().map(|s| s.take_walked()).collect();
         if let Some(ranks) = &self.ranks {
             let mut shared = [
                 step.policy_loss,
@@ -1396,15 +1570,19 @@ impl Learner {
                 ranks.sum_gradients(opt, "critic")?;
             }
         }
+        let norm = |opt: &ParamOptimizer, what: &str| match &self.ranks {
+            Some(r) => r.grad_norm(opt, what),
+            None => Ok(opt.grad_norm()),
+        };
         let actor_norm = if ctx.train_policy {
-            self.actor_opt.grad_norm()
+            norm(&self.actor_opt, "policy")?
         } else {
             0.0
         };
-        let critic_norm = self
-            .critic_opt
-            .as_ref()
-            .map_or(0.0, ParamOptimizer::grad_norm);
+        let critic_norm = match &self.critic_opt {
+            Some(opt) => norm(opt, "critic")?,
+            None => 0.0,
+        };
         if !(finite && actor_norm.is_finite() && critic_norm.is_finite()) {
             self.actor_opt.zero_grad()?;
             if let Some(opt) = self.critic_opt.as_mut() {
@@ -1440,16 +1618,23 @@ impl Learner {
         if ctx.train_policy {
             self.actor_opt
                 .clip(actor_norm, self.config.algorithm.grad_clip);
-            self.actor_opt.step()?;
+            self.actor_opt
+                .step_after(reduced.first().copied().unwrap_or(false))?;
             if let Some(ranks) = &self.ranks {
                 ranks.share_parameters(&self.actor_opt, "policy")?;
+            }
+            if let Some(shards) = self.shards.first() {
+                shards.send_to_leader()?;
             }
         }
         if let Some(opt) = self.critic_opt.as_mut() {
             opt.clip(critic_norm, self.config.algorithm.grad_clip);
-            opt.step()?;
+            opt.step_after(reduced.get(1).copied().unwrap_or(false))?;
             if let Some(ranks) = &self.ranks {
                 ranks.share_parameters(opt, "critic")?;
+            }
+            if let Some(shards) = self.shards.get(1) {
+                shards.send_to_leader()?;
             }
         }
         step.grad_norm = actor_norm;

@@ -431,6 +431,13 @@ impl ModelConfig {
 
     /// Parameters, counting tied matrices once.
     pub fn num_parameters(&self) -> usize {
+        let emb = self.vocab_size * self.hidden_size;
+        let head = if self.tie_word_embeddings { 0 } else { emb };
+        emb + head + self.num_hidden_layers * self.layer_parameters() + self.hidden_size
+    }
+
+    /// Parameters of one decoder layer (attention, MLP and its two norms).
+    pub fn layer_parameters(&self) -> usize {
         let h = self.hidden_size;
         let q = self.num_attention_heads * self.head_dim;
         let kv = self.num_key_value_heads * self.head_dim;
@@ -446,10 +453,7 @@ impl ModelConfig {
             } else {
                 0
             };
-        let layer = attn + mlp + 2 * h;
-        let emb = self.vocab_size * h;
-        let head = if self.tie_word_embeddings { 0 } else { emb };
-        emb + head + self.num_hidden_layers * layer + h
+        attn + mlp + 2 * h
     }
 
     /// Bytes of KV cache per token at `bytes_per_element`.

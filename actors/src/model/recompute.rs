@@ -44,9 +44,11 @@ impl PolicyModel {
             let (cos, sin) = self.right_padded_rotary(input_mask);
             let mut inputs = Vec::with_capacity(self.layers.len() + 1);
             inputs.push(self.embed_tokens.forward(ids).to_kind(self.residual));
-            for layer in &self.layers {
+            for (i, layer) in self.layers.iter().enumerate() {
                 let x = inputs.last().expect("the embeddings are there");
+                self.gate(|g| g.before_forward(i));
                 let y = layer.forward(x, &cos, &sin, AttnMask::Causal, None);
+                self.gate(|g| g.after_forward(i));
                 inputs.push(y);
             }
             let x = inputs.pop().expect("at least the embeddings");
@@ -66,22 +68,47 @@ impl PolicyModel {
     }
 }
 
+impl PolicyModel {
+    /// The layer gate's calls of a checkpointed forward pass, computing nothing: a learner
+    /// rank with no rows in a micro-batch the others train on joins their collectives.
+    pub fn idle_forward(&self) {
+        for i in 0..self.layers.len() {
+            self.gate(|g| g.before_forward(i));
+            self.gate(|g| g.after_forward(i));
+        }
+    }
+
+    /// The layer gate's calls of [`LayerCheckpoints::backward`], computing nothing (no
+    /// gradient of this rank reaches a layer).
+    pub fn idle_backward(&self) {
+        for i in (0..self.layers.len()).rev() {
+            self.gate(|g| g.before_backward(i));
+            self.gate(|g| g.after_backward(i));
+        }
+    }
+}
+
 impl LayerCheckpoints {
     /// Backpropagates the gradient the loss left on the last layer's output through every
     /// layer (recomputing each from its saved input) and the embedding, accumulating into
     /// the model's parameter gradients. Call it once, after the loss's backward pass; it
-    /// does nothing if no gradient reached the hidden states.
+    /// does nothing if no gradient reached the hidden states (a model with a layer gate
+    /// still walks its layers through the gate, computing nothing: see
+    /// [`PolicyModel::idle_backward`]).
     pub fn backward(mut self, model: &PolicyModel) {
         let mut grad = self.top.grad();
         if !grad.defined() {
+            model.idle_backward();
             return;
         }
-        for layer in model.layers.iter().rev() {
+        for (i, layer) in model.layers.iter().enumerate().rev() {
             let input = self.inputs.pop().expect("one input per layer");
             let x = input.set_requires_grad(true);
+            model.gate(|g| g.before_backward(i));
             let y = layer.forward(&x, &self.cos, &self.sin, AttnMask::Causal, None);
             // d(sum(y * g))/dy = g exactly, whatever the rounding of the product itself.
             (y * &grad).sum(Kind::Float).backward();
+            model.gate(|g| g.after_backward(i));
             grad = x.grad();
         }
         if model.embed_tokens.ws.requires_grad() {
