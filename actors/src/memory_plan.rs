@@ -572,6 +572,63 @@ mod tests {
     }
 
     #[test]
+    fn sharded_parameters_divide_the_layers_weights_and_gradients_off_rank_0() {
+        let (model, _) = shape("qwen2.5-1.5b").unwrap();
+        let n = model.num_parameters() as u64;
+        let layers = (model.num_hidden_layers * model.layer_parameters()) as u64;
+        let rest = n - layers;
+        let mut l = crate::learner::config::fixture();
+        l.memory.ranks = 4;
+        l.memory.shard = crate::learner::ShardMode::Parameters;
+        l.memory.recompute = true;
+        let at = |l: &LearnerConfig, rank| {
+            MemoryPlan::predict(&PlanInput {
+                device: Device::Cuda(0),
+                model: &model,
+                kind: Kind::BFloat16,
+                learner: l,
+                separate_critic: None,
+                critic_lora: None,
+                teacher: None,
+                lora: None,
+                engine: None,
+                action_tokens: None,
+                rank,
+            })
+        };
+        let (leader, other) = (at(&l, 0), at(&l, 1));
+        // Rank 0 keeps every weight whole (it publishes them); the others their quarter of
+        // the layers' and all of the rest.
+        assert_eq!(bytes(&leader, "policy weights"), 2 * n);
+        assert_eq!(bytes(&other, "policy weights"), 2 * (rest + layers / 4));
+        for p in [&leader, &other] {
+            assert_eq!(bytes(p, "policy gradients"), 2 * (rest + layers / 4));
+            assert_eq!(bytes(p, "AdamW moments (float32)"), 2 * n);
+            assert_eq!(bytes(p, "float32 master weights"), n);
+            assert_eq!(
+                bytes(p, "gradient all-reduce bucket"),
+                4 * rest.min(1 << 24)
+            );
+        }
+        let layer = model.layer_parameters() as u64;
+        assert_eq!(
+            bytes(&leader, "gathered layer (weights, gradients, reduction)"),
+            layer * 10
+        );
+        assert_eq!(
+            bytes(&other, "gathered layer (weights, gradients, reduction)"),
+            layer * 12
+        );
+        l.memory.shard = crate::learner::ShardMode::OptimizerState;
+        let zero1 = at(&l, 1);
+        assert!(other.total() < zero1.total());
+        assert_eq!(
+            bytes(&zero1, "policy gradients") - bytes(&other, "policy gradients"),
+            2 * (layers - layers / 4)
+        );
+    }
+
+    #[test]
     fn the_knobs_shrink_their_terms() {
         let plain = LearnerConfig {
             algorithm: AlgorithmConfig {

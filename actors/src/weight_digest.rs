@@ -16,6 +16,9 @@ use crate::{Error, Result};
 /// Positions weigh `1 + (i mod 65521)` in the weighted sum.
 const POSITION_MODULUS: i64 = 65521;
 
+/// Elements digested at a time.
+const DIGEST_SLICE: i64 = 1 << 22;
+
 /// The checksum of one tensor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TensorDigest {
@@ -42,19 +45,29 @@ impl TensorDigest {
             }
         };
         tch::no_grad(|| {
-            let bits = t
-                .detach()
-                .contiguous()
-                .view_dtype(bits_kind)
-                .flatten(0, -1)
-                .to_kind(Kind::Int64);
-            let n = bits.size()[0];
-            let position =
-                Tensor::arange(n, (Kind::Int64, bits.device())).remainder(POSITION_MODULUS) + 1;
+            let flat = t.detach().contiguous().view_dtype(bits_kind).flatten(0, -1);
+            let n = flat.size()[0];
+            // In slices: the int64 copies of a whole embedding (hundreds of millions of
+            // elements) would be three times its size again. Sums modulo 2^64 are the same
+            // in any grouping.
+            let (mut sum, mut weighted) = (0i64, 0i64);
+            let mut start = 0;
+            while start < n {
+                let len = DIGEST_SLICE.min(n - start);
+                let bits = flat.narrow(0, start, len).to_kind(Kind::Int64);
+                let position =
+                    Tensor::arange_start(start, start + len, (Kind::Int64, bits.device()))
+                        .remainder(POSITION_MODULUS)
+                        + 1;
+                sum = sum.wrapping_add(bits.sum(Kind::Int64).int64_value(&[]));
+                weighted =
+                    weighted.wrapping_add((&bits * position).sum(Kind::Int64).int64_value(&[]));
+                start += len;
+            }
             Ok(TensorDigest {
                 numel: n,
-                sum: bits.sum(Kind::Int64).int64_value(&[]),
-                weighted: (&bits * position).sum(Kind::Int64).int64_value(&[]),
+                sum,
+                weighted,
             })
         })
     }
@@ -141,5 +154,21 @@ mod tests {
             TensorDigest::of(&half.copy()).unwrap()
         );
         assert!(TensorDigest::of(&Tensor::from_slice(&[1i64, 2])).is_err());
+    }
+
+    #[test]
+    fn a_tensor_digested_in_slices_has_the_digest_of_the_whole() {
+        // Over two slices and a part; the whole computed at once, as the definition reads.
+        let n = 2 * DIGEST_SLICE + 12_345;
+        let t = Tensor::randn([n], (Kind::Float, tch::Device::Cpu)) * 1e3;
+        let bits = t.view_dtype(Kind::Int).to_kind(Kind::Int64);
+        let position =
+            Tensor::arange(n, (Kind::Int64, tch::Device::Cpu)).remainder(POSITION_MODULUS) + 1;
+        let whole = TensorDigest {
+            numel: n,
+            sum: bits.sum(Kind::Int64).int64_value(&[]),
+            weighted: (&bits * position).sum(Kind::Int64).int64_value(&[]),
+        };
+        assert_eq!(TensorDigest::of(&t).unwrap(), whole);
     }
 }

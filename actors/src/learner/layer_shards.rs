@@ -96,6 +96,9 @@ impl LayerShards {
                     .collect()
             })
             .collect();
+        if rank != 0 {
+            return_freed_memory();
+        }
         Self {
             inner: Mutex::new(Inner {
                 group,
@@ -262,6 +265,23 @@ impl LayerShards {
                 *error = Some(e);
             }
         }
+    }
+}
+
+/// Hands the pages of freed heap memory back to the system. The released weights were
+/// allocated while the model loaded, among other allocations, so freeing them alone leaves
+/// them in the process's heap (its resident memory) until this.
+/// Then every block of 1 MiB or more (a gathered weight, its reduction buffer) is mapped
+/// on its own and unmapped when freed: with glibc's default, such blocks come from the
+/// heap once a few have been freed, and layers gathered and released in turn between
+/// activations leave the heap fragmented, the process's memory growing by about a layer's
+/// weights every few layers.
+fn return_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: both only change and walk glibc's own allocator state.
+    unsafe {
+        libc::malloc_trim(0);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
     }
 }
 
