@@ -1,4 +1,5 @@
-//! `train` with `learner.ranks = 2` (two processes, the optimizer state sharded): a rank killed
+//! `train` with `learner.ranks = 2` (two processes, the optimizer state sharded, and the
+//! parameters too): a rank killed
 //! with SIGKILL as rank 0 runs an update's collectives ends the run with the stall's exit code
 //! and an error naming the rank and the collective; started again in the same directory, the
 //! run resumes from its newest checkpoint and ends with the uninterrupted run's weights and
@@ -33,16 +34,29 @@ fn final_files(run: &Path) -> (Vec<u8>, Vec<u8>) {
 #[test]
 fn a_killed_rank_fails_the_run_with_the_stall_code_and_a_resume_ends_where_the_uninterrupted_run_does(
 ) {
+    killed_and_resumed("optimizer_state", "");
+}
+
+/// The same with each decoder layer's weights and gradients sharded: rank 0 publishes and
+/// checkpoints whole weights (every engine verifies their digest), and a resume on two
+/// ranks ends bit for bit where the uninterrupted run does.
+#[test]
+fn with_sharded_parameters_a_killed_rank_fails_the_run_and_a_resume_ends_where_the_uninterrupted_run_does(
+) {
+    killed_and_resumed("parameters", "recompute = true\n");
+}
+
+fn killed_and_resumed(shard: &str, extra: &str) {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(
         dir.path(),
-        "ranks = 2\nshard = \"optimizer_state\"\nrank_timeout_s = 120",
+        &format!("ranks = 2\nshard = \"{shard}\"\nrank_timeout_s = 120\n{extra}"),
     );
 
     let reference = dir.path().join("reference");
     let (code, stdout, log) = Trainer::start_with(&cfg, &reference, &[]).finish();
     assert_eq!(code, Some(0), "{log}");
-    assert!(log.contains("learner: 2 ranks (optimizer_state)"), "{log}");
+    assert!(log.contains(&format!("learner: 2 ranks ({shard})")), "{log}");
     assert!(
         stdout.contains(&format!("\"updates\":{UPDATES}")),
         "{stdout}"
