@@ -8,6 +8,7 @@
 use std::path::Path;
 
 use agent_r1_actors::device::memory;
+use agent_r1_actors::learner::{LearnerConfig, ShardMode};
 use agent_r1_actors::memory_plan::{EnginePlan, MemoryPlan, PlanInput, Term};
 use agent_r1_actors::model::presets::{preset, shape};
 use agent_r1_actors::model::{ModelConfig, Placement};
@@ -48,8 +49,56 @@ pub fn plan(
     placement: Placement,
     source: ShapeSource<'_>,
 ) -> anyhow::Result<MemoryPlan> {
-    let model = policy_config(cfg, source)?;
     let learner = cfg.learner_config();
+    let [mut plan, _, other] = rank_plans(cfg, placement, source, &learner)?;
+    // Learner ranks are processes on the same host (the CPU): the others' plans, without
+    // the engine, add to rank 0's.
+    let ranks = learner.memory.ranks as u64;
+    if ranks > 1 {
+        plan.terms.push(Term {
+            name: "the other learner ranks (each its own process)",
+            bytes: (ranks - 1) * other.total(),
+            knobs: "learner.ranks, learner.shard = \"optimizer_state\" or \"parameters\"",
+        });
+    }
+    Ok(plan)
+}
+
+/// What each sharding mode needs per rank when `cfg`'s learner runs on `ranks` devices
+/// like `placement`: rank 0's plans (beside the engines sharing its device, and alone) and
+/// another rank's, for `replicated`, `optimizer_state` and `parameters` (with
+/// recomputation, which it needs).
+pub fn sharding_plans(
+    cfg: &TrainConfig,
+    placement: Placement,
+    source: ShapeSource<'_>,
+    ranks: usize,
+) -> anyhow::Result<Vec<(ShardMode, [MemoryPlan; 3])>> {
+    [
+        ShardMode::Replicated,
+        ShardMode::OptimizerState,
+        ShardMode::Parameters,
+    ]
+    .into_iter()
+    .map(|mode| {
+        let mut learner = cfg.learner_config();
+        learner.memory.ranks = ranks;
+        learner.memory.shard = mode;
+        learner.memory.recompute |= mode == ShardMode::Parameters;
+        Ok((mode, rank_plans(cfg, placement, source, &learner)?))
+    })
+    .collect()
+}
+
+/// Rank 0's plans of `cfg` with `learner` (beside the engines on its device, and alone)
+/// and another rank's.
+fn rank_plans(
+    cfg: &TrainConfig,
+    placement: Placement,
+    source: ShapeSource<'_>,
+    learner: &LearnerConfig,
+) -> anyhow::Result<[MemoryPlan; 3]> {
+    let model = policy_config(cfg, source)?;
     let critic = match (&cfg.critic.model, source) {
         _ if !(learner.algorithm.estimator.needs_critic() && cfg.critic.separate) => None,
         (Some(dir), ShapeSource::Config) => Some(read(dir)?),
@@ -82,7 +131,7 @@ pub fn plan(
         device: placement.device,
         model: &model,
         kind: placement.kind,
-        learner: &learner,
+        learner,
         separate_critic: critic.as_ref(),
         critic_lora: cfg.critic.lora.as_ref().filter(|_| critic.is_some()),
         teacher: teacher.as_ref(),
@@ -99,20 +148,11 @@ pub fn plan(
         action_tokens: None,
         rank: 0,
     };
-    let mut plan = MemoryPlan::predict(&input);
-    // Learner ranks are processes on the same host (the CPU): the others' plans, without
-    // the engine, add to rank 0's.
-    let ranks = learner.memory.ranks as u64;
-    if ranks > 1 {
-        input.engine = None;
-        input.rank = 1;
-        plan.terms.push(Term {
-            name: "the other learner ranks (each its own process)",
-            bytes: (ranks - 1) * MemoryPlan::predict(&input).total(),
-            knobs: "learner.ranks, learner.shard = \"optimizer_state\" or \"parameters\"",
-        });
-    }
-    Ok(plan)
+    let leader = MemoryPlan::predict(&input);
+    input.engine = None;
+    let alone = MemoryPlan::predict(&input);
+    input.rank = 1;
+    Ok([leader, alone, MemoryPlan::predict(&input)])
 }
 
 /// Bytes of memory `device` has for the run: a GPU's total (from `nvidia-smi`), the

@@ -56,7 +56,10 @@ fn killed_and_resumed(shard: &str, extra: &str) {
     let reference = dir.path().join("reference");
     let (code, stdout, log) = Trainer::start_with(&cfg, &reference, &[]).finish();
     assert_eq!(code, Some(0), "{log}");
-    assert!(log.contains(&format!("learner: 2 ranks ({shard})")), "{log}");
+    assert!(
+        log.contains(&format!("learner: 2 ranks ({shard})")),
+        "{log}"
+    );
     assert!(
         stdout.contains(&format!("\"updates\":{UPDATES}")),
         "{stdout}"

@@ -190,6 +190,48 @@ fn the_memory_plan_accepts_the_example_and_refuses_what_cannot_fit() {
     assert!(!out.status.success(), "{stderr}");
     assert!(stderr.contains("AdamW moments (float32)"), "{stderr}");
 
+    // Spread over GPUs of 80 GB: two are too few in any mode; on eight, the optimizer state
+    // must be sharded (the engines on other devices), and each mode holds less per rank
+    // than the one before it.
+    let spread = |ranks: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_agent-r1"))
+            .args([
+                "check-config",
+                full.to_str().unwrap(),
+                "--skip-machine-checks",
+            ])
+            .args(["--shape", "llama3.1-8b", "--device-memory-gib", "80"])
+            .args(["--learner-ranks", ranks])
+            .current_dir(ROOT)
+            .output()
+            .unwrap();
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let two = spread("2");
+    assert!(two.contains("no sharding fits on 2 ranks"), "{two}");
+    let eight = spread("8");
+    assert!(
+        eight.contains(
+            "needs at least shard = \"optimizer_state\" on 8 ranks, with the engines on other \
+             devices"
+        ),
+        "{eight}"
+    );
+    let others: Vec<f64> = eight
+        .lines()
+        .filter(|l| l.trim_start().starts_with("shard = "))
+        .map(|l| {
+            let after = l.split("ranks 1..7 ").nth(1).unwrap();
+            after.split(" GiB").next().unwrap().parse().unwrap()
+        })
+        .collect();
+    assert_eq!(others.len(), 3, "{eight}");
+    assert!(others[0] > others[1] && others[1] > others[2], "{eight}");
+    assert!(
+        spread("0").contains("--learner-ranks: got 0; allowed: 1 to 64"),
+        "bad input named"
+    );
+
     let text = std::fs::read_to_string(&example).unwrap();
     let without = text.split("\n[learner]").next().unwrap();
     let dir = tempfile::tempdir().unwrap();

@@ -9,10 +9,11 @@ use std::path::PathBuf;
 
 use crate::checkpoint::latest_complete;
 use crate::config::{explain, explain_line, FileCheck, TrainConfig};
-use crate::memory::{device_capacity, plan, ShapeSource};
+use crate::memory::{device_capacity, plan, sharding_plans, ShapeSource};
 use crate::preflight::preflight;
 use crate::registries::Registries;
 use agent_r1_actors::device::parse_placement_elsewhere;
+use agent_r1_actors::learner::ShardMode;
 use agent_r1_actors::memory_plan::gib;
 use agent_r1_actors::model::Placement;
 
@@ -47,6 +48,11 @@ pub(crate) struct CheckConfigArgs {
     /// qwen2.5-7b, llama3.1-8b.
     #[arg(long)]
     shape: Option<String>,
+    /// Also plan the learner as this many ranks, one per device like the configured one
+    /// (a full fine-tune spread over N GPUs), in each sharding mode, and say the least
+    /// sharding that fits (1 to 64).
+    #[arg(long, conflicts_with_all = ["explain", "explain_metrics"])]
+    learner_ranks: Option<usize>,
 }
 
 pub(crate) fn run(args: CheckConfigArgs, registries: &Registries) -> anyhow::Result<()> {
@@ -79,7 +85,13 @@ pub(crate) fn run(args: CheckConfigArgs, registries: &Registries) -> anyhow::Res
         None => Some(ShapeSource::Config),
     };
     match source {
-        Some(source) => check_memory(&config, placement, source, args.device_memory_gib)?,
+        Some(source) => check_memory(
+            &config,
+            placement,
+            source,
+            args.device_memory_gib,
+            args.learner_ranks,
+        )?,
         None => eprintln!(
             "memory plan: skipped (the model is not read with --skip-machine-checks; give \
              --shape NAME to plan with a built-in shape)"
@@ -125,7 +137,11 @@ fn check_memory(
     placement: Placement,
     source: ShapeSource<'_>,
     gib_given: Option<f64>,
+    learner_ranks: Option<usize>,
 ) -> anyhow::Result<()> {
+    if let Some(n) = learner_ranks.filter(|n| !(1..=64).contains(n)) {
+        anyhow::bail!("--learner-ranks: got {n}; allowed: 1 to 64");
+    }
     let memory = plan(config, placement, source)?;
     eprintln!(
         "memory plan ({:?} {:?}):\n{memory}",
@@ -136,6 +152,9 @@ fn check_memory(
         Some(g) => anyhow::bail!("--device-memory-gib: got {g}; allowed: a positive number"),
         None => device_capacity(placement.device),
     };
+    if let Some(ranks) = learner_ranks {
+        print_sharding(config, placement, source, ranks, capacity)?;
+    }
     match capacity {
         Some(c) => match memory.check(placement.device, c) {
             Ok(()) => eprintln!("memory: fits ({} of {})", gib(memory.total()), gib(c)),
@@ -144,6 +163,79 @@ fn check_memory(
         None => {
             eprintln!("memory: the device's capacity is unknown here; pass --device-memory-gib")
         }
+    }
+    Ok(())
+}
+
+/// Each sharding mode's per-rank peak on `ranks` devices of `capacity` bytes, and the
+/// least sharding that fits.
+fn print_sharding(
+    config: &TrainConfig,
+    placement: Placement,
+    source: ShapeSource<'_>,
+    ranks: usize,
+    capacity: Option<u64>,
+) -> anyhow::Result<()> {
+    let plans = sharding_plans(config, placement, source, ranks)?;
+    let on = capacity.map_or(String::new(), |c| format!(" of {}", gib(c)));
+    eprintln!(
+        "learner on {ranks} ranks, one per {:?}{on} (peak per rank; rank 0 beside the \
+         engines on its device):",
+        placement.device
+    );
+    let fits = |p: &agent_r1_actors::memory_plan::MemoryPlan| {
+        capacity.map(|c| p.check(placement.device, c).is_ok())
+    };
+    // The least sharding that fits as configured, and with the engines on other devices.
+    let (mut here, mut apart) = (None, None);
+    for (mode, [leader, alone, other]) in &plans {
+        let verdict = match (fits(leader), fits(alone), fits(other)) {
+            (Some(true), _, Some(true)) => {
+                here.get_or_insert(*mode);
+                apart.get_or_insert(*mode);
+                ": fits"
+            }
+            (_, Some(true), Some(true)) => {
+                apart.get_or_insert(*mode);
+                ": fits with the engines on other devices"
+            }
+            (None, _, _) => "",
+            _ => ": does not fit",
+        };
+        let needs = if *mode == ShardMode::Parameters && !config.learner.recompute {
+            " (with learner.recompute = true)"
+        } else {
+            ""
+        };
+        eprintln!(
+            "  shard = {:<18} rank 0 {} ({} without the engines), ranks 1..{} {} each{needs}{verdict}",
+            format!("{:?}", mode.as_str()),
+            gib(leader.total()),
+            gib(alone.total()),
+            ranks - 1,
+            gib(other.total()),
+        );
+    }
+    match (capacity, here, apart) {
+        (None, _, _) => {
+            eprintln!("  (the device's capacity is unknown here: pass --device-memory-gib)")
+        }
+        (Some(_), Some(mode), _) => eprintln!(
+            "  needs at least shard = {:?} on {ranks} ranks",
+            mode.as_str()
+        ),
+        (Some(_), None, Some(mode)) => eprintln!(
+            "  needs at least shard = {:?} on {ranks} ranks, with the engines on other devices \
+             (rollout.devices)",
+            mode.as_str()
+        ),
+        (Some(_), None, None) => eprintln!(
+            "  no sharding fits on {ranks} ranks: more ranks, LoRA ([lora]), or smaller \
+             micro-batches (learner.max_tokens_per_micro_batch)"
+        ),
+    }
+    if ranks > 1 && placement.device != tch::Device::Cpu {
+        eprintln!("  (learner ranks on GPUs, over NCCL, are not built yet: this is their plan)");
     }
     Ok(())
 }
