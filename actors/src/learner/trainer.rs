@@ -129,20 +129,23 @@ pub struct Learner {
     /// A collective of the ranks failed: the group is unusable, so the followers are not
     /// told to stop (they end on the same failure).
     ranks_broken: std::cell::Cell<bool>,
-    /// With `ShardMode::Parameters`: the gates that hold the policy's (and a separate
-    /// critic's) decoder layers sharded.
-    shards: Vec<Arc<LayerShards>>,
+    /// With `ShardMode::Parameters`: the gate that holds the policy's decoder layers
+    /// sharded.
+    policy_shards: Option<Arc<LayerShards>>,
+    /// The same for a separate critic's.
+    critic_shards: Option<Arc<LayerShards>>,
 }
 
 /// Turns layer gates on for one update and off again, however it ends.
 struct ActiveShards(Vec<Arc<LayerShards>>);
 
 impl ActiveShards {
-    fn on(shards: &[Arc<LayerShards>]) -> Self {
-        for s in shards {
+    fn on<'a>(shards: impl Iterator<Item = &'a Arc<LayerShards>>) -> Self {
+        let shards: Vec<Arc<LayerShards>> = shards.cloned().collect();
+        for s in &shards {
             s.activate(true);
         }
-        Self(shards.to_vec())
+        Self(shards)
     }
 }
 
@@ -390,7 +393,8 @@ impl Learner {
             ranks: None,
             stopped: false,
             ranks_broken: std::cell::Cell::new(false),
-            shards: Vec::new(),
+            policy_shards: None,
+            critic_shards: None,
         })
     }
 
@@ -453,13 +457,13 @@ impl Learner {
                 .into_iter()
                 .map(|(n, _)| n)
                 .collect();
-            self.shards = vec![gate(&mut self.policy, &mut self.actor_opt, names, "policy")];
+            self.policy_shards = Some(gate(&mut self.policy, &mut self.actor_opt, names, "policy"));
             if let (Critic::Separate(c), Some(opt)) = (&mut self.critic, self.critic_opt.as_mut()) {
                 let names = named_params(c, |_| true)
                     .into_iter()
                     .map(|(n, _)| n)
                     .collect();
-                self.shards.push(gate(c, opt, names, "critic"));
+                self.critic_shards = Some(gate(c, opt, names, "critic"));
             }
         }
         tracing::info!(rank, world, mode = mode.as_str(), "learner rank joined");
@@ -492,13 +496,18 @@ impl Learner {
 
     /// The gates' first failed collective, if any.
     fn shard_errors(&self) -> Result<()> {
-        self.shards.iter().try_for_each(|s| s.take_error())
+        self.shards().try_for_each(|s| s.take_error())
     }
 
     /// Whether layer passes must keep step with the other ranks: with sharded parameters
     /// every rank runs the same number of passes (idle ones where it has no rows).
     fn lockstep(&self) -> bool {
-        !self.shards.is_empty()
+        self.policy_shards.is_some()
+    }
+
+    /// The layer gates (policy's, then a separate critic's).
+    fn shards(&self) -> impl Iterator<Item = &Arc<LayerShards>> {
+        self.policy_shards.iter().chain(&self.critic_shards)
     }
 
     /// With [`Self::lockstep`]: the most micro-batches any rank has (`mine` here).
@@ -1084,7 +1093,7 @@ impl Learner {
 
     fn train(&mut self, trajectories: Vec<Trajectory>) -> Result<UpdateStats> {
         let start = Instant::now();
-        let _active = ActiveShards::on(&self.shards);
+        let _active = ActiveShards::on(self.shards());
         if trajectories.is_empty() {
             return Err(Error::invalid("batch", "has no trajectories"));
         }
@@ -1540,7 +1549,9 @@ impl Learner {
             }
         }
         self.shard_errors()?;
-        let reduced: Vec<bool> = self.shards.iter().map(|s| s.take_walked()).collect();
+        let reduced = |s: &Option<Arc<LayerShards>>| s.as_ref().is_some_and(|s| s.take_walked());
+        let (policy_reduced, critic_reduced) =
+            (reduced(&self.policy_shards), reduced(&self.critic_shards));
         if let Some(ranks) = &self.ranks {
             let mut shared = [
                 step.policy_loss,
@@ -1618,22 +1629,21 @@ impl Learner {
         if ctx.train_policy {
             self.actor_opt
                 .clip(actor_norm, self.config.algorithm.grad_clip);
-            self.actor_opt
-                .step_after(reduced.first().copied().unwrap_or(false))?;
+            self.actor_opt.step_after(policy_reduced)?;
             if let Some(ranks) = &self.ranks {
                 ranks.share_parameters(&self.actor_opt, "policy")?;
             }
-            if let Some(shards) = self.shards.first() {
+            if let Some(shards) = &self.policy_shards {
                 shards.send_to_leader()?;
             }
         }
         if let Some(opt) = self.critic_opt.as_mut() {
             opt.clip(critic_norm, self.config.algorithm.grad_clip);
-            opt.step_after(reduced.get(1).copied().unwrap_or(false))?;
+            opt.step_after(critic_reduced)?;
             if let Some(ranks) = &self.ranks {
                 ranks.share_parameters(opt, "critic")?;
             }
-            if let Some(shards) = self.shards.get(1) {
+            if let Some(shards) = &self.critic_shards {
                 shards.send_to_leader()?;
             }
         }
