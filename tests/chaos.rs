@@ -19,7 +19,8 @@
 //!   keys, and the services take each key once (no key twice in either effect log);
 //! - every episode trained in exactly one update;
 //! - (async) each resume continues every episode the checkpoint holds in flight from its last
-//!   finished step (the built-in env snapshots between turns: none restarts);
+//!   finished step (the built-in env snapshots between turns: none restarts); each checkpoint
+//!   waits for such an episode (fault injection), so some resume continues one;
 //! - (deterministic) the final weights and AdamW state equal an uninterrupted run's bit for bit.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -47,8 +48,11 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 /// tool answers with) are the same in each.
 const RUN_ID: &str = "chaos";
 
-fn flags() -> Vec<String> {
-    [
+/// The fault-injection flags of every life; `async` runs also make each checkpoint wait for
+/// an episode in flight that has finished a step, so each resume from a checkpoint with open
+/// groups has one to continue (however the cores are shared).
+fn flags(asynchronous: bool) -> Vec<String> {
+    let mut flags: Vec<String> = [
         "--inject-tool-faults",
         "0",
         "--learner-delay-ms",
@@ -58,7 +62,11 @@ fn flags() -> Vec<String> {
     ]
     .iter()
     .map(|s| s.to_string())
-    .collect()
+    .collect();
+    if asynchronous {
+        flags.push("--checkpoint-with-a-finished-step".into());
+    }
+    flags
 }
 
 /// Where one run's tools leave their side effects.
@@ -283,8 +291,14 @@ struct Tally {
 
 /// Kills `run` 20 times at seeded instants, starting it again each time, then lets it
 /// finish; checks after each life that no journaled call was made again.
-fn kill_20_times(cfg: &Path, run: &Path, effects: &Effects, seed: u64) -> Tally {
-    let flags = flags();
+fn kill_20_times(
+    cfg: &Path,
+    run: &Path,
+    effects: &Effects,
+    seed: u64,
+    asynchronous: bool,
+) -> Tally {
+    let flags = flags(asynchronous);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let mut rng = SplitMix(seed);
     let mut tally = Tally::default();
@@ -424,7 +438,7 @@ fn async_run_killed_20_times_makes_each_side_effect_once_and_trains_each_episode
     let effects = Effects::new(&dir.path().join("effects"));
     let cfg = config(dir.path(), &effects, true);
     let run = run_dir(&dir.path().join("run"));
-    let tally = kill_20_times(&cfg, &run, &effects, 49);
+    let tally = kill_20_times(&cfg, &run, &effects, 49, true);
     check_trained_once(&run);
     let (made, attempted, again) = check_effects(&effects);
     println!("kills: {}", tally.kills.join("; "));
@@ -451,7 +465,7 @@ fn deterministic_run_killed_20_times_ends_with_the_uninterrupted_weights_and_eac
     std::fs::create_dir_all(&ref_dir).unwrap();
     let ref_cfg = config(&ref_dir, &ref_effects, false);
     let reference = run_dir(&dir.path().join("reference"));
-    let flags = flags();
+    let flags = flags(false);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let (code, _, log) = Trainer::start_with(&ref_cfg, &reference, &flags).finish();
     assert_eq!(code, Some(0), "{log}");
@@ -459,7 +473,7 @@ fn deterministic_run_killed_20_times_ends_with_the_uninterrupted_weights_and_eac
     let effects = Effects::new(&dir.path().join("effects"));
     let cfg = config(dir.path(), &effects, false);
     let run = run_dir(&dir.path().join("killed"));
-    let tally = kill_20_times(&cfg, &run, &effects, 2026);
+    let tally = kill_20_times(&cfg, &run, &effects, 2026, false);
     let (want, got) = (check_trained_once(&reference), check_trained_once(&run));
     for (w, g) in want.iter().zip(&got) {
         assert_eq!(g["episode_ids"], w["episode_ids"], "step {}", g["step"]);

@@ -82,6 +82,10 @@ struct FaultFlags {
     /// before it commits.
     #[arg(long, hide = true)]
     checkpoint_delay_ms: Option<u64>,
+    /// Fault injection for the crash-only test: every checkpoint write waits until an episode
+    /// in flight has finished a step, so the checkpoint holds one to continue on resume.
+    #[arg(long, hide = true)]
+    checkpoint_with_a_finished_step: bool,
     /// Fault injection for the stall detector's tests: this stage hangs for good (env, tool,
     /// engine, learner, publication, checkpoint).
     #[arg(long, hide = true)]
@@ -137,6 +141,7 @@ impl From<FaultFlags> for crate::train::faults::Faults {
         Self {
             learner_delay: f.learner_delay_ms.map(Duration::from_millis),
             checkpoint_delay: f.checkpoint_delay_ms.map(Duration::from_millis),
+            checkpoint_with_a_finished_step: f.checkpoint_with_a_finished_step,
             hang: f.inject_hang,
             engine_hang_after_updates: f.inject_engine_hang_after_updates,
             tool_fault_rate: f.inject_tool_faults,

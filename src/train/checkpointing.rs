@@ -47,7 +47,12 @@ impl Run {
             .save_optimizer(pending.dir().join(OPTIMIZER_STATE))
             .await
             .context("saving the optimizer state into the checkpoint")?;
-        self.faults.during_checkpoint_write(self.step).await;
+        let sampler = &self.sampler;
+        self.faults
+            .during_checkpoint_write(self.step, || {
+                sampler.holds_a_finished_step_or_nothing_running()
+            })
+            .await;
         self.sampler.absorb_finished();
         let snapshot = self.sampler.snapshot();
         if !snapshot.pending.is_empty() {

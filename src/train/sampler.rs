@@ -281,6 +281,17 @@ impl Sampler {
         }
     }
 
+    /// Whether a checkpoint taken now would hold an episode in flight to continue from its
+    /// last finished step, or none could: every episode of the open groups has finished
+    /// (those waiting in the channel counted).
+    pub(crate) fn holds_a_finished_step_or_nothing_running(&self) -> bool {
+        if !self.board.is_empty() {
+            return true;
+        }
+        let finished = self.batcher.partial().count() + self.trajectories.len();
+        self.open_groups() * self.group_size <= finished
+    }
+
     /// What a checkpoint saves.
     pub(crate) fn snapshot(&self) -> SamplerSnapshot {
         // The board first: an episode that finishes meanwhile is then in both, and its

@@ -139,6 +139,11 @@ impl InFlightBoard {
         self.lock().values().cloned().collect()
     }
 
+    /// Whether no episode in flight has finished a step (only those are on the board).
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
     pub(crate) fn put(&self, record: InFlightEpisode) {
         self.lock().insert(record.episode_id, record);
     }

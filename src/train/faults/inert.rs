@@ -40,5 +40,10 @@ impl Faults {
     ) {
     }
 
-    pub(crate) async fn during_checkpoint_write(&self, _step: u64) {}
+    pub(crate) async fn during_checkpoint_write(
+        &self,
+        _step: u64,
+        _holds_a_finished_step_or_nothing_running: impl Fn() -> bool,
+    ) {
+    }
 }

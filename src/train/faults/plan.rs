@@ -20,6 +20,10 @@ use serde_json::{json, Value};
 
 use crate::train::scenario::Scenario;
 
+/// The longest a checkpoint write waits for an episode in flight to finish a step
+/// (`Faults::checkpoint_with_a_finished_step`); a sampler that has nothing to run never has one.
+const STEP_IN_FLIGHT_WAIT: Duration = Duration::from_secs(120);
+
 /// A stage made to hang for good.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HangStage {
@@ -72,6 +76,10 @@ pub struct Faults {
     pub learner_delay: Option<Duration>,
     /// Every checkpoint write pauses this long after the policy is saved, before commit.
     pub checkpoint_delay: Option<Duration>,
+    /// Every checkpoint write waits, before it takes the sampler's snapshot, until an episode
+    /// in flight has finished a step or none is running (at most `STEP_IN_FLIGHT_WAIT`), so
+    /// that a resume from it continues an episode from its last finished step.
+    pub checkpoint_with_a_finished_step: bool,
     /// One stage hangs for good.
     pub hang: Option<HangStage>,
     /// The engine thread stops stepping for good as sampling for the update after this many
@@ -230,12 +238,30 @@ impl Faults {
         }
     }
 
-    /// Inside checkpoint `step`'s write, once the policy is saved and before it commits: a
-    /// pause (so a `kill -9` can land inside a write), or a hang for good.
-    pub(crate) async fn during_checkpoint_write(&self, step: u64) {
+    /// Inside checkpoint `step`'s write, once the policy is saved and before it takes the
+    /// sampler's snapshot: a pause (so a `kill -9` can land inside a write), a wait for an
+    /// episode in flight that has finished a step, or a hang for good.
+    pub(crate) async fn during_checkpoint_write(
+        &self,
+        step: u64,
+        holds_a_finished_step_or_nothing_running: impl Fn() -> bool,
+    ) {
         if let Some(delay) = self.checkpoint_delay {
             eprintln!("checkpoint step {step}: writing (paused {delay:?}: fault injection)");
             tokio::time::sleep(delay).await;
+        }
+        if self.checkpoint_with_a_finished_step {
+            let began = std::time::Instant::now();
+            while !holds_a_finished_step_or_nothing_running() {
+                if began.elapsed() > STEP_IN_FLIGHT_WAIT {
+                    eprintln!(
+                        "checkpoint step {step}: no episode in flight finished a step within \
+                         {STEP_IN_FLIGHT_WAIT:?}; writing without one (fault injection)"
+                    );
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
         }
         if self.hangs(HangStage::Checkpoint) {
             hang_forever("a checkpoint write");
