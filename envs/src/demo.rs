@@ -17,7 +17,7 @@ use crate::tool_call::python_json;
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DemoConfig {
-    /// Share of the demos that answer early with a wrong guess.
+    /// Share of the demos that answer early with a wrong answer.
     pub early_wrong_answer_prob: f64,
     /// Demos per task. With more than one, every task gets both kinds in the same
     /// proportion, so the warm-started policy learns to answer early with that probability on

@@ -206,7 +206,7 @@ fn gold_demos_are_hermes_and_score_full_marks() {
 }
 
 #[test]
-fn imperfect_demos_guess_wrong_after_one_search() {
+fn imperfect_demos_answer_with_the_first_search_s_entity() {
     let w = world(4);
     let train: Vec<_> = w.questions(Split::Train).into_iter().cloned().collect();
     let all_wrong = demos(
@@ -230,6 +230,20 @@ fn imperfect_demos_guess_wrong_after_one_search() {
         );
         assert_eq!(s.reward, 0.0);
         assert_eq!(s.metrics["format"], 1.0);
+        // The early answer is the first hop's entity, copied from what the one search found:
+        // the mistake is stopping early, not a name the context does not hold.
+        let bridge = &q.hops[0].object;
+        assert_ne!(bridge, &q.answer);
+        assert!(
+            demo.turns[1]
+                .assistant
+                .ends_with(&format!("<answer>{bridge}</answer>")),
+            "{}: {}",
+            q.id,
+            demo.turns[1].assistant
+        );
+        let found = w.observe(&q.hops[0].subject, 3);
+        assert!(found.contains(bridge.as_str()), "{}: {found}", q.id);
     }
     let mixed = demos(
         &w.world,

@@ -24,9 +24,9 @@ pub struct WarmStartSection {
     /// after the warm-up).
     #[schemars(range(min = 0.0, max = 1.0))]
     pub final_lr_fraction: f64,
-    /// Share of demonstrations that answer before the work is done (after the first hop,
-    /// or without the calculator) with a wrong guess: imperfect on purpose, so RL has
-    /// something to fix.
+    /// Share of demonstrations that answer before the work is done with a wrong answer
+    /// (the multi-hop world: the entity the first search found; math: a number off by a
+    /// few, without the calculator): imperfect on purpose, so RL has something to fix.
     #[schemars(range(min = 0.0, max = 1.0))]
     pub early_wrong_answer_prob: f64,
     /// Demonstrations per training question. Above one, every question gets both kinds in
@@ -45,7 +45,7 @@ pub struct WarmStartSection {
 }
 
 /// `[warm_start.bad_habit]`: more warm-start steps on demonstrations that mostly answer right
-/// after the first search with a wrong guess.
+/// after the first search, with the entity it found (in the multi-hop world).
 ///
 /// Why a separate phase: a small model learns to copy names from its context only after
 /// some hundreds of steps on demonstrations that do it, and far later when most of them
@@ -60,7 +60,7 @@ pub struct BadHabitSection {
     #[schemars(range(min = 1))]
     pub steps: usize,
     /// Learning rate (constant after a short warm-up). Lower than the first phase's: the
-    /// habit is one decision, and a high rate on guessed answers also erodes copying.
+    /// habit is one decision, and a high rate on wrong answers also erodes copying.
     #[schemars(extend("exclusiveMinimum" = 0))]
     pub learning_rate: f64,
     /// Share of these demonstrations that answer early.

@@ -72,25 +72,38 @@ pub fn gold_demo(question: &Question) -> Demo {
     }
 }
 
-/// A demo that searches once, then guesses a wrong entity of the answer's kind.
+/// A demo that searches once, then answers with what that search found: the first hop's
+/// entity, the classic multi-hop mistake (or, on a one-hop question, a wrong entity of the
+/// answer's kind). The early answer is still copied from the context, so a phase of these
+/// demonstrations teaches when to stop without eroding the copying of names.
 pub fn early_wrong_demo(world: &World, question: &Question, rng: &mut WorldRng) -> Demo {
     let gold = gold_demo(question);
-    let candidates: Vec<usize> = world
-        .of_kind(question.answer_kind)
-        .into_iter()
-        .filter(|&e| world.name(e) != question.answer)
-        .collect();
-    let Some(&wrong) = rng.choose(&candidates) else {
-        return gold;
+    let bridge = question
+        .hops
+        .first()
+        .map(|h| h.object.clone())
+        .filter(|o| *o != question.answer);
+    let wrong = match bridge {
+        Some(b) => b,
+        None => {
+            let candidates: Vec<usize> = world
+                .of_kind(question.answer_kind)
+                .into_iter()
+                .filter(|&e| world.name(e) != question.answer)
+                .collect();
+            let Some(&wrong) = rng.choose(&candidates) else {
+                return gold;
+            };
+            world.name(wrong).to_string()
+        }
     };
-    let wrong = world.name(wrong).to_string();
     let mut turns: Vec<DemoTurn> = gold.turns.into_iter().take(1).collect();
     let think = match question.hops.first() {
         Some(h) => format!(
-            "{}. I think the answer is {wrong}.",
+            "{}. So the answer is {wrong}.",
             sentence(&h.relation.fact(&h.subject, &h.object))
         ),
-        None => format!("I think the answer is {wrong}."),
+        None => format!("The answer is {wrong}."),
     };
     turns.push(answer_turn(think, &wrong));
     Demo {
@@ -101,7 +114,8 @@ pub fn early_wrong_demo(world: &World, question: &Question, rng: &mut WorldRng) 
 }
 
 /// Demos for `questions`, `variants_per_question` each (at least one) in question order; of
-/// a question's variants, [`DemoConfig::early_variants`] answer early with a wrong guess.
+/// a question's variants, [`DemoConfig::early_variants`] answer early with the first search's
+/// entity.
 pub fn demos(world: &World, questions: &[Question], config: &DemoConfig) -> Vec<Demo> {
     let mut rng = config.rng();
     let v = config.variants();

@@ -81,7 +81,7 @@ pub struct Question {
     pub text: String,
     /// The gold answer (an entity name).
     pub answer: String,
-    /// Kind of the answer entity (wrong guesses in demos are of this kind).
+    /// Kind of the answer entity (a one-hop question's early answer in demos is of this kind).
     pub answer_kind: EntityKind,
     /// Template name (`founder_birthplace`, ...).
     pub template: String,
