@@ -104,7 +104,7 @@ fn eval_of_a_model_directory_prints_one_json_object() {
     assert!(!model.join("world").exists());
 }
 
-/// A 40-question world (8 held out): not the default world (400 questions, 80 held out), so
+/// A 40-question world (8 held out): not the default world (500 questions, 200 held out), so
 /// the episode count shows which config the evaluation used.
 fn train_config(dir: &Path) -> PathBuf {
     let text = r#"
