@@ -59,7 +59,7 @@ pub use evaluate::{evaluate_tasks, write_trajectories};
 use scenario::log_scenario;
 pub use scenario::{scenario, Scenario};
 use summary::{engine_summary, log_line, progress_bar, summarize, write_plots};
-pub use summary::{summary_table, EngineSummary, RunSummary};
+pub use summary::{lift_standard_error, summary_table, EngineSummary, RunSummary};
 use update::{publish, republish_after_restarts};
 
 use std::path::PathBuf;

@@ -10,6 +10,7 @@ use anyhow::Context;
 use serde_json::Value;
 
 use crate::config::preset_text;
+use crate::train::lift_standard_error;
 use crate::train::records::{read_rows, EvalRow};
 
 /// Flags of `agent-r1 bench demo`.
@@ -54,8 +55,7 @@ impl SeedFigures {
     /// The standard error of the lift, as for two independent samples of `questions`
     /// (the two evaluations share their questions, so this errs on the wide side).
     fn lift_standard_error(&self) -> f64 {
-        let var = |p: f64| p * (1.0 - p) / self.questions.max(1) as f64;
-        (var(self.em_before) + var(self.em_after)).sqrt()
+        lift_standard_error(self.em_before, self.em_after, self.questions)
     }
 }
 

@@ -46,6 +46,8 @@ pub struct RunSummary {
     /// The update steps of the first and the last evaluation.
     pub eval_step_before: Option<u64>,
     pub eval_step_after: Option<u64>,
+    /// Held-out questions in the smaller of the first and the last evaluation.
+    pub eval_questions: Option<usize>,
     /// The warm start's own figures (null when the run had none).
     pub warm_start: Value,
     /// Wall seconds of this start of the run.
@@ -150,6 +152,7 @@ pub(super) fn summarize(
         tool_calls_after: last.map(|e| e.tool_calls_per_episode),
         eval_step_before: first.map(|e| e.step),
         eval_step_after: last.map(|e| e.step),
+        eval_questions: first.zip(last).map(|(f, l)| f.episodes.min(l.episodes)),
         warm_start: warm,
         wall_s: run.started.elapsed().as_secs_f64(),
         run_dir: run.run_dir.clone(),
@@ -160,6 +163,29 @@ pub(super) fn summarize(
         engines,
         cluster,
     })
+}
+
+/// The standard error of a lift in exact match between two evaluations of `questions` each,
+/// as for two independent samples (the two evaluations share their questions, so it errs on
+/// the wide side).
+pub fn lift_standard_error(before: f64, after: f64, questions: usize) -> f64 {
+    let var = |p: f64| p * (1.0 - p) / questions.max(1) as f64;
+    (var(before) + var(after)).sqrt()
+}
+
+/// `EM lift +0.645 (standard error 0.034, 200 held-out questions)`, when the run evaluated
+/// before and after some updates.
+fn em_lift(summary: &RunSummary) -> Option<String> {
+    let (before, after) = summary.em_before.zip(summary.em_after)?;
+    let questions = summary.eval_questions?;
+    if summary.eval_step_before == summary.eval_step_after {
+        return None;
+    }
+    Some(format!(
+        "EM lift {:+.3} (standard error {:.3}, {questions} held-out questions)",
+        after - before,
+        lift_standard_error(before, after, questions)
+    ))
 }
 
 /// The end-of-run table a person reads (the JSON summary follows it for scripts): held-out
@@ -191,6 +217,10 @@ pub fn summary_table(summary: &RunSummary) -> String {
     let mut out = String::new();
     for (name, before, after) in rows {
         out.push_str(&format!("{name:<24}{before:>22}{after:>22}\n"));
+    }
+    if let Some(lift) = em_lift(summary) {
+        out.push_str(&lift);
+        out.push('\n');
     }
     out.push_str(&format!(
         "updates {}, wall {:.0} s\nrun directory: {}\ncheckpoint: {}\ncurves: {}",
@@ -241,4 +271,42 @@ pub(super) fn write_plots(run_dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
         eval_em: eval.iter().map(|r| (r.step as f64, r.em)).collect(),
     };
     plot::write_curves(run_dir, &curves)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn evaluated(before: (u64, f64), after: (u64, f64), questions: usize) -> RunSummary {
+        RunSummary {
+            em_before: Some(before.1),
+            em_after: Some(after.1),
+            eval_step_before: Some(before.0),
+            eval_step_after: Some(after.0),
+            eval_questions: Some(questions),
+            ..RunSummary::default()
+        }
+    }
+
+    #[test]
+    fn the_table_states_the_lift_with_its_standard_error() {
+        let table = summary_table(&evaluated((0, 0.005), (10, 0.65), 200));
+        // sqrt(0.005 * 0.995 / 200 + 0.65 * 0.35 / 200) = 0.03409
+        assert!(
+            table.contains("EM lift +0.645 (standard error 0.034, 200 held-out questions)"),
+            "{table}"
+        );
+        let fewer = summary_table(&evaluated((0, 0.005), (10, 0.65), 50));
+        assert!(
+            fewer.contains("(standard error 0.068, 50 held-out questions)"),
+            "{fewer}"
+        );
+    }
+
+    #[test]
+    fn one_evaluation_states_no_lift() {
+        let table = summary_table(&evaluated((4, 0.3), (4, 0.3), 64));
+        assert!(!table.contains("EM lift"), "{table}");
+        assert!(!summary_table(&RunSummary::default()).contains("EM lift"));
+    }
 }
