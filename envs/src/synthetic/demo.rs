@@ -83,19 +83,8 @@ pub fn early_wrong_demo(world: &World, question: &Question, rng: &mut WorldRng) 
         .first()
         .map(|h| h.object.clone())
         .filter(|o| *o != question.answer);
-    let wrong = match bridge {
-        Some(b) => b,
-        None => {
-            let candidates: Vec<usize> = world
-                .of_kind(question.answer_kind)
-                .into_iter()
-                .filter(|&e| world.name(e) != question.answer)
-                .collect();
-            let Some(&wrong) = rng.choose(&candidates) else {
-                return gold;
-            };
-            world.name(wrong).to_string()
-        }
+    let Some(wrong) = bridge.or_else(|| other_of_answer_kind(world, question, rng)) else {
+        return gold;
     };
     let mut turns: Vec<DemoTurn> = gold.turns.into_iter().take(1).collect();
     let think = match question.hops.first() {
@@ -111,6 +100,16 @@ pub fn early_wrong_demo(world: &World, question: &Question, rng: &mut WorldRng) 
         turns,
         correct: false,
     }
+}
+
+/// A random entity of the answer's kind other than the answer (none in a world with one).
+fn other_of_answer_kind(world: &World, question: &Question, rng: &mut WorldRng) -> Option<String> {
+    let candidates: Vec<usize> = world
+        .of_kind(question.answer_kind)
+        .into_iter()
+        .filter(|&e| world.name(e) != question.answer)
+        .collect();
+    rng.choose(&candidates).map(|&e| world.name(e).to_string())
 }
 
 /// Demos for `questions`, `variants_per_question` each (at least one) in question order; of
